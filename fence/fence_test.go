@@ -1,0 +1,94 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestAdmits(t *testing.T) {
+	mark := Fence{Resource: "r", Token: 5, Holder: "a"}
+	tests := []struct {
+		name string
+		hwm  Fence
+		f    Fence
+		want bool
+	}{
+		{"no mark admits first grant", Fence{}, Fence{Resource: "r", Token: 1, Holder: "x"}, true},
+		{"lower token is stale", mark, Fence{Resource: "r", Token: 4, Holder: "a"}, false},
+		{"equal token same holder", mark, Fence{Resource: "r", Token: 5, Holder: "a"}, true},
+		{"equal token other holder", mark, Fence{Resource: "r", Token: 5, Holder: "b"}, false},
+		{"higher token", mark, Fence{Resource: "r", Token: 6, Holder: "b"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Admits(tt.hwm, tt.f); got != tt.want {
+				t.Fatalf("Admits(%v, %v) = %v, want %v", tt.hwm, tt.f, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		f  Fence
+		ok bool
+	}{
+		{Fence{Resource: "r", Token: 1, Holder: "h"}, true},
+		{Fence{Resource: "", Token: 1, Holder: "h"}, false},
+		{Fence{Resource: "r", Token: 0, Holder: "h"}, false},
+		{Fence{Resource: "r", Token: -3, Holder: "h"}, false},
+		{Fence{Resource: "r", Token: 1, Holder: ""}, false},
+	}
+	for _, tt := range tests {
+		err := tt.f.Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("Validate(%v) = %v, want ok=%v", tt.f, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidFence) {
+			t.Errorf("Validate(%v) = %v, does not match ErrInvalidFence", tt.f, err)
+		}
+	}
+}
+
+func TestStaleError(t *testing.T) {
+	hwm := Fence{Resource: "r", Token: 9, Holder: "b"}
+	err := fmt.Errorf("write: %w", &StaleError{Fence: Fence{Resource: "r", Token: 3, Holder: "a"}, HighWater: hwm})
+	if !errors.Is(err, ErrStale) {
+		t.Fatal("wrapped StaleError does not match ErrStale")
+	}
+	if errors.Is(err, ErrConflict) {
+		t.Fatal("StaleError matches ErrConflict")
+	}
+	got, ok := HighWater(err)
+	if !ok || got != hwm {
+		t.Fatalf("HighWater = %v, %v; want %v, true", got, ok, hwm)
+	}
+	if _, ok := HighWater(errors.New("other")); ok {
+		t.Fatal("HighWater found a mark in an unrelated error")
+	}
+}
+
+func TestConflictError(t *testing.T) {
+	err := fmt.Errorf("save: %w", &ConflictError{Key: "k", Expected: 2, Actual: 3})
+	if !errors.Is(err, ErrConflict) || errors.Is(err, ErrStale) {
+		t.Fatalf("ConflictError matching is wrong: %v", err)
+	}
+	if got := (&ConflictError{Key: "k", Expected: 2, Actual: -1}).Error(); got == "" {
+		t.Fatal("empty message")
+	}
+}
+
+func TestNewHolder(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		h := NewHolder()
+		if len(h) != 32 {
+			t.Fatalf("holder %q is not 32 hex digits", h)
+		}
+		if seen[h] {
+			t.Fatalf("holder %q repeated", h)
+		}
+		seen[h] = true
+	}
+}

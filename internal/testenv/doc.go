@@ -1,0 +1,16 @@
+// Package testenv hands tests real servers: a Redis client and a PostgreSQL
+// pool, each isolated per test, and private redis-server processes for tests
+// that kill, restart, flush or cluster Redis.
+//
+// Servers are found in this order:
+//
+//  1. FENCEKIT_TEST_REDIS / FENCEKIT_TEST_POSTGRES, as URLs
+//     (redis://127.0.0.1:6379/0, postgres://postgres@127.0.0.1:5432/test);
+//  2. the local servers on their default ports, when they answer;
+//  3. containers started with testcontainers-go, when a Docker engine answers;
+//  4. otherwise the test is skipped with a message that says how to provide a
+//     server, or fails when FENCEKIT_REQUIRE_SERVERS=1 (as in CI).
+//
+// Private redis-server processes need the redis-server binary on PATH (or in
+// FENCEKIT_REDIS_SERVER) and follow the same skip-or-fail rule without it.
+package testenv
