@@ -1,0 +1,25 @@
+// Package migrations holds the schema that fencekit's PostgreSQL storage
+// guard needs, as goose v3 SQL migrations embedded in the binary.
+//
+// [Up] applies them with a goose Provider: PostgreSQL dialect, a session-level
+// advisory lock so that several processes starting at once apply each
+// migration exactly once, and a version table of its own ([VersionTable]) so
+// that fencekit's versions never mix with the application's own goose
+// history. Running [Up] again when everything is applied changes nothing.
+//
+// The migrations create, in the first schema of the connection's search_path:
+//
+//   - fencekit_guard(resource, token, holder, updated_at): one high-water mark
+//     per resource, the newest fence admitted for it;
+//   - fencekit_guard_admit(resource, token, holder): the admission rule as a
+//     function that raises SQLSTATE FK001 on a stale fence, used by the
+//     storage/postgres package's one-round-trip batch.
+//
+// Teams that run goose themselves can use the same files: [FS] holds them at
+// its root, exactly as they are in this directory, e.g.
+//
+//	goose -dir ./migrations -table fencekit_db_version postgres "$DATABASE_URL" up
+//
+// Use the same table name as [VersionTable] if both [Up] and the goose command
+// may run against one database.
+package migrations
