@@ -1,0 +1,79 @@
+package lock_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func benchLocker(b *testing.B) (*lock.Locker, *redis.Client) {
+	c := testenv.Redis(b)
+	l, err := lock.New(c, lock.WithPrefix(testenv.Prefix(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, c
+}
+
+// BenchmarkTryAcquireRelease is one uncontended grant and release: two round
+// trips, the floor for a lock with a token.
+func BenchmarkTryAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	l, _ := benchLocker(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		lease, err := l.TryAcquire(ctx, "bench", time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTryAcquireReleaseParallel grants and releases distinct resources
+// from parallel goroutines: throughput without contention.
+func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
+	ctx := context.Background()
+	l, _ := benchLocker(b)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		resource := "bench-" + strconv.FormatInt(next.Add(1), 10)
+		for pb.Next() {
+			lease, err := l.TryAcquire(ctx, resource, time.Second)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRoundTripFloor is two plain commands (SET NX PX, DEL): what the
+// lock costs at the least, for comparison.
+func BenchmarkRoundTripFloor(b *testing.B) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	key := testenv.Prefix(b) + "floor"
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.SetNX(ctx, key, "v", time.Second).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Del(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotAcquired means another holder has the lock. Errors that match it
+	// are a [*NotAcquiredError], which says how long that lease has left.
+	ErrNotAcquired = errors.New("lock: not acquired, another holder has it")
+
+	// ErrNotHeld means the lease is no longer held: it expired, was released,
+	// or Redis lost it. Another holder may have the lock; nothing was changed.
+	ErrNotHeld = errors.New("lock: lease not held")
+
+	// ErrInvalid means an argument or option was rejected: an empty resource,
+	// a lease under a millisecond, a nil client, a prefix with braces. Nothing
+	// was sent to Redis.
+	ErrInvalid = errors.New("lock: invalid argument")
+
+	// ErrWrongType means a lock or counter key already holds a value of
+	// another type. The key was left as it was.
+	ErrWrongType = errors.New("lock: key holds the wrong type")
+)
+
+// NotAcquiredError is a refused acquisition. It matches [ErrNotAcquired].
+type NotAcquiredError struct {
+	// Resource is the resource that is held.
+	Resource string
+	// Remaining is the current holder's remaining lease as Redis reported it;
+	// negative when the lock key carries no expiry (set outside this package).
+	Remaining time.Duration
+}
+
+// Error names the resource and the remaining lease.
+func (e *NotAcquiredError) Error() string {
+	if e.Remaining < 0 {
+		return fmt.Sprintf("lock: %q is held by another holder with no expiry", e.Resource)
+	}
+	return fmt.Sprintf("lock: %q is held by another holder for another %v", e.Resource, e.Remaining)
+}
+
+// Unwrap returns [ErrNotAcquired].
+func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
+
+// translate turns a Redis reply error into this package's errors; it is the
+// one place that inspects driver errors. op and resource label the error.
+func translate(ctx context.Context, err error, op, resource string) error {
+	if err == nil {
+		return nil
+	}
+	var re redis.Error
+	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, op, resource, re.Error())
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		// Make errors.Is(err, ctx.Err()) hold even when the driver reported
+		// the cancellation as a network error.
+		return fmt.Errorf("lock: %s %q: %w (%w)", op, resource, ctxErr, err)
+	}
+	return fmt.Errorf("lock: %s %q: %w", op, resource, err)
+}
+
+// isReply reports whether err is an error reply from Redis: the command
+// reached the server and was refused there, so it had no effect.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+}

@@ -1,0 +1,87 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Lease is one grant of a resource's lock. Its fence (resource, token,
+// holder) is fixed for the life of the grant: extending the lease keeps it.
+// A Lease is safe for concurrent use.
+type Lease struct {
+	l   *Locker
+	key string
+	f   fence.Fence
+}
+
+// Resource returns the locked resource's name.
+func (s *Lease) Resource() string { return s.f.Resource }
+
+// Token returns the grant's fencing token, above every earlier grant's token
+// for the resource.
+func (s *Lease) Token() fence.Token { return s.f.Token }
+
+// Holder returns the grant's holder id: 128 random bits, unique to the grant,
+// stored as the lock key's value.
+func (s *Lease) Holder() string { return s.f.Holder }
+
+// Fence returns what the holder presents to storage with each read and
+// write made under this lease.
+func (s *Lease) Fence() fence.Fence { return s.f }
+
+// Release gives up the lock if this grant still holds it, in one round trip.
+// It never deletes another holder's lock: if the lease has expired (or was
+// released), it returns [ErrNotHeld] and changes nothing. The token counter
+// is kept, so the next grant's token is higher. ctx bounds the round trip.
+func (s *Lease) Release(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lock: release %q: %w", s.f.Resource, err)
+	}
+	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
+	if err != nil {
+		return translate(ctx, err, "release", s.f.Resource)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	}
+	return nil
+}
+
+// Extend resets the lease to ttl from now if this grant still holds the
+// lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
+// when the lease has already been lost. ctx bounds the round trip.
+func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lock: extend %q: %w", s.f.Resource, err)
+	}
+	n, err := extendScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return translate(ctx, err, "extend", s.f.Resource)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: extend %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	}
+	return nil
+}
+
+// TTL returns the lease's remaining time as Redis sees it, or [ErrNotHeld]
+// when this grant no longer holds the lock. ctx bounds the round trip.
+func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("lock: ttl %q: %w", s.f.Resource, err)
+	}
+	ms, err := ttlScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
+	if err != nil {
+		return 0, translate(ctx, err, "ttl", s.f.Resource)
+	}
+	if ms == -3 {
+		return 0, fmt.Errorf("%w: ttl %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}

@@ -1,0 +1,210 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/redis/go-redis/v9"
+)
+
+// maxToken bounds tokens passed to Redis scripts, whose numbers are doubles
+// and exact only up to 2^53.
+const maxToken = fence.Token(1 << 53)
+
+// cleanupTimeout bounds the release that follows an acquisition whose reply
+// was lost (a cancelled context, a broken connection).
+const cleanupTimeout = 2 * time.Second
+
+// Locker grants leases on named resources, each with a fencing token. It is
+// safe for concurrent use; create one per Redis deployment and share it.
+type Locker struct {
+	client redis.UniversalClient
+	prefix string
+	wait   WaitStrategy
+}
+
+// New returns a Locker on client. client may be a *redis.Client, a
+// *redis.ClusterClient, a *redis.Ring or a failover client; every key of one
+// resource carries the same hash tag, so a resource lives in one slot.
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if isNil(client) {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalid)
+	}
+	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond)}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	return &Locker{client: client, prefix: c.prefix, wait: c.wait}, nil
+}
+
+func isNil(c redis.UniversalClient) bool {
+	switch v := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	case *redis.Ring:
+		return v == nil
+	}
+	return false
+}
+
+// LockKey returns the Redis key that holds resource's lock: the prefix, the
+// resource as a hash tag, and ":lock".
+func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resource + "}:lock" }
+
+// CounterKey returns the Redis key of resource's token counter. It never
+// expires and release never deletes it; it shares the lock key's slot.
+func (l *Locker) CounterKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
+
+func checkResource(resource string) error {
+	if resource == "" {
+		return fmt.Errorf("%w: empty resource name", ErrInvalid)
+	}
+	if strings.ContainsAny(resource, "{}") {
+		return fmt.Errorf("%w: resource %q contains a brace, which would break its hash tag", ErrInvalid, resource)
+	}
+	return nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: lease %v is shorter than 1ms", ErrInvalid, ttl)
+	}
+	return nil
+}
+
+// TryAcquire makes one attempt to lock resource for ttl (at least 1ms, in
+// whole milliseconds). It costs one round trip: the grant and the next token
+// come from one script. When another holder has the lock it returns a
+// [*NotAcquiredError] at once.
+//
+// ctx bounds the round trip. If ctx ends or the connection fails while the
+// reply is in flight, TryAcquire releases whatever the attempt may have
+// taken before returning, so no lock is left that the caller does not know
+// about; the error then matches ctx.Err() when ctx ended.
+func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
+	if err := checkResource(resource); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: acquire %q: %w", resource, err)
+	}
+	holder := fence.NewHolder()
+	lockKey := l.LockKey(resource)
+	res, err := acquireScript.Run(ctx, l.client,
+		[]string{lockKey, l.CounterKey(resource)}, holder, ttl.Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		if !isReply(err) {
+			// The script may have run even though its reply was lost.
+			l.cleanup(ctx, lockKey, holder)
+		}
+		return nil, translate(ctx, err, "acquire", resource)
+	}
+	if res[0] == 0 {
+		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(res[1]) * time.Millisecond}
+	}
+	return &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}, nil
+}
+
+func (l *Locker) cleanup(ctx context.Context, lockKey, holder string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = releaseScript.Run(ctx, l.client, []string{lockKey}, holder).Err()
+}
+
+// Acquire locks resource for ttl, waiting while another holder has it, until
+// it succeeds or ctx ends. Between attempts it sleeps as the Locker's
+// [WaitStrategy] says, never past the current holder's remaining lease.
+//
+// ctx bounds the whole wait. When it ends, Acquire returns an error that
+// matches ctx.Err() and holds no lock.
+func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
+	var timer *time.Timer
+	for attempt := 0; ; attempt++ {
+		lease, err := l.TryAcquire(ctx, resource, ttl)
+		var na *NotAcquiredError
+		if !errors.As(err, &na) {
+			return lease, err
+		}
+		d := l.wait.Delay(attempt, na.Remaining)
+		if na.Remaining >= 0 && d > na.Remaining {
+			d = na.Remaining
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// Do acquires resource (waiting as [Locker.Acquire] does), runs fn with the
+// lease's fence, releases the lease and returns fn's error.
+//
+// fn must present the fence to storage with every read and write it makes:
+// the lease can expire while fn runs, and only storage admission keeps a late
+// write out. If fn succeeds but the lease was lost before release, Do returns
+// an error matching [ErrNotHeld]: fn's fenced writes are still safe, but it
+// did not run alone to the end. The release runs even if ctx has ended.
+func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, f fence.Fence) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	lease, err := l.Acquire(ctx, resource, ttl)
+	if err != nil {
+		return err
+	}
+	fnErr := fn(ctx, lease.Fence())
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	relErr := lease.Release(rctx)
+	if fnErr != nil {
+		return fnErr
+	}
+	return relErr
+}
+
+// Advance raises resource's token counter to at least atLeast and never
+// lowers it, so that the next grant's token is above atLeast. It heals a
+// counter that Redis lost (a restart without persistence, a failover, an
+// eviction): storage refuses the low tokens of a restarted counter with a
+// [*fence.StaleError] whose HighWater says how far to advance.
+//
+// ctx bounds the one round trip. Advance does not touch the lock itself.
+func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Token) error {
+	if err := checkResource(resource); err != nil {
+		return err
+	}
+	if atLeast < 0 || atLeast > maxToken {
+		return fmt.Errorf("%w: token %d is outside [0, 2^53]", ErrInvalid, atLeast)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lock: advance %q: %w", resource, err)
+	}
+	err := advanceScript.Run(ctx, l.client, []string{l.CounterKey(resource)}, int64(atLeast)).Err()
+	return translate(ctx, err, "advance", resource)
+}

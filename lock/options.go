@@ -1,0 +1,77 @@
+package lock
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// DefaultPrefix is the key prefix used when no [WithPrefix] option is given.
+const DefaultPrefix = "fencekit:"
+
+// Option configures a [Locker]. Options validate themselves: [New] returns
+// their error instead of building a Locker.
+type Option func(*config) error
+
+type config struct {
+	prefix string
+	wait   WaitStrategy
+}
+
+// WithPrefix sets the prefix of every key the Locker writes.
+// default: "fencekit:". It must not contain '{' or '}', which would change
+// the hash tags that keep a resource's keys in one Redis Cluster slot.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("%w: prefix %q contains a brace", ErrInvalid, prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithWait sets how [Locker.Acquire] waits between attempts.
+// default: Backoff(time.Millisecond, 64*time.Millisecond).
+func WithWait(w WaitStrategy) Option {
+	return func(c *config) error {
+		if w == nil {
+			return fmt.Errorf("%w: nil wait strategy", ErrInvalid)
+		}
+		c.wait = w
+		return nil
+	}
+}
+
+// WaitStrategy decides how long [Locker.Acquire] sleeps after a refused
+// attempt. Implementations must be safe for concurrent use.
+type WaitStrategy interface {
+	// Delay returns the pause after the attempt-th refusal (attempt starts
+	// at 0). remaining is the current holder's remaining lease, or negative
+	// when unknown; Acquire never sleeps longer than a known remaining lease.
+	Delay(attempt int, remaining time.Duration) time.Duration
+}
+
+// Backoff returns a [WaitStrategy] of exponential backoff with full jitter:
+// after the n-th refusal it sleeps a uniformly random time in
+// [0, min(max, min·2ⁿ)]. Jitter keeps waiters from retrying in lock step.
+// Non-positive or inverted bounds fall back to the defaults.
+func Backoff(min, max time.Duration) WaitStrategy {
+	if min <= 0 || max < min {
+		min, max = time.Millisecond, 64*time.Millisecond
+	}
+	return backoff{min: min, max: max}
+}
+
+type backoff struct{ min, max time.Duration }
+
+func (b backoff) Delay(attempt int, _ time.Duration) time.Duration {
+	ceiling := b.max
+	if attempt < 30 {
+		if c := b.min << attempt; c < ceiling {
+			ceiling = c
+		}
+	}
+	return rand.N(ceiling + 1)
+}

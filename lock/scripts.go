@@ -1,0 +1,31 @@
+package lock
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each script is loaded once per process and run by EVALSHA, falling back to
+// EVAL the first time a server has not seen it.
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed extend.lua
+	extendLua    string
+	extendScript = redis.NewScript(extendLua)
+
+	//go:embed ttl.lua
+	ttlLua    string
+	ttlScript = redis.NewScript(ttlLua)
+
+	//go:embed advance.lua
+	advanceLua    string
+	advanceScript = redis.NewScript(advanceLua)
+)
