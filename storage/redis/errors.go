@@ -1,0 +1,124 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+var (
+	// ErrWrongType means the Redis key of a value holds something this store
+	// did not write: another type (a string, a list, ...) or a hash without
+	// the store's fields. The key was left as it was.
+	ErrWrongType = errors.New("storage/redis: key holds data of another kind")
+
+	// ErrResourceMismatch means a fence names another resource than the one
+	// the key's high-water mark was set for. Tokens of different resources
+	// come from different counters and cannot be compared, so nothing was
+	// changed. Errors that match it are usually a [*ResourceError].
+	ErrResourceMismatch = errors.New("storage/redis: key is fenced by another resource")
+
+	// ErrInvalidKey means a value key was empty. Nothing was sent.
+	ErrInvalidKey = errors.New("storage/redis: invalid key")
+
+	// ErrInvalidOption means an option passed to [New] or to a write was out
+	// of range. Nothing was sent.
+	ErrInvalidOption = errors.New("storage/redis: invalid option")
+)
+
+// ResourceError is a fence refused because the key's high-water mark belongs
+// to another resource. It matches [ErrResourceMismatch].
+type ResourceError struct {
+	// Key is the value's key, without the store's prefix.
+	Key string
+	// Fence is the fence that was refused.
+	Fence fence.Fence
+	// Resource is the resource the key's mark was set for.
+	Resource string
+}
+
+// Error names the key and both resources.
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("storage/redis: key %q is fenced by resource %q, not %q", e.Key, e.Resource, e.Fence.Resource)
+}
+
+// Unwrap returns [ErrResourceMismatch].
+func (e *ResourceError) Unwrap() error { return ErrResourceMismatch }
+
+// reply is one script's answer, decoded. Every script answers with an array
+// whose first element is a status word; this is the only place that reads
+// driver replies and errors.
+type reply struct {
+	status  string
+	version int64
+	data    []byte
+	expires time.Time
+	mark    fence.Fence
+	kind    string // WRONGTYPE: the type found
+	res     string // RESOURCE: the resource of the mark
+}
+
+// decode turns a script's result into a reply, or a driver or context error
+// into an error naming the operation and the key.
+func decode(op, key string, cmd *goredis.Cmd) (reply, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return reply{}, fmt.Errorf("storage/redis: %s %q: %w", op, key, err)
+	}
+	var r reply
+	if len(vals) == 0 {
+		return r, fmt.Errorf("storage/redis: %s %q: empty script reply", op, key)
+	}
+	r.status, _ = vals[0].(string)
+	str := func(i int) string {
+		if i < len(vals) {
+			s, _ := vals[i].(string)
+			return s
+		}
+		return ""
+	}
+	num := func(i int) int64 {
+		if i < len(vals) {
+			n, _ := vals[i].(int64)
+			return n
+		}
+		return 0
+	}
+	switch r.status {
+	case "OK", "NOTFOUND":
+		r.version = num(1)
+		if len(vals) > 2 {
+			if s, ok := vals[2].(string); ok {
+				r.data = []byte(s)
+			}
+		}
+		if ms := num(3); ms > 0 {
+			r.expires = time.UnixMilli(ms)
+		}
+		if len(vals) > 6 {
+			tok, _ := strconv.ParseInt(str(5), 10, 64)
+			r.mark = fence.Fence{Resource: str(4), Token: fence.Token(tok), Holder: str(6)}
+		}
+	case "STALE":
+		tok, err := strconv.ParseInt(str(2), 10, 64)
+		if err != nil {
+			return r, fmt.Errorf("storage/redis: %s %q: bad token %q in the high-water mark", op, key, str(2))
+		}
+		r.mark = fence.Fence{Resource: str(1), Token: fence.Token(tok), Holder: str(3)}
+	case "CONFLICT":
+		r.version = num(1)
+	case "WRONGTYPE":
+		r.kind = str(1)
+		return r, fmt.Errorf("%w: %s %q: the key holds a %s; it was left unchanged", ErrWrongType, op, key, r.kind)
+	case "RESOURCE":
+		r.res = str(1)
+	default:
+		return r, fmt.Errorf("storage/redis: %s %q: unexpected script reply %q", op, key, r.status)
+	}
+	return r, nil
+}

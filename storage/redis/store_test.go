@@ -1,0 +1,284 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+)
+
+func TestNewValidates(t *testing.T) {
+	c := testenv.Redis(t)
+	var nilClient *goredis.Client
+	tests := []struct {
+		name   string
+		client goredis.Scripter
+		opts   []Option
+		want   string
+	}{
+		{"nil client", nil, nil, "nil Redis client"},
+		{"typed nil client", nilClient, nil, "nil Redis client"},
+		{"empty prefix", c, []Option{WithPrefix("")}, "empty key prefix"},
+		{"open brace in prefix", c, []Option{WithPrefix("app{1:")}, "brace"},
+		{"close brace in prefix", c, []Option{WithPrefix("app}:")}, "brace"},
+		{"negative retention", c, []Option{WithMarkRetention(-time.Second)}, "negative"},
+		{"sub-millisecond retention", c, []Option{WithMarkRetention(time.Microsecond)}, "below one millisecond"},
+		{"nil option", c, []Option{nil}, "nil option"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.client, tt.opts...)
+			if err == nil || s != nil {
+				t.Fatalf("New = %v, %v; want an error", s, err)
+			}
+			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New error %q does not match ErrInvalidOption or lacks %q", err, tt.want)
+			}
+		})
+	}
+	s, err := New(c)
+	if err != nil || s.Prefix() != DefaultPrefix {
+		t.Fatalf("New with defaults = %v, %v; want prefix %q", s, err, DefaultPrefix)
+	}
+}
+
+// TestBadInputSendsNothing checks that invalid calls fail with a clear error
+// before any command reaches Redis.
+func TestBadInputSendsNothing(t *testing.T) {
+	s, c := newStore(t)
+	h := &counter{}
+	c.AddHook(h)
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	good := fen(1, "a")
+	inc := func(Value) ([]byte, error) { return []byte("x"), nil }
+
+	tests := []struct {
+		name string
+		call func() error
+		is   error
+	}{
+		{"get empty key", func() error { _, err := s.Get(ctx, good, ""); return err }, ErrInvalidKey},
+		{"set empty key", func() error { _, err := s.Set(ctx, good, "", nil); return err }, ErrInvalidKey},
+		{"load empty key", func() error { _, err := s.Load(ctx, ""); return err }, ErrInvalidKey},
+		{"cas empty key", func() error { _, err := s.CompareAndSet(ctx, "", 0, nil); return err }, ErrInvalidKey},
+		{"get zero token", func() error { _, err := s.Get(ctx, fen(0, "a"), "k"); return err }, fence.ErrInvalidFence},
+		{"set no holder", func() error { _, err := s.Set(ctx, fen(1, ""), "k", nil); return err }, fence.ErrInvalidFence},
+		{"delete no resource", func() error { return s.Delete(ctx, fence.Fence{Token: 1, Holder: "a"}, "k") }, fence.ErrInvalidFence},
+		{"update negative token", func() error { _, err := s.Update(ctx, fen(-1, "a"), "k", inc); return err }, fence.ErrInvalidFence},
+		{"get cancelled", func() error { _, err := s.Get(cancelled, good, "k"); return err }, context.Canceled},
+		{"set cancelled", func() error { _, err := s.Set(cancelled, good, "k", nil); return err }, context.Canceled},
+		{"delete cancelled", func() error { return s.Delete(cancelled, good, "k") }, context.Canceled},
+		{"update cancelled", func() error { _, err := s.Update(cancelled, good, "k", inc); return err }, context.Canceled},
+		{"load cancelled", func() error { _, err := s.Load(cancelled, "k"); return err }, context.Canceled},
+		{"cas cancelled", func() error { _, err := s.CompareAndSet(cancelled, "k", 0, nil); return err }, context.Canceled},
+		{"modify cancelled", func() error { _, err := s.Modify(cancelled, "k", 3, inc); return err }, context.Canceled},
+		{"preload cancelled", func() error { return s.Preload(cancelled) }, context.Canceled},
+		{"zero ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(0)); return err }, ErrInvalidOption},
+		{"nil write option", func() error { _, err := s.Set(ctx, good, "k", nil, nil); return err }, ErrInvalidOption},
+		{"negative expected version", func() error { _, err := s.CompareAndSet(ctx, "k", -1, nil); return err }, ErrInvalidOption},
+		{"negative fenced expected version", func() error { _, err := s.SetIfVersion(ctx, good, "k", -2, nil); return err }, ErrInvalidOption},
+		{"zero attempts", func() error { _, err := s.Modify(ctx, "k", 0, inc); return err }, ErrInvalidOption},
+		{"nil update function", func() error { _, err := s.Update(ctx, good, "k", nil); return err }, ErrInvalidOption},
+		{"nil modify function", func() error { _, err := s.Modify(ctx, "k", 1, nil); return err }, ErrInvalidOption},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if !errors.Is(err, tt.is) {
+				t.Fatalf("error %v does not match %v", err, tt.is)
+			}
+			if sent := h.take(); len(sent) != 0 {
+				t.Fatalf("sent %v for a bad call", sent)
+			}
+		})
+	}
+}
+
+// TestAdmission applies the four cases of the rule to each fenced operation
+// and checks that a refusal carries the mark and changes nothing in Redis.
+func TestAdmission(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	mark := fen(5, "a")
+	cases := []struct {
+		name  string
+		f     fence.Fence
+		admit bool
+	}{
+		{"lower token", fen(4, "a"), false},
+		{"equal token same holder", fen(5, "a"), true},
+		{"equal token other holder", fen(5, "b"), false},
+		{"higher token", fen(6, "b"), true},
+	}
+	ops := []struct {
+		name string
+		run  func(f fence.Fence, key string) error
+	}{
+		{"get", func(f fence.Fence, key string) error { _, err := s.Get(ctx, f, key); return err }},
+		{"set", func(f fence.Fence, key string) error { _, err := s.Set(ctx, f, key, []byte("new")); return err }},
+		{"delete", func(f fence.Fence, key string) error { return s.Delete(ctx, f, key) }},
+		{"update", func(f fence.Fence, key string) error {
+			_, err := s.Update(ctx, f, key, func(old Value) ([]byte, error) { return append(old.Data, '!'), nil })
+			return err
+		}},
+	}
+	for _, op := range ops {
+		for _, tc := range cases {
+			t.Run(op.name+"/"+tc.name, func(t *testing.T) {
+				key := op.name + ":" + strings.ReplaceAll(tc.name, " ", "-")
+				if _, err := s.Set(ctx, mark, key, []byte("old")); err != nil {
+					t.Fatal(err)
+				}
+				before := rawState(t, c, s.Prefix()+key)
+				err := op.run(tc.f, key)
+				if tc.admit {
+					if err != nil {
+						t.Fatalf("%v refused against mark %v: %v", tc.f, mark, err)
+					}
+					if got, _ := s.HighWater(ctx, key); got != tc.f {
+						t.Fatalf("mark after admission = %v, want %v", got, tc.f)
+					}
+					return
+				}
+				if !errors.Is(err, fence.ErrStale) {
+					t.Fatalf("%v admitted against mark %v: err = %v", tc.f, mark, err)
+				}
+				if hw, ok := fence.HighWater(err); !ok || hw != mark {
+					t.Fatalf("stale error carries mark %v, %v; want %v", hw, ok, mark)
+				}
+				if !strings.Contains(err.Error(), key) {
+					t.Fatalf("error %q does not name the key", err)
+				}
+				if after := rawState(t, c, s.Prefix()+key); after != before {
+					t.Fatalf("refused %s changed the key", op.name)
+				}
+			})
+		}
+	}
+}
+
+func TestResourceMismatch(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	if _, err := s.Set(ctx, fen(3, "a"), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	before := rawState(t, c, s.Prefix()+"k")
+	other := fence.Fence{Resource: "other", Token: 9, Holder: "b"}
+	_, err := s.Set(ctx, other, "k", []byte("w"))
+	var re *ResourceError
+	if !errors.Is(err, ErrResourceMismatch) || !errors.As(err, &re) || re.Resource != "account" || re.Key != "k" {
+		t.Fatalf("Set with another resource: %v", err)
+	}
+	if errors.Is(err, fence.ErrStale) {
+		t.Fatal("resource mismatch matches ErrStale")
+	}
+	if after := rawState(t, c, s.Prefix()+"k"); after != before {
+		t.Fatal("refused write changed the key")
+	}
+}
+
+// TestFencedReadRaisesMarkOnMissingKey checks that a fenced read of a key
+// with no value reports ErrNotFound and still fences out older holders.
+func TestFencedReadRaisesMarkOnMissingKey(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	v, err := s.Get(ctx, fen(2, "b"), "new")
+	if !errors.Is(err, fence.ErrNotFound) || v.Exists || v.Version != 0 {
+		t.Fatalf("Get of missing key = %+v, %v; want ErrNotFound at version 0", v, err)
+	}
+	if _, err := s.Set(ctx, fen(1, "a"), "new", []byte("late")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("older holder's write after a newer fenced read: %v; want ErrStale", err)
+	}
+	if _, err := s.Set(ctx, fen(2, "b"), "new", []byte("mine")); err != nil {
+		t.Fatalf("reader's own write refused: %v", err)
+	}
+	got, err := s.Get(ctx, fen(2, "b"), "new")
+	if err != nil || string(got.Data) != "mine" || got.Version != 1 {
+		t.Fatalf("Get = %+v, %v; want mine at version 1", got, err)
+	}
+}
+
+func TestDeleteKeepsMark(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, fen(5, "a"), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Load(ctx, "k"); !errors.Is(err, fence.ErrNotFound) || v.Version != 2 {
+		t.Fatalf("Load after delete = %+v, %v; want ErrNotFound at version 2", v, err)
+	}
+	if ttl := c.PTTL(ctx, s.Prefix()+"k").Val(); ttl != -1 {
+		t.Fatalf("deleted key has lifetime %v; want none (mark kept forever)", ttl)
+	}
+	if _, err := s.Set(ctx, fen(4, "z"), "k", []byte("late")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("older holder's write after delete: %v; want ErrStale", err)
+	}
+	if hw, err := s.HighWater(ctx, "k"); err != nil || hw != fen(5, "a") {
+		t.Fatalf("mark after delete = %v, %v; want %v", hw, err, fen(5, "a"))
+	}
+	// Deleting again is no error and does not move the version.
+	if err := s.Delete(ctx, fen(6, "b"), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.Load(ctx, "k"); v.Version != 2 {
+		t.Fatalf("version after deleting nothing = %d, want 2", v.Version)
+	}
+}
+
+func TestWrongType(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	setup := map[string]func(key string) error{
+		"string":       func(key string) error { return c.Set(ctx, key, "plain", 0).Err() },
+		"list":         func(key string) error { return c.RPush(ctx, key, "a", "b").Err() },
+		"foreign-hash": func(key string) error { return c.HSet(ctx, key, "field", "x").Err() },
+		"string-ttl":   func(key string) error { return c.Set(ctx, key, "plain", time.Hour).Err() },
+	}
+	ops := map[string]func(key string) error{
+		"get":    func(key string) error { _, err := s.Get(ctx, fen(1, "a"), key); return err },
+		"set":    func(key string) error { _, err := s.Set(ctx, fen(1, "a"), key, []byte("v")); return err },
+		"delete": func(key string) error { return s.Delete(ctx, fen(1, "a"), key) },
+		"load":   func(key string) error { _, err := s.Load(ctx, key); return err },
+		"mark":   func(key string) error { _, err := s.HighWater(ctx, key); return err },
+		"cas":    func(key string) error { _, err := s.CompareAndSet(ctx, key, 0, []byte("v")); return err },
+		"cad":    func(key string) error { _, err := s.CompareAndDelete(ctx, key, 0); return err },
+		"update": func(key string) error {
+			_, err := s.Update(ctx, fen(1, "a"), key, func(Value) ([]byte, error) { return []byte("v"), nil })
+			return err
+		},
+		"modify": func(key string) error {
+			_, err := s.Modify(ctx, key, 2, func(Value) ([]byte, error) { return []byte("v"), nil })
+			return err
+		},
+	}
+	for kind, make := range setup {
+		for name, op := range ops {
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				key := "wt:" + kind + ":" + name
+				if err := make(s.Prefix() + key); err != nil {
+					t.Fatal(err)
+				}
+				before := rawState(t, c, s.Prefix()+key)
+				err := op(key)
+				if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), key) {
+					t.Fatalf("error %v does not match ErrWrongType or does not name %q", err, key)
+				}
+				if after := rawState(t, c, s.Prefix()+key); after != before {
+					t.Fatalf("key changed: %q -> %q", before, after)
+				}
+			})
+		}
+	}
+}
