@@ -1,0 +1,57 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+)
+
+// TestCluster runs the operations against a real (one-node) Redis Cluster,
+// which checks every script's keys for cross-slot access, and checks that a
+// caller's hash tag decides the slot of the stored key.
+func TestCluster(t *testing.T) {
+	cc := testenv.StartRedisCluster(t).ClusterClient()
+	s, err := New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := "{user42}:cart"
+	want, err := cc.ClusterKeySlot(ctx, "{user42}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.ClusterKeySlot(ctx, s.Prefix()+key).Val(); got != want {
+		t.Fatalf("stored key in slot %d, want the caller's tag slot %d", got, want)
+	}
+	if _, err := s.Get(ctx, fen(1, "a"), key); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, err := s.Set(ctx, fen(1, "a"), key, []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, fen(2, "b"), key, func(old Value) ([]byte, error) { return append(old.Data, '+'), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Set(ctx, fen(1, "a"), key, []byte("late")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale write on the cluster: %v", err)
+	}
+	if _, err := s.CompareAndSet(ctx, key, 2, []byte("cas")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, fen(2, "b"), key); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Load(ctx, key); !errors.Is(err, fence.ErrNotFound) || v.Version != 4 {
+		t.Fatalf("Load after delete = %+v, %v; want ErrNotFound at version 4", v, err)
+	}
+	if hw, err := s.HighWater(ctx, key); err != nil || hw != fen(2, "b") {
+		t.Fatalf("mark = %v, %v; want %v", hw, err, fen(2, "b"))
+	}
+}

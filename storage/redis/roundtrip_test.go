@@ -1,0 +1,70 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// TestOneCommandPerOperation counts, with a go-redis hook, the commands each
+// operation sends once the scripts are loaded: exactly one, a script call,
+// whether the operation is admitted or refused.
+func TestOneCommandPerOperation(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &counter{}
+	c.AddHook(h)
+	a, b := fen(2, "a"), fen(1, "b")
+	ops := []struct {
+		name string
+		run  func() error
+	}{
+		{"fenced read of a missing key", func() error { _, err := s.Get(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }},
+		{"fenced write", func() error { _, err := s.Set(ctx, a, "k", []byte("v")); return err }},
+		{"fenced write with ttl", func() error { _, err := s.Set(ctx, a, "k", []byte("v"), WithTTL(hour)); return err }},
+		{"fenced read", func() error { _, err := s.Get(ctx, a, "k"); return err }},
+		{"stale fenced write", func() error { _, err := s.Set(ctx, b, "k", []byte("x")); return ignore(err, fence.ErrStale) }},
+		{"stale fenced read", func() error { _, err := s.Get(ctx, b, "k"); return ignore(err, fence.ErrStale) }},
+		{"version-checked fenced write", func() error { _, err := s.SetIfVersion(ctx, a, "k", 2, []byte("w")); return err }},
+		{"conflicting fenced write", func() error { _, err := s.SetIfVersion(ctx, a, "k", 1, []byte("w")); return ignore(err, fence.ErrConflict) }},
+		{"load", func() error { _, err := s.Load(ctx, "k"); return err }},
+		{"high-water mark", func() error { _, err := s.HighWater(ctx, "k"); return err }},
+		{"compare-and-set", func() error { _, err := s.CompareAndSet(ctx, "k", 3, []byte("c")); return err }},
+		{"conflicting compare-and-set", func() error { _, err := s.CompareAndSet(ctx, "k", 0, []byte("c")); return ignore(err, fence.ErrConflict) }},
+		{"compare-and-delete", func() error { _, err := s.CompareAndDelete(ctx, "k", 4); return err }},
+		{"fenced delete", func() error { return s.Delete(ctx, a, "k") }},
+	}
+	for _, op := range ops {
+		h.take()
+		if err := op.run(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		sent := h.take()
+		if len(sent) != 1 || (sent[0] != "evalsha" && sent[0] != "evalsha_ro") {
+			t.Errorf("%s sent %v; want one script call", op.name, sent)
+		}
+	}
+	// Update is a fenced read and a fenced write: two round trips, by design.
+	h.take()
+	if _, err := s.Update(ctx, a, "k", func(Value) ([]byte, error) { return []byte("u"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sent := h.take(); len(sent) != 2 {
+		t.Errorf("Update sent %v; want a fenced read and a fenced write", sent)
+	}
+}
+
+func ignore(err, want error) error {
+	if errors.Is(err, want) {
+		return nil
+	}
+	if err == nil {
+		return errors.New("no error, want " + want.Error())
+	}
+	return err
+}
