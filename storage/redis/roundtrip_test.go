@@ -31,11 +31,17 @@ func TestOneCommandPerOperation(t *testing.T) {
 		{"stale fenced write", func() error { _, err := s.Set(ctx, b, "k", []byte("x")); return ignore(err, fence.ErrStale) }},
 		{"stale fenced read", func() error { _, err := s.Get(ctx, b, "k"); return ignore(err, fence.ErrStale) }},
 		{"version-checked fenced write", func() error { _, err := s.SetIfVersion(ctx, a, "k", 2, []byte("w")); return err }},
-		{"conflicting fenced write", func() error { _, err := s.SetIfVersion(ctx, a, "k", 1, []byte("w")); return ignore(err, fence.ErrConflict) }},
+		{"conflicting fenced write", func() error {
+			_, err := s.SetIfVersion(ctx, a, "k", 1, []byte("w"))
+			return ignore(err, fence.ErrConflict)
+		}},
 		{"load", func() error { _, err := s.Load(ctx, "k"); return err }},
 		{"high-water mark", func() error { _, err := s.HighWater(ctx, "k"); return err }},
 		{"compare-and-set", func() error { _, err := s.CompareAndSet(ctx, "k", 3, []byte("c")); return err }},
-		{"conflicting compare-and-set", func() error { _, err := s.CompareAndSet(ctx, "k", 0, []byte("c")); return ignore(err, fence.ErrConflict) }},
+		{"conflicting compare-and-set", func() error {
+			_, err := s.CompareAndSet(ctx, "k", 0, []byte("c"))
+			return ignore(err, fence.ErrConflict)
+		}},
 		{"compare-and-delete", func() error { _, err := s.CompareAndDelete(ctx, "k", 4); return err }},
 		{"fenced delete", func() error { return s.Delete(ctx, a, "k") }},
 	}
