@@ -28,4 +28,8 @@ var (
 	//go:embed advance.lua
 	advanceLua    string
 	advanceScript = redis.NewScript(advanceLua)
+
+	//go:embed foreign.lua
+	foreignLua    string
+	foreignScript = redis.NewScript(foreignLua)
 )

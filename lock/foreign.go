@@ -1,0 +1,143 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// FenceLock returns a fence for a lock that another library took and still
+// holds: a lock whose Redis key lockKey holds the random value its holder
+// stored there (SET lockKey value NX PX), as redsync and bsm/redislock do. It
+// lets code keep its lock and still present fences to storage.
+//
+// The fence is {Resource: lockKey, Token, Holder: value}. FenceLock issues a
+// token only while lockKey holds exactly value, in one round trip; otherwise
+// it returns an error matching [ErrNotHeld] and changes nothing. Every call
+// for the same grant (the same value) returns the same token, however often
+// and however late the lock is extended, so a call whose reply was lost can
+// simply be repeated. A new grant (a new value) gets a token above every
+// earlier one. The lock key itself is never written: its lease, release and
+// extension stay with the library that took it.
+//
+// Tokens live in the record [Locker.FenceKey] names, which never expires. A
+// token is unique to a grant only if values are: keep the libraries' random
+// values (do not fix them with redsync.WithValue, redsync.WithGenValueFunc or
+// redislock's Options.Token). For redsync pass mutex.Name() and
+// mutex.Value(); for redislock lock.Key() and lock.Token()+lock.Metadata().
+// With a redsync mutex over several Redis servers, fence it on one of them:
+// if that server lost the key, FenceLock returns [ErrNotHeld], and storage
+// admission keeps writes safe either way.
+//
+// A key of another type in the way returns [ErrWrongType] and nothing is
+// changed. ctx bounds the round trip.
+func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fence, error) {
+	return l.fenceLock(ctx, "fence", lockKey, value, 0)
+}
+
+// FenceLockAbove is [Locker.FenceLock] for a grant whose fence a store refused
+// as stale with a high-water mark at or above the grant's token: after Redis
+// lost the fence record (a restart without persistence, a failover), tokens
+// start low again. While lockKey still holds value it returns the grant's
+// fence with a token above floor, issuing a new one if needed; later
+// FenceLock calls for the grant return that token. Pass the refusal's
+// [fence.StaleError] HighWater.Token as floor (see [fence.HighWater]).
+//
+// If lockKey no longer holds value, the refusal was deserved (another holder
+// took the lock): it returns [ErrNotHeld] and changes nothing.
+func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floor fence.Token) (fence.Fence, error) {
+	if floor < 0 || floor >= maxToken {
+		return fence.Fence{}, fmt.Errorf("%w: token %d is outside [0, 2^53)", ErrInvalid, floor)
+	}
+	return l.fenceLock(ctx, "fence above", lockKey, value, floor)
+}
+
+func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
+	switch {
+	case lockKey == "":
+		return fence.Fence{}, fmt.Errorf("%w: empty lock key", ErrInvalid)
+	case value == "":
+		return fence.Fence{}, fmt.Errorf("%w: empty value for lock key %q", ErrInvalid, lockKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return fence.Fence{}, fmt.Errorf("lock: %s %q: %w", op, lockKey, err)
+	}
+	res, err := foreignScript.Run(ctx, l.client, []string{lockKey, l.FenceKey(lockKey)},
+		value, strconv.FormatInt(int64(floor), 10)).Int64Slice()
+	if err == nil && (len(res) == 0 || res[0] == 1 && len(res) != 2) {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		return fence.Fence{}, translate(ctx, err, op, lockKey)
+	}
+	if res[0] == 0 {
+		return fence.Fence{}, fmt.Errorf("%w: %s %q: the key holds another value or none", ErrNotHeld, op, lockKey)
+	}
+	return fence.Fence{Resource: lockKey, Token: fence.Token(res[1]), Holder: value}, nil
+}
+
+// FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
+// token counter and the value of its current grant: the Locker's prefix, a
+// hash tag and lockKey. The key never expires. It sits in lockKey's Redis
+// Cluster slot whatever braces lockKey contains, so the one script that reads
+// both is legal on a cluster, and distinct lock keys get distinct records.
+func (l *Locker) FenceKey(lockKey string) string {
+	return l.prefix + "{" + slotTag(lockKey) + "}:fence:" + lockKey
+}
+
+// slotTag returns a string without '}' that Redis Cluster hashes to key's
+// slot when it is used as a hash tag. It is key's own tag, or key itself,
+// when that can be wrapped in braces; otherwise (a key containing '}' but no
+// non-empty tag) a short string with the same slot.
+func slotTag(key string) string {
+	h := hashed(key)
+	if !strings.Contains(h, "}") {
+		return h
+	}
+	return slotTags()[keySlot(h)]
+}
+
+// hashed returns the part of key that Redis Cluster hashes: the content of
+// the first '{' ... '}' pair if it is not empty, else the whole key.
+func hashed(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			return key[open+1 : open+1+n]
+		}
+	}
+	return key
+}
+
+// keySlot is Redis Cluster's slot of a hashed string: CRC16 (XMODEM) mod 16384.
+func keySlot(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
+
+// slotTags maps each slot to the smallest decimal number
+// that hashes to it. Built once, on the first key that needs it.
+var slotTags = sync.OnceValue(func() *[16384]string {
+	var tags [16384]string
+	for i, left := 0, len(tags); left > 0; i++ {
+		s := strconv.Itoa(i)
+		if slot := keySlot(s); tags[slot] == "" {
+			tags[slot] = s
+			left--
+		}
+	}
+	return &tags
+})
