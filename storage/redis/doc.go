@@ -69,7 +69,9 @@
 // holds another type, or a hash this store did not write, gets [ErrWrongType]
 // naming the key, and is left as it was. Empty keys ([ErrInvalidKey]), bad
 // options ([ErrInvalidOption]) and ended contexts (an error matching
-// ctx.Err()) are reported before anything is sent.
+// ctx.Err()) are reported before anything is sent. A context that ends while
+// a script is in flight also gives an error matching ctx.Err(), but the
+// script may have run: a fenced read with the same fence tells.
 //
 // # Round trips
 //

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -64,10 +65,15 @@ type reply struct {
 }
 
 // decode turns a script's result into a reply, or a driver or context error
-// into an error naming the operation and the key.
-func decode(op, key string, cmd *goredis.Cmd) (reply, error) {
+// into an error naming the operation and the key. A failure after ctx ended
+// matches ctx.Err(), whatever the driver made of it (a closed connection, a
+// read timeout).
+func decode(ctx context.Context, op, key string, cmd *goredis.Cmd) (reply, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			return reply{}, fmt.Errorf("storage/redis: %s %q: %w (%v)", op, key, ctxErr, err)
+		}
 		return reply{}, fmt.Errorf("storage/redis: %s %q: %w", op, key, err)
 	}
 	var r reply

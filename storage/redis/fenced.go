@@ -134,7 +134,7 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	cmd := fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
 		op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder,
 		data, millis(cfg.ttl), exp, millis(s.retention))
-	r, err := decode(op, key, cmd)
+	r, err := decode(ctx, op, key, cmd)
 	if err != nil {
 		return r, err
 	}

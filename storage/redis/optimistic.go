@@ -46,7 +46,7 @@ func (s *Store) load(ctx context.Context, key string) (reply, error) {
 	if err := check(ctx, key); err != nil {
 		return reply{}, err
 	}
-	return decode("load", key, loadScript.RunRO(ctx, s.client, []string{s.redisKey(key)}))
+	return decode(ctx, "load", key, loadScript.RunRO(ctx, s.client, []string{s.redisKey(key)}))
 }
 
 // CompareAndSet stores data as key's value only if the key's version is
@@ -87,7 +87,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 	}
 	cmd := casScript.Run(ctx, s.client, []string{s.redisKey(key)},
 		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention))
-	r, err := decode("compare-and-"+op, key, cmd)
+	r, err := decode(ctx, "compare-and-"+op, key, cmd)
 	if err != nil {
 		return reply{}, err
 	}
