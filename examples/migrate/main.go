@@ -1,0 +1,202 @@
+// Command migrate shows code that locks with redsync or bsm/redislock before
+// and after it adds fencing, without replacing its lock: after taking the
+// lock, ask [lock.Locker.FenceLock] for the grant's fence and present it with
+// every read and write to a fenced store. It ends with the case fencing is
+// for: a holder that pauses past its lease has its late write refused.
+//
+// Usage:
+//
+//	go run ./examples/migrate [-redis 127.0.0.1:6379]
+//
+// It writes only keys under "fencekit:example:migrate:" and exits with
+// status 2 when Redis is unreachable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+	redisstore "github.com/fencekit/fencekit/storage/redis"
+)
+
+const prefix = "fencekit:example:migrate:"
+
+func main() {
+	addr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
+	flag.Parse()
+	ctx := context.Background()
+
+	if conn, err := net.DialTimeout("tcp", *addr, 2*time.Second); err != nil {
+		fmt.Fprintf(os.Stderr, "migrate: Redis at %s is unreachable: %v\nstart Redis there or pass -redis host:port\n", *addr, err)
+		os.Exit(2)
+	} else {
+		conn.Close()
+	}
+	client := redis.NewClient(&redis.Options{Addr: *addr})
+	defer client.Close()
+
+	// Added by the migration: a Locker for tokens, a store that checks them.
+	locker, err := lock.New(client, lock.WithPrefix(prefix))
+	if err != nil {
+		fail(err)
+	}
+	store, err := redisstore.New(client, redisstore.WithPrefix(prefix+"data:"))
+	if err != nil {
+		fail(err)
+	}
+	rs := redsync.New(rsgoredis.NewPool(client))
+	rl := redislock.New(client)
+
+	run("redsync, before", func() error { return redsyncBefore(ctx, rs, client) })
+	run("redsync, after", func() error { return redsyncAfter(ctx, rs, locker, store) })
+	run("redislock, before", func() error { return redislockBefore(ctx, rl, client) })
+	run("redislock, after", func() error { return redislockAfter(ctx, rl, locker, store) })
+	run("a holder paused past its lease, after", func() error { return pausedHolder(ctx, rl, locker, store) })
+}
+
+// redsyncBefore: lock, read, write, unlock. A holder paused past its lease
+// still writes, over the next holder's work.
+func redsyncBefore(ctx context.Context, rs *redsync.Redsync, client *redis.Client) error {
+	mutex := rs.NewMutex(prefix+"redsync-lock", redsync.WithExpiry(10*time.Second))
+	if err := mutex.LockContext(ctx); err != nil {
+		return err
+	}
+	defer mutex.UnlockContext(ctx)
+
+	return plainIncrement(ctx, client, "redsync-count")
+}
+
+// redsyncAfter: the same lock, plus FenceLock and a fenced read and write.
+func redsyncAfter(ctx context.Context, rs *redsync.Redsync, locker *lock.Locker, store *redisstore.Store) error {
+	mutex := rs.NewMutex(prefix+"redsync-lock", redsync.WithExpiry(10*time.Second))
+	if err := mutex.LockContext(ctx); err != nil {
+		return err
+	}
+	defer mutex.UnlockContext(ctx)
+
+	f, err := locker.FenceLock(ctx, mutex.Name(), mutex.Value())
+	if err != nil {
+		return err
+	}
+	return increment(ctx, store, f, "redsync-count")
+}
+
+// redislockBefore: lock, read, write, release.
+func redislockBefore(ctx context.Context, rl *redislock.Client, client *redis.Client) error {
+	lk, err := rl.Obtain(ctx, prefix+"redislock-lock", 10*time.Second, nil)
+	if err != nil {
+		return err
+	}
+	defer lk.Release(ctx)
+
+	return plainIncrement(ctx, client, "redislock-count")
+}
+
+// redislockAfter: the same lock, plus FenceLock and a fenced read and write.
+// redislock stores its token followed by its metadata: both are the value.
+func redislockAfter(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *redisstore.Store) error {
+	lk, err := rl.Obtain(ctx, prefix+"redislock-lock", 10*time.Second, nil)
+	if err != nil {
+		return err
+	}
+	defer lk.Release(ctx)
+
+	f, err := locker.FenceLock(ctx, lk.Key(), lk.Token()+lk.Metadata())
+	if err != nil {
+		return err
+	}
+	return increment(ctx, store, f, "redislock-count")
+}
+
+// plainIncrement is a read, then a write of the read value plus one, with
+// nothing to refuse a holder whose lease has run out.
+func plainIncrement(ctx context.Context, client *redis.Client, key string) error {
+	n, err := client.Get(ctx, prefix+"plain:"+key).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	if err := client.Set(ctx, prefix+"plain:"+key, n+1, 0).Err(); err != nil {
+		return err
+	}
+	fmt.Printf("  %s = %d (unfenced)\n", key, n+1)
+	return nil
+}
+
+// increment is a fenced read, then a fenced write of the read value plus
+// one. Both must be fenced: the read keeps an older holder from writing
+// between them.
+func increment(ctx context.Context, store *redisstore.Store, f fence.Fence, key string) error {
+	v, err := store.Get(ctx, f, key)
+	if err != nil && !errors.Is(err, fence.ErrNotFound) {
+		return err
+	}
+	n, _ := strconv.Atoi(string(v.Data)) // a missing value counts as 0
+	_, err = store.Set(ctx, f, key, []byte(strconv.Itoa(n+1)))
+	if err == nil {
+		fmt.Printf("  %s = %d (token %d)\n", key, n+1, f.Token)
+	}
+	return err
+}
+
+// pausedHolder: A is fenced, then pauses past its 100ms lease; B takes the
+// lock and increments; A's late write is refused as stale.
+func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *redisstore.Store) error {
+	key := prefix + "paused-lock"
+	a, err := rl.Obtain(ctx, key, 100*time.Millisecond, nil)
+	if err != nil {
+		return err
+	}
+	fa, err := locker.FenceLock(ctx, a.Key(), a.Token())
+	if err != nil {
+		return err
+	}
+	if _, err := store.Get(ctx, fa, "paused-count"); err != nil && !errors.Is(err, fence.ErrNotFound) {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond) // A pauses: a GC pause, a slow network
+
+	b, err := rl.Obtain(ctx, key, 10*time.Second, nil)
+	if err != nil {
+		return err
+	}
+	fb, err := locker.FenceLock(ctx, b.Key(), b.Token())
+	if err != nil {
+		return err
+	}
+	if err := increment(ctx, store, fb, "paused-count"); err != nil {
+		return err
+	}
+	_ = b.Release(ctx)
+
+	_, err = store.Set(ctx, fa, "paused-count", []byte("stale"))
+	if !errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("the paused holder's write was not refused: %v", err)
+	}
+	fmt.Printf("  A's late write refused: %v\n", err)
+	return nil
+}
+
+func run(name string, step func() error) {
+	fmt.Println(name)
+	if err := step(); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "migrate:", err)
+	os.Exit(1)
+}
