@@ -1,0 +1,81 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Statement is one SQL statement of a fenced batch. SQL holds $n
+// placeholders; Args their values, in order. Quote identifiers with
+// pgx.Identifier.Sanitize; never build values into SQL.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// Exec runs the guard of f and stmts as one pipelined batch: one write to
+// the server and one read of its answers in steady state, the same round
+// trips as a single autocommit statement. On a pool or a connection the
+// batch runs as one implicit transaction (pgx ends it with a single Sync):
+// either f is admitted and every statement commits, or nothing does.
+//
+// A stale f makes the guard raise SQLSTATE [CodeStale], which aborts the
+// batch before any statement runs; Exec then returns a [*fence.StaleError]
+// carrying the mark f lost to. A failing statement aborts the batch too, the
+// guard's mark included, and its error is returned. On success Exec returns
+// the command tag of each statement, in order.
+//
+// On a pgx.Tx the batch joins that transaction, and an error leaves it
+// aborted: roll it back. The first time a pool connection sees a statement,
+// pgx prepares it in an extra round trip and caches it. ctx bounds the
+// batch; on cancellation the connection is closed and nothing commits.
+func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return nil, err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	for i, s := range stmts {
+		if s.SQL == "" {
+			return nil, invalid("statement %d has no SQL", i)
+		}
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(stmts)+1)}
+	b.Queue(guardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
+	for _, s := range stmts {
+		b.Queue(s.SQL, s.Args...)
+	}
+	br := db.SendBatch(ctx, b)
+	tags := make([]pgconn.CommandTag, 0, len(stmts))
+	var err error
+	if _, err = br.Exec(); err != nil {
+		err = fmt.Errorf("postgres: fenced batch: %w", translate(err, f, true))
+	} else {
+		for i := range stmts {
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err != nil {
+				err = fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f, false))
+				break
+			}
+			tags = append(tags, tag)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f, false))
+	}
+	if err != nil {
+		var stale *fence.StaleError
+		if errors.As(err, &stale) {
+			return nil, stale
+		}
+		return nil, err
+	}
+	return tags, nil
+}

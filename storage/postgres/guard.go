@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// The guard table and function are created by the migrations package and
+// found through the connection's search_path.
+const (
+	// guardSQL admits (resource, token, holder) and raises the mark, or
+	// returns no row when the fence is stale. ON CONFLICT DO UPDATE locks the
+	// conflicting row even when its WHERE is false, so a stale caller holds
+	// the row lock too and the mark it then reads is the one it lost to.
+	guardSQL = `INSERT INTO fencekit_guard AS g (resource, token, holder)
+VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE
+    SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
+    WHERE EXCLUDED.token > g.token
+       OR (EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)
+RETURNING true`
+
+	// highWaterSQL reads a resource's mark.
+	highWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
+
+	// guardAdmitSQL is the raising form of guardSQL, for pipelined batches:
+	// a stale fence fails with SQLSTATE CodeStale and aborts the transaction.
+	guardAdmitSQL = `SELECT fencekit_guard_admit($1, $2, $3)`
+)
+
+// Guard admits f inside tx by the rule of [fence.Admits], as one conditional
+// upsert on the guard table. On success the resource's high-water mark is
+// (f.Token, f.Holder) and its guard row stays locked until tx ends, so that
+// other holders of the resource wait for tx and then see its mark: call Guard
+// before reading or writing what the resource protects, and those reads and
+// writes are fenced.
+//
+// A stale f returns a [*fence.StaleError] (errors.Is(err, fence.ErrStale))
+// whose HighWater is the mark f lost to, and changes nothing; tx remains
+// usable but should be rolled back. At REPEATABLE READ and SERIALIZABLE a
+// concurrent raise of the mark surfaces as an error matching [ErrRetryable].
+// ctx bounds the statements, including the wait for the row lock.
+func Guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	return guard(ctx, tx, f)
+}
+
+func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
+	var admitted bool
+	err := tx.QueryRow(ctx, guardSQL, f.Resource, int64(f.Token), f.Holder).Scan(&admitted)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f, true))
+	}
+	// Stale. The upsert left the row locked by tx, so this read sees the
+	// mark that refused f, not a later one.
+	mark, err := highWater(ctx, tx, f.Resource)
+	if err != nil {
+		return err
+	}
+	return &fence.StaleError{Fence: f, HighWater: mark}
+}
+
+// GuardAll guards several resources in one transaction, as [Guard] does for
+// one. It locks their guard rows in ascending order of resource name,
+// whatever the order of fences, so two transactions guarding overlapping sets
+// can never deadlock on guard rows. A resource may appear only once. On the
+// first stale fence it returns that fence's [*fence.StaleError]; marks raised
+// before it are part of tx, which the caller must roll back.
+func GuardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	if len(fences) == 0 {
+		return invalid("no fences to guard")
+	}
+	sorted := slices.Clone(fences)
+	for _, f := range sorted {
+		if err := f.Validate(); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(sorted, func(a, b fence.Fence) int { return strings.Compare(a.Resource, b.Resource) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Resource == sorted[i-1].Resource {
+			return invalid("resource %q appears more than once", sorted[i].Resource)
+		}
+	}
+	for _, f := range sorted {
+		if err := guard(ctx, tx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HighWater returns the high-water mark of resource: the newest fence the
+// guard table admitted for it, or a Fence with a zero Token when it never
+// admitted one. A lock whose counter was lost can advance it past the mark's
+// token. db may be a pool, a connection or a transaction (whose snapshot then
+// applies). ctx bounds the query.
+func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return fence.Fence{}, err
+	}
+	if resource == "" {
+		return fence.Fence{}, invalid("empty resource")
+	}
+	return highWater(ctx, db, resource)
+}
+
+func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
+	mark := fence.Fence{Resource: resource}
+	var token int64
+	err := db.QueryRow(ctx, highWaterSQL, resource).Scan(&token, &mark.Holder)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return mark, nil
+	case err != nil:
+		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}, true))
+	}
+	mark.Token = fence.Token(token)
+	return mark, nil
+}
+
+// checkCall refuses a nil handle or a context that is already done, before
+// anything is sent.
+func checkCall(ctx context.Context, handle any, name string) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if isNil(handle) {
+		return invalid("nil %s", name)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}

@@ -1,0 +1,254 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Default column names of a [Table].
+const (
+	DefaultTokenColumn   = "fence_token"
+	DefaultHolderColumn  = "fence_holder"
+	DefaultVersionColumn = "version"
+)
+
+// Table describes a table whose rows carry their own fence (a token and a
+// holder column) or version column, for row-level fencing with
+// [Table.Update] and [Table.Upsert] and optimistic locking with
+// [Table.UpdateVersion]. Names are only ever quoted as identifiers, so any
+// string is safe as a name. A Table is a plain value, safe to share.
+type Table struct {
+	// Name is the table, optionally schema-qualified: pgx.Identifier{"t"} or
+	// pgx.Identifier{"s", "t"}. Required.
+	Name pgx.Identifier
+	// Key is the column that identifies a row; it must be unique (a primary
+	// key or unique constraint, which Upsert's ON CONFLICT needs). Required.
+	Key string
+	// Token is the bigint column holding the row's high-water token
+	// (NULL counts as no mark). default: "fence_token"
+	Token string
+	// Holder is the text column holding the row's high-water holder.
+	// default: "fence_holder"
+	Holder string
+	// Version is the bigint column that UpdateVersion compares and bumps.
+	// default: "version"
+	Version string
+}
+
+// Value assigns a value to a column in an update or insert.
+type Value struct {
+	Column string
+	Value  any
+}
+
+// Set returns the [Value] that assigns v to column.
+func Set(column string, v any) Value { return Value{Column: column, Value: v} }
+
+// table holds the quoted names of a validated Table.
+type table struct {
+	name, key, token, holder, version string
+	display                           string
+}
+
+func (t Table) resolve(values []Value, reserved ...string) (table, error) {
+	if len(t.Name) == 0 || len(t.Name) > 2 {
+		return table{}, invalid("table name needs one or two parts, got %d", len(t.Name))
+	}
+	for _, p := range t.Name {
+		if p == "" {
+			return table{}, invalid("empty part in table name %q", strings.Join(t.Name, "."))
+		}
+	}
+	if t.Key == "" {
+		return table{}, invalid("table %q: empty key column", strings.Join(t.Name, "."))
+	}
+	r := table{
+		name:    t.Name.Sanitize(),
+		key:     pgx.Identifier{t.Key}.Sanitize(),
+		token:   pgx.Identifier{orDefault(t.Token, DefaultTokenColumn)}.Sanitize(),
+		holder:  pgx.Identifier{orDefault(t.Holder, DefaultHolderColumn)}.Sanitize(),
+		version: pgx.Identifier{orDefault(t.Version, DefaultVersionColumn)}.Sanitize(),
+		display: strings.Join(t.Name, "."),
+	}
+	seen := map[string]bool{t.Key: true}
+	for _, c := range reserved {
+		seen[c] = true
+	}
+	for _, v := range values {
+		if v.Column == "" {
+			return table{}, invalid("table %q: empty column name", r.display)
+		}
+		if seen[v.Column] {
+			return table{}, invalid("table %q: column %q is set twice or is managed by the call", r.display, v.Column)
+		}
+		seen[v.Column] = true
+	}
+	return r, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// admitRowSQL is the admission rule on a row's own columns, for $2 (token)
+// and $3 (holder); a NULL token is no mark.
+func admitRowSQL(tokenCol, holderCol string) string {
+	return "(" + tokenCol + " IS NULL OR " + tokenCol + " < $2 OR (" + tokenCol + " = $2 AND " + holderCol + " = $3))"
+}
+
+// Update writes values to the row whose key column equals key, if the row's
+// own mark admits f ([fence.Admits]), and sets the mark to (f.Token,
+// f.Holder) in the same statement. With no values it only raises the mark:
+// inside a transaction that is the fenced read of a row, after which the
+// row is locked until the transaction ends.
+//
+// A refused f returns a [*fence.StaleError] carrying the row's mark (its
+// Resource is f.Resource); a missing row returns an error matching
+// [fence.ErrNotFound]. Either way nothing changed. ctx bounds the statements.
+func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	r, err := t.resolve(values, orDefault(t.Token, DefaultTokenColumn), orDefault(t.Holder, DefaultHolderColumn))
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	args := make([]any, 0, len(values)+3)
+	args = append(args, key, int64(f.Token), f.Holder)
+	sb.WriteString("UPDATE " + r.name + " SET ")
+	for _, v := range values {
+		args = append(args, v.Value)
+		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
+	}
+	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + admitRowSQL(r.token, r.holder))
+	tag, err := db.Exec(ctx, sb.String(), args...)
+	if err != nil {
+		return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f, false))
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	return r.refusal(ctx, db, f, key)
+}
+
+// Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
+// a row with that key exists, updates it as [Table.Update] does: only if its
+// mark admits f. A refused f returns a [*fence.StaleError] carrying the
+// row's mark, and nothing changed. ctx bounds the statements.
+func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	r, err := t.resolve(values, orDefault(t.Token, DefaultTokenColumn), orDefault(t.Holder, DefaultHolderColumn))
+	if err != nil {
+		return err
+	}
+	cols := []string{r.key, r.token, r.holder}
+	params := []string{"$1", "$2", "$3"}
+	args := make([]any, 0, len(values)+3)
+	args = append(args, key, int64(f.Token), f.Holder)
+	for _, v := range values {
+		args = append(args, v.Value)
+		cols = append(cols, pgx.Identifier{v.Column}.Sanitize())
+		params = append(params, "$"+strconv.Itoa(len(args)))
+	}
+	sets := make([]string, 0, len(cols)-1)
+	for _, c := range cols[1:] {
+		sets = append(sets, c+" = EXCLUDED."+c)
+	}
+	// The alias keeps the admission about the existing row; the parameters
+	// are the incoming fence.
+	sql := "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
+		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
+		" WHERE " + admitRowSQL("cur."+r.token, "cur."+r.holder)
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f, false))
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	return r.refusal(ctx, db, f, key)
+}
+
+// refusal tells a stale fence from a missing row after a fenced write
+// touched no row.
+func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) error {
+	var token *int64
+	var holder *string
+	err := db.QueryRow(ctx, "SELECT "+r.token+", "+r.holder+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&token, &holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f, false))
+	}
+	mark := fence.Fence{Resource: f.Resource}
+	if token != nil {
+		mark.Token = fence.Token(*token)
+	}
+	if holder != nil {
+		mark.Holder = *holder
+	}
+	return &fence.StaleError{Fence: f, HighWater: mark}
+}
+
+// UpdateVersion writes values to the row whose key column equals key only if
+// its version column still equals version, the version the caller read, and
+// bumps the version by one in the same statement; it returns the new
+// version. Any write in between makes it return a [*fence.ConflictError]
+// (errors.Is(err, fence.ErrConflict)) with the version found; a missing row
+// returns an error matching [fence.ErrNotFound]. Either way nothing changed:
+// read again and retry, for example with [Retry]. ctx bounds the statements.
+func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return 0, err
+	}
+	r, err := t.resolve(values, orDefault(t.Version, DefaultVersionColumn))
+	if err != nil {
+		return 0, err
+	}
+	var sb strings.Builder
+	args := make([]any, 0, len(values)+2)
+	args = append(args, key, version)
+	sb.WriteString("UPDATE " + r.name + " SET ")
+	for _, v := range values {
+		args = append(args, v.Value)
+		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
+	}
+	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = $1 AND " + r.version + " = $2 RETURNING " + r.version)
+	var next int64
+	err = db.QueryRow(ctx, sb.String(), args...).Scan(&next)
+	if err == nil {
+		return next, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}, false))
+	}
+	var actual int64
+	err = db.QueryRow(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&actual)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
+	case err != nil:
+		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}, false))
+	}
+	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: actual}
+}

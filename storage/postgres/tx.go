@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// TxFunc is the body of a fenced transaction. It runs after the guard
+// admitted the fence; whatever it reads and writes through tx is fenced.
+type TxFunc func(ctx context.Context, tx pgx.Tx) error
+
+// InTx runs fn in a transaction fenced by f: it begins a transaction with
+// opts, guards f with [Guard], runs fn and commits. If the guard, fn or the
+// commit fails, the transaction is rolled back and nothing fn did is kept.
+//
+// A stale f returns a [*fence.StaleError] without running fn. Serialization
+// failures and deadlocks (SQLSTATE 40001, 40P01), from the guard, from fn's
+// statements or from the commit, return an error matching [ErrRetryable];
+// wrap InTx in [Retry] to run it again. Other errors from fn are returned as
+// they are.
+//
+// The zero opts use the server's defaults (READ COMMITTED, read-write).
+// Non-zero opts need a db that implements [TxBeginner] (a pool or a
+// connection); on a pgx.Tx, InTx runs in a savepoint of that transaction and
+// opts must be zero. ctx bounds the whole transaction, fn included; when it
+// is cancelled the transaction is rolled back and the error matches ctx.Err().
+func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) (err error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil transaction function")
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	var tx pgx.Tx
+	if opts != (pgx.TxOptions{}) {
+		b, ok := db.(TxBeginner)
+		if !ok {
+			return invalid("transaction options need a pool or a connection, not %T", db)
+		}
+		tx, err = b.BeginTx(ctx, opts)
+	} else {
+		tx, err = db.Begin(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", translate(err, f, false))
+	}
+	defer func() {
+		if err != nil {
+			// A rollback error adds nothing: the transaction is void either
+			// way, and pgx closes the connection if it cannot roll back.
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if err := guard(ctx, tx, f); err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return translate(err, f, false)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", translate(err, f, false))
+	}
+	return nil
+}
+
+// DefaultRetryAttempts is how many times [Retry] calls its function when
+// attempts is zero.
+const DefaultRetryAttempts = 10
+
+// Retry calls fn until it succeeds, returns an error that a retry cannot
+// cure, or has been called attempts times (zero means
+// [DefaultRetryAttempts]). It retries errors that match [ErrRetryable] or
+// [fence.ErrConflict], waiting a short randomised, growing delay (1 ms
+// doubling up to 100 ms) between calls; it never retries [fence.ErrStale],
+// since a newer holder will stay newer.
+//
+// fn must redo the whole read-modify-write, reading afresh. Retry returns
+// fn's last error; if ctx ends while waiting, it returns an error matching
+// ctx.Err() that also wraps fn's last error.
+func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if fn == nil {
+		return invalid("nil retry function")
+	}
+	if attempts < 0 {
+		return invalid("negative attempts %d", attempts)
+	}
+	if attempts == 0 {
+		attempts = DefaultRetryAttempts
+	}
+	delay := time.Millisecond
+	for i := 1; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("postgres: retry: %w", err)
+		}
+		err := fn(ctx)
+		if err == nil || i == attempts || !retryable(err) {
+			return err
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		delay = min(2*delay, 100*time.Millisecond)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("postgres: retry: %w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
+}
