@@ -68,7 +68,8 @@ redis.call('HSET', key, 'ver', ver)
 if h[1] then
   redis.call('HDEL', key, 'v', 'exp')
 end
-if retention > 0 and (live or redis.call('PTTL', key) == -1) then
+-- No live value is left: the hash lives at least retention from now.
+if retention > 0 and redis.call('PTTL', key) < retention then
   redis.call('PEXPIRE', key, retention)
 end
 return {'OK', ver, false, 0}

@@ -57,9 +57,9 @@
 // value reads as missing and counts as deleted at its expiry. Its bytes stay
 // in memory until the next fenced operation or write on the key. The hash
 // itself, with its mark, is kept forever unless [WithMarkRetention] lets Redis
-// collect it some time after it stopped holding a live value; past that time
-// any fence is admitted again, so the retention must be far longer than any
-// pause a holder can survive.
+// collect it once it has gone that long without a live value and without an
+// operation; after that any fence is admitted again, so the retention must be
+// far longer than any pause a holder can survive.
 //
 // # Errors
 //

@@ -84,6 +84,16 @@ func TestMarkRetention(t *testing.T) {
 	if d := pttl("missing"); d <= 0 || d > retention {
 		t.Fatalf("mark-only key lifetime %v; want within (0, %v]", d, retention)
 	}
+	// Each operation that finds no value restarts the retention, so that a
+	// holder between its fenced read and its write keeps its mark.
+	time.Sleep(60 * time.Millisecond) // let the retention run down
+	before := pttl("missing")
+	if _, err := s.Get(ctx, fen(2, "b"), "missing"); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if after := pttl("missing"); after <= before {
+		t.Fatalf("fenced read left the mark-only key's lifetime at %v (was %v); want it restarted", after, before)
+	}
 
 	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v"), WithTTL(30*time.Millisecond)); err != nil {
 		t.Fatal(err)

@@ -59,14 +59,18 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithMarkRetention makes Redis drop the hash of a key that holds no live
-// value d after it stopped holding one (after its value expired or was
-// deleted, or after a fenced read found nothing), high-water mark and all.
+// WithMarkRetention lets Redis drop the hash of a key that holds no live
+// value, high-water mark and all, once d has passed since its value expired
+// or was deleted and since the last operation on it that found no live value.
+// A key whose value is live and does not expire is kept.
 //
-// This bounds the memory of deleted and expired keys, at a price: once the
-// hash is gone, any fence is admitted for the key again, so a holder paused
-// for longer than d can still write. Choose d far longer than any pause a
-// holder can survive. Default: 0, the hash and its mark are kept forever.
+// This bounds the memory of deleted, expired and read-but-never-written keys,
+// at a price: once the hash is gone, any fence is admitted for the key again.
+// A holder that waits longer than d between its fenced read and its fenced
+// write of a missing value, or an old holder that wakes up after the key has
+// gone d without a value and without operations, is admitted. Choose d far
+// longer than any pause a holder can survive. Default: 0, the hash and its
+// mark are kept forever.
 func WithMarkRetention(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < 0 {

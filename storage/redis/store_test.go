@@ -263,11 +263,11 @@ func TestWrongType(t *testing.T) {
 			return err
 		},
 	}
-	for kind, make := range setup {
+	for kind, prepare := range setup {
 		for name, op := range ops {
 			t.Run(kind+"/"+name, func(t *testing.T) {
 				key := "wt:" + kind + ":" + name
-				if err := make(s.Prefix() + key); err != nil {
+				if err := prepare(s.Prefix() + key); err != nil {
 					t.Fatal(err)
 				}
 				before := rawState(t, c, s.Prefix()+key)
