@@ -632,3 +632,110 @@ func lostUpdateTimeline(t *testing.T, lib foreignLib, fenced bool) (acked, final
 	}
 	return acked, final
 }
+
+func TestFenceLockOneCommand(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	p := testenv.Prefix(t)
+	l := newLocker(t, c, lock.WithPrefix(p))
+	c.Set(ctx, p+"warm", "v", time.Minute)
+	mustFence(t, l, p+"warm", "v") // loads the script
+	c.Set(ctx, p+"k", "v1", time.Minute)
+	h := &countCommands{}
+	c.AddHook(h)
+	mustFence(t, l, p+"k", "v1") // a new grant
+	mustFence(t, l, p+"k", "v1") // a repeat
+	if n := h.n.Load(); n != 2 {
+		t.Fatalf("two FenceLock calls sent %d commands, want 2", n)
+	}
+}
+
+// BenchmarkFenceLockRepeat is FenceLock within one grant: one script that
+// only reads.
+func BenchmarkFenceLockRepeat(b *testing.B) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	p := testenv.Prefix(b)
+	l, err := lock.New(c, lock.WithPrefix(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Set(ctx, p+"k", "v", time.Minute)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.FenceLock(ctx, p+"k", "v"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRedislockFenced is a redislock grant, FenceLock and release:
+// what fencing adds to BenchmarkRedislockPlain.
+func BenchmarkRedislockFenced(b *testing.B) { benchRedislock(b, true) }
+
+// BenchmarkRedislockPlain is a redislock grant and release, for comparison.
+func BenchmarkRedislockPlain(b *testing.B) { benchRedislock(b, false) }
+
+func benchRedislock(b *testing.B, fenced bool) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	p := testenv.Prefix(b)
+	l, err := lock.New(c, lock.WithPrefix(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rl := redislock.New(c)
+	b.ReportAllocs()
+	for b.Loop() {
+		lk, err := rl.Obtain(ctx, p+"k", time.Second, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if fenced {
+			if _, err := l.FenceLock(ctx, lk.Key(), lk.Token()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := lk.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFenceLockParallel fences distinct redislock grants from parallel
+// goroutines.
+func BenchmarkFenceLockParallel(b *testing.B) {
+	ctx := context.Background()
+	c := testenv.Redis(b)
+	p := testenv.Prefix(b)
+	l, err := lock.New(c, lock.WithPrefix(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rl := redislock.New(c)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		key := p + "k" + strconv.FormatInt(next.Add(1), 10)
+		for pb.Next() {
+			lk, err := rl.Obtain(ctx, key, time.Second, nil)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := l.FenceLock(ctx, lk.Key(), lk.Token()); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lk.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
