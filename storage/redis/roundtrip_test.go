@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
 )
 
 // TestOneCommandPerOperation counts, with a go-redis hook, the commands each
@@ -73,4 +74,35 @@ func ignore(err, want error) error {
 		return errors.New("no error, want " + want.Error())
 	}
 	return err
+}
+
+// TestFirstCallLoadsScript checks, on a fresh server that has no scripts
+// cached, that the first call of an operation still works (EVALSHA, then
+// EVAL) and that the next one is a single command again.
+func TestFirstCallLoadsScript(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &counter{}
+	c.AddHook(h)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil { // open the connection first
+		t.Fatal(err)
+	}
+	h.take()
+	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if sent := h.take(); len(sent) != 2 || sent[0] != "evalsha" || sent[1] != "eval" {
+		t.Fatalf("first call sent %v; want evalsha, eval", sent)
+	}
+	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	if sent := h.take(); len(sent) != 1 {
+		t.Fatalf("second call sent %v; want one command", sent)
+	}
 }
