@@ -100,7 +100,7 @@ func TestFenceLockRedislock(t *testing.T) {
 	rl := redislock.New(c)
 	key := p + "invoice:7"
 
-	old, err := rl.Obtain(ctx, key, 50*time.Millisecond, &redislock.Options{Metadata: "worker-a"})
+	old, err := rl.Obtain(ctx, key, 300*time.Millisecond, &redislock.Options{Metadata: "worker-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestFenceLockStableAcrossRefresh(t *testing.T) {
 	c := testenv.Redis(t)
 	p := testenv.Prefix(t)
 	l := newLocker(t, c, lock.WithPrefix(p))
-	lk, err := redislock.Obtain(ctx, c, p+"job", 30*time.Millisecond, nil)
+	lk, err := redislock.Obtain(ctx, c, p+"job", 200*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestFenceLockStableAcrossRefresh(t *testing.T) {
 	if err := lk.Refresh(ctx, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // past the first TTL
+	time.Sleep(300 * time.Millisecond) // past the first TTL
 	if got := mustFence(t, l, lk.Key(), lk.Token()); got != first {
 		t.Fatalf("after Refresh past the first TTL: %v, want %v", got, first)
 	}
@@ -592,7 +592,7 @@ func lostUpdateTimeline(t *testing.T, lib foreignLib, fenced bool) (acked, final
 	}
 	release()
 
-	fA, _ := grant(50 * time.Millisecond)
+	fA, _ := grant(300 * time.Millisecond)
 	a := read(fA)
 	waitGone(t, c, lockKey) // A pauses past its lease
 
