@@ -37,6 +37,15 @@
 // strongest setting run Redis with appendonly yes and appendfsync always, and
 // maxmemory-policy noeviction (or a volatile-* policy: counters carry no TTL).
 //
+// # Locks from other libraries
+//
+// [Locker.FenceLock] fences a lock that redsync, bsm/redislock or another
+// library took, without replacing it: it issues a token for the grant only
+// while the lock key still holds the grant's value, the same token for every
+// call within one grant and a higher one for the next grant.
+// [Locker.FenceLockAbove] heals such a lock after Redis lost its records,
+// as [Locker.Advance] does for this package's own locks.
+//
 // # Errors
 //
 // [ErrNotAcquired] (as a [*NotAcquiredError] that says how long the current
