@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/storage/postgres"
+)
+
+// releaseTimeout bounds the release at the end of an instance, which runs
+// even when the run's context has ended.
+const releaseTimeout = 2 * time.Second
+
+// race is the state the instances of one run share. Nothing in it decides
+// who draws: that is the lock's and storage's job. It only picks the
+// instance to pause and tells it when the others are done.
+type race struct {
+	cfg Config
+	log *logger
+
+	pauser     atomic.Bool
+	done       atomic.Int32
+	othersDone chan struct{}
+	closeOnce  sync.Once
+}
+
+// finished counts an instance out; once all but the paused one are out,
+// the paused one may resume.
+func (r *race) finished() {
+	if int(r.done.Add(1)) >= r.cfg.Instances-1 {
+		r.closeOthers()
+	}
+}
+
+func (r *race) closeOthers() { r.closeOnce.Do(func() { close(r.othersDone) }) }
+
+// run is one instance: its own Redis client, lock and pool, as a separate
+// process would have.
+func (r *race) run(ctx context.Context, id int) (Instance, error) {
+	inst := Instance{ID: id}
+	opt := r.cfg.Redis
+	client := redis.NewClient(&opt)
+	defer client.Close()
+	var opts []lock.Option
+	if r.cfg.LockPrefix != "" {
+		opts = append(opts, lock.WithPrefix(r.cfg.LockPrefix))
+	}
+	locker, err := lock.New(client, opts...)
+	if err != nil {
+		return inst, err
+	}
+	pc, err := pgxpool.ParseConfig(r.cfg.PostgresURL)
+	if err != nil {
+		return inst, err
+	}
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return inst, err
+	}
+	defer pool.Close()
+
+	day := r.cfg.Day.Format(dayLayout)
+	resource := "lottery:" + day
+	lease, err := locker.Acquire(ctx, resource, r.cfg.TTL)
+	if err != nil {
+		return inst, fmt.Errorf("instance %d: %w", id, err)
+	}
+	expires := time.Now().Add(r.cfg.TTL)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if err := lease.Release(rctx); errors.Is(err, lock.ErrNotHeld) {
+			r.log.printf("instance %d (token %d): its lease had already expired", id, inst.Token)
+		}
+	}()
+	f := lease.Fence()
+	inst.Token, inst.Holder = f.Token, f.Holder
+	pause := r.cfg.Pause && r.pauser.CompareAndSwap(false, true)
+	who := fmt.Sprintf("instance %d (token %d)", id, f.Token)
+	r.log.printf("%s: acquired %s", who, resource)
+
+	existing, chosen, err := r.read(ctx, pool, f)
+	if err != nil {
+		return r.refused(ctx, locker, inst, who, "read", err)
+	}
+	if existing != 0 {
+		inst.Outcome = FoundExisting
+		r.log.printf("%s: found the draw already recorded by token %d", who, existing)
+		return inst, nil
+	}
+	inst.Chosen = chosen
+	r.log.printf("%s: no draw yet, chose winners %v", who, chosen)
+
+	if pause {
+		inst.Paused = true
+		// Sleep past the lease, then stay stopped until the others are done,
+		// so that one of them takes over while this instance is away.
+		d := time.Until(expires) + r.cfg.TTL/4
+		r.log.printf("%s: pausing past its lease (%v)", who, r.cfg.TTL)
+		time.Sleep(d)
+		select {
+		case <-r.othersDone:
+		case <-ctx.Done():
+			return inst, fmt.Errorf("instance %d: %w", id, ctx.Err())
+		}
+		r.log.printf("%s: resumes, still believing it holds the lock", who)
+	}
+
+	inst.Outcome, err = r.record(ctx, pool, f, id, chosen)
+	if err != nil {
+		return r.refused(ctx, locker, inst, who, "write", err)
+	}
+	switch inst.Outcome {
+	case Drew:
+		r.log.printf("%s: recorded the draw and %d winners", who, len(chosen))
+	case LateWrite:
+		r.log.printf("%s: the day was already drawn, yet its %d winner rows went in", who, len(chosen))
+	}
+	return inst, nil
+}
+
+// refused reports a stale fence as the normal end of an instance that a
+// newer holder overtook, and advances the lock's counter past the mark in
+// case Redis lost it. Any other error is returned.
+func (r *race) refused(ctx context.Context, locker *lock.Locker, inst Instance, who, step string, err error) (Instance, error) {
+	hw, ok := fence.HighWater(err)
+	if !errors.Is(err, fence.ErrStale) || !ok {
+		return inst, fmt.Errorf("instance %d: %s: %w", inst.ID, step, err)
+	}
+	inst.Outcome, inst.HighWater = RefusedStale, hw
+	r.log.printf("%s: its %s was refused as stale: a newer holder (token %d) took over; nothing written", who, step, hw.Token)
+	if err := locker.Advance(ctx, hw.Resource, hw.Token); err != nil {
+		return inst, fmt.Errorf("instance %d: %w", inst.ID, err)
+	}
+	return inst, nil
+}
+
+// read is the check before drawing: the day's draw token if there is one,
+// otherwise the chosen winners. With the fence it is a fenced read, which
+// raises the guard's mark so that older holders can no longer write.
+func (r *race) read(ctx context.Context, pool *pgxpool.Pool, f fence.Fence) (existing fence.Token, chosen []int64, err error) {
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		existing, chosen = 0, nil
+		var token int64
+		err := tx.QueryRow(ctx, findDrawSQL, r.cfg.Day).Scan(&token)
+		if err == nil {
+			existing = fence.Token(token)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		rows, _ := tx.Query(ctx, chooseWinnersSQL, r.cfg.Winners)
+		chosen, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	}
+	if r.cfg.Unfenced {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	} else {
+		err = postgres.InTx(ctx, pool, pgx.TxOptions{}, f, fn)
+	}
+	return existing, chosen, err
+}
+
+// record writes the draw and its winners in one transaction. With the fence
+// the guard leads the batch and a stale fence aborts it whole.
+func (r *race) record(ctx context.Context, pool *pgxpool.Pool, f fence.Fence, id int, chosen []int64) (Outcome, error) {
+	stmts := []postgres.Statement{
+		{SQL: insertDrawSQL, Args: []any{r.cfg.Day, int64(f.Token), f.Holder, id}},
+		{SQL: insertWinnersSQL, Args: []any{r.cfg.Day, int64(f.Token), chosen}},
+	}
+	var drawRows int64
+	if r.cfg.Unfenced {
+		b := &pgx.Batch{}
+		for _, s := range stmts {
+			b.Queue(s.SQL, s.Args...)
+		}
+		br := pool.SendBatch(ctx, b)
+		tag, err := br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		drawRows = tag.RowsAffected()
+	} else {
+		tags, err := postgres.Exec(ctx, pool, f, stmts...)
+		if err != nil {
+			return 0, err
+		}
+		drawRows = tags[0].RowsAffected()
+	}
+	if drawRows == 0 {
+		return LateWrite, nil
+	}
+	return Drew, nil
+}
