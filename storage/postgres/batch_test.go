@@ -1,0 +1,190 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/storage/postgres"
+)
+
+func TestExecAdmitsAndCommits(t *testing.T) {
+	ctx, pool := setup(t)
+	f := fenceOf("counter", 3, "a")
+	tags, err := postgres.Exec(ctx, pool, f,
+		postgres.Statement{SQL: `UPDATE counter SET n = n + 1, writer = $1 WHERE id = 1`, Args: []any{int64(3)}},
+		postgres.Statement{SQL: `INSERT INTO counter (id, n) VALUES (2, 7)`},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tags) != 2 || tags[0].RowsAffected() != 1 || !tags[1].Insert() {
+		t.Fatalf("tags = %v", tags)
+	}
+	if n, w := counter(t, ctx, pool); n != 1 || w != 3 {
+		t.Fatalf("counter = %d by %d, want 1 by 3", n, w)
+	}
+	if got := mark(t, ctx, pool, "counter"); got != f {
+		t.Fatalf("mark = %v, want %v", got, f)
+	}
+	// The same fence again is admitted (same token, same holder).
+	if _, err := postgres.Exec(ctx, pool, f, postgres.Statement{SQL: `UPDATE counter SET n = n + 1 WHERE id = 1`}); err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+}
+
+func TestExecStaleCommitsNothing(t *testing.T) {
+	for _, stale := range []fence.Fence{fenceOf("counter", 4, "a"), fenceOf("counter", 5, "b")} {
+		t.Run(stale.String(), func(t *testing.T) {
+			ctx, pool := setup(t)
+			hwm := fenceOf("counter", 5, "a")
+			raise(t, ctx, pool, hwm)
+			tags, err := postgres.Exec(ctx, pool, stale,
+				postgres.Statement{SQL: `UPDATE counter SET n = 99 WHERE id = 1`},
+				postgres.Statement{SQL: `INSERT INTO counter (id, n) VALUES (2, 7)`},
+			)
+			wantStale(t, err, hwm)
+			if tags != nil {
+				t.Fatalf("tags = %v for a stale batch", tags)
+			}
+			if n, _ := counter(t, ctx, pool); n != 0 {
+				t.Fatalf("n = %d after a stale batch, want 0", n)
+			}
+			var rows int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM counter`).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if rows != 1 {
+				t.Fatalf("%d counter rows after a stale batch, want 1", rows)
+			}
+			if got := mark(t, ctx, pool, "counter"); got != hwm {
+				t.Fatalf("mark = %v, want %v", got, hwm)
+			}
+		})
+	}
+}
+
+// A failing statement aborts the whole batch, the guard's raise included:
+// the batch is one transaction.
+func TestExecFailingStatementRollsBackEverything(t *testing.T) {
+	ctx, pool := setup(t)
+	_, err := postgres.Exec(ctx, pool, fenceOf("counter", 7, "b"),
+		postgres.Statement{SQL: `UPDATE counter SET n = 5 WHERE id = 1`},
+		postgres.Statement{SQL: `INSERT INTO counter (id, n) VALUES (1, 0)`}, // duplicate key
+	)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		t.Fatalf("err = %v, want a unique violation", err)
+	}
+	if n, _ := counter(t, ctx, pool); n != 0 {
+		t.Fatalf("n = %d, the first statement committed", n)
+	}
+	if got := mark(t, ctx, pool, "counter"); got.Token != 0 {
+		t.Fatalf("mark = %v, the guard committed", got)
+	}
+}
+
+// In the caller's transaction, a stale batch aborts that transaction.
+func TestExecInTransaction(t *testing.T) {
+	ctx, pool := setup(t)
+	raise(t, ctx, pool, fenceOf("counter", 5, "a"))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	mustExec(t, ctx, tx, `UPDATE counter SET n = 1 WHERE id = 1`)
+	_, err = postgres.Exec(ctx, tx, fenceOf("counter", 1, "old"), postgres.Statement{SQL: `UPDATE counter SET n = 2 WHERE id = 1`})
+	wantStale(t, err, fenceOf("counter", 5, "a"))
+	if _, err := tx.Exec(ctx, `SELECT 1`); err == nil {
+		t.Fatal("transaction still usable after a stale batch")
+	}
+	_ = tx.Rollback(ctx)
+	if n, _ := counter(t, ctx, pool); n != 0 {
+		t.Fatalf("n = %d, want 0", n)
+	}
+}
+
+func TestExecNotMigrated(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	_, err := postgres.Exec(ctx, pool, fenceOf("r", 1, "h"))
+	if !errors.Is(err, postgres.ErrNotMigrated) {
+		t.Fatalf("Exec without migrations = %v, want ErrNotMigrated", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := postgres.Guard(ctx, tx, fenceOf("r", 1, "h")); !errors.Is(err, postgres.ErrNotMigrated) {
+		t.Fatalf("Guard without migrations = %v, want ErrNotMigrated", err)
+	}
+}
+
+// countingConn counts the writes a client makes: each is one flight of
+// messages, so in a request-response exchange it counts round trips.
+type countingConn struct {
+	net.Conn
+	writes, reads *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) { c.writes.Add(1); return c.Conn.Write(p) }
+func (c countingConn) Read(p []byte) (int, error)  { c.reads.Add(1); return c.Conn.Read(p) }
+
+// The pipelined fenced write costs the same single flight of messages as a
+// plain autocommit UPDATE once statements are cached.
+func TestExecOneRoundTrip(t *testing.T) {
+	ctx, pool := setup(t)
+	var writes, reads atomic.Int64
+	cfg := pool.Config().ConnConfig.Copy()
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: &writes, reads: &reads}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	f := fenceOf("counter", 1, "h")
+	fenced := func() error {
+		_, err := postgres.Exec(ctx, conn, f, postgres.Statement{SQL: `UPDATE counter SET n = n + 1 WHERE id = $1`, Args: []any{1}})
+		return err
+	}
+	plain := func() error {
+		_, err := conn.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = $1`, 1)
+		return err
+	}
+	measure := func(name string, op func() error) int64 {
+		if err := op(); err != nil { // warm the statement cache
+			t.Fatalf("%s: %v", name, err)
+		}
+		w0, r0 := writes.Load(), reads.Load()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		w, r := writes.Load()-w0, reads.Load()-r0
+		t.Logf("%s: %d writes, %d reads", name, w, r)
+		return w
+	}
+	wf, wp := measure("fenced batch", fenced), measure("plain update", plain)
+	if wf != 1 || wp != 1 {
+		t.Fatalf("fenced batch took %d flights, plain update %d; want 1 each", wf, wp)
+	}
+	if n, _ := counter(t, ctx, conn); n != 4 {
+		t.Fatalf("n = %d, want 4", n)
+	}
+}
