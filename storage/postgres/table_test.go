@@ -195,10 +195,12 @@ func TestTableBadInput(t *testing.T) {
 	ctx, pool, tbl := accounts(t)
 	f := fenceOf("acct", 1, "a")
 	cases := map[string]func() error{
-		"empty name":      func() error { return postgres.Table{Key: "id"}.Update(ctx, pool, f, "k") },
-		"empty name part": func() error { return postgres.Table{Name: pgx.Identifier{"s", ""}, Key: "id"}.Update(ctx, pool, f, "k") },
-		"empty key":       func() error { return postgres.Table{Name: pgx.Identifier{"t"}}.Upsert(ctx, pool, f, "k") },
-		"empty column":    func() error { return tbl.Update(ctx, pool, f, "k", postgres.Set("", 1)) },
+		"empty name": func() error { return postgres.Table{Key: "id"}.Update(ctx, pool, f, "k") },
+		"empty name part": func() error {
+			return postgres.Table{Name: pgx.Identifier{"s", ""}, Key: "id"}.Update(ctx, pool, f, "k")
+		},
+		"empty key":    func() error { return postgres.Table{Name: pgx.Identifier{"t"}}.Upsert(ctx, pool, f, "k") },
+		"empty column": func() error { return tbl.Update(ctx, pool, f, "k", postgres.Set("", 1)) },
 		"column twice": func() error {
 			return tbl.Update(ctx, pool, f, "k", postgres.Set("balance", 1), postgres.Set("balance", 2))
 		},
