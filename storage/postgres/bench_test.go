@@ -1,0 +1,64 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/storage/postgres"
+)
+
+const benchUpdate = `UPDATE counter SET n = n + 1 WHERE id = $1`
+
+// BenchmarkFencedExec is the one-round-trip fenced write: guard and UPDATE
+// pipelined in one implicit transaction.
+func BenchmarkFencedExec(b *testing.B) {
+	ctx, pool := setup(b)
+	f := fenceOf("counter", 1, "h")
+	stmt := postgres.Statement{SQL: benchUpdate, Args: []any{1}}
+	if _, err := postgres.Exec(ctx, pool, f, stmt); err != nil { // warm the statement cache
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := postgres.Exec(ctx, pool, f, stmt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlainUpdate is the reference: the same UPDATE in autocommit, no
+// fencing, on the same kind of pool.
+func BenchmarkPlainUpdate(b *testing.B) {
+	ctx, pool := setup(b)
+	if _, err := pool.Exec(ctx, benchUpdate, 1); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := pool.Exec(ctx, benchUpdate, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkInTx is the interactive fenced transaction: BEGIN, guard, UPDATE
+// and COMMIT, one round trip each.
+func BenchmarkInTx(b *testing.B) {
+	ctx, pool := setup(b)
+	f := fenceOf("counter", 1, "h")
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, benchUpdate, 1)
+		return err
+	}
+	if err := postgres.InTx(ctx, pool, pgx.TxOptions{}, f, fn); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := postgres.InTx(ctx, pool, pgx.TxOptions{}, f, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
