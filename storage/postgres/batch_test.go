@@ -188,3 +188,33 @@ func TestExecOneRoundTrip(t *testing.T) {
 		t.Fatalf("n = %d, want 4", n)
 	}
 }
+
+// A batch whose guard waits for a rival's row lock reports the rival's mark
+// once the rival commits: the raising guard function re-reads under the lock.
+func TestExecWaitsForWinnerAndReportsItsMark(t *testing.T) {
+	ctx, pool := setup(t)
+	raise(t, ctx, pool, fenceOf("counter", 2, "old"))
+	winner := fenceOf("counter", 5, "winner")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := postgres.Guard(ctx, tx, winner); err != nil {
+		t.Fatal(err)
+	}
+	cl := acquire(t, ctx, pool)
+	done := make(chan error, 1)
+	go func() {
+		_, err := postgres.Exec(ctx, cl, fenceOf("counter", 4, "loser"), postgres.Statement{SQL: `UPDATE counter SET n = 99 WHERE id = 1`})
+		done <- err
+	}()
+	waitBlocked(t, ctx, pool, cl.Conn().PgConn().PID())
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, <-done, winner)
+	if n, _ := counter(t, ctx, pool); n != 0 {
+		t.Fatalf("n = %d, the loser's statement committed", n)
+	}
+}

@@ -44,8 +44,10 @@ RETURNING true`
 // writes are fenced.
 //
 // A stale f returns a [*fence.StaleError] (errors.Is(err, fence.ErrStale))
-// whose HighWater is the mark f lost to, and changes nothing; tx remains
-// usable but should be rolled back. At REPEATABLE READ and SERIALIZABLE a
+// whose HighWater is the mark f lost to, and changes nothing. tx remains
+// usable, but it too holds the guard row lock (the upsert locks the row it
+// refused to update, which is what makes the reported mark exact), so roll
+// it back promptly. At REPEATABLE READ and SERIALIZABLE a
 // concurrent raise of the mark surfaces as an error matching [ErrRetryable].
 // ctx bounds the statements, including the wait for the row lock.
 func Guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {

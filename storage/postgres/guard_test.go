@@ -183,3 +183,30 @@ func TestGuardAllOrderAndDuplicates(t *testing.T) {
 		}
 	}
 }
+
+// ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is
+// false: a stale guard holds the guard row until its transaction ends, which
+// is what makes the mark it reports exact. A newer holder waits for it.
+func TestStaleGuardHoldsRowLock(t *testing.T) {
+	ctx, pool := setup(t)
+	raise(t, ctx, pool, fenceOf("r", 5, "a"))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	wantStale(t, postgres.Guard(ctx, tx, fenceOf("r", 1, "old")), fenceOf("r", 5, "a"))
+
+	cn := acquire(t, ctx, pool)
+	done := make(chan error, 1)
+	go func() {
+		done <- postgres.InTx(ctx, cn, pgx.TxOptions{}, fenceOf("r", 6, "new"), func(context.Context, pgx.Tx) error { return nil })
+	}()
+	waitBlocked(t, ctx, pool, cn.Conn().PgConn().PID())
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("newer holder after the stale one rolled back: %v", err)
+	}
+}

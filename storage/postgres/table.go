@@ -112,9 +112,11 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // inside a transaction that is the fenced read of a row, after which the
 // row is locked until the transaction ends.
 //
-// A refused f returns a [*fence.StaleError] carrying the row's mark (its
-// Resource is f.Resource); a missing row returns an error matching
-// [fence.ErrNotFound]. Either way nothing changed. ctx bounds the statements.
+// A refused f returns a [*fence.StaleError] carrying the row's mark as read
+// right after the refusal (its Resource is f.Resource); a missing row returns
+// an error matching [fence.ErrNotFound]. Either way nothing changed. Telling
+// them apart takes a second statement, only when no row was updated. ctx
+// bounds the statements.
 func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err

@@ -228,3 +228,32 @@ func TestTableBadInput(t *testing.T) {
 		t.Fatalf("bad input changed the row: balance %d version %d", bal, ver)
 	}
 }
+
+// Table and column names are quoted, never spliced: a table named
+// `x"; DROP TABLE y; --` is just a name, and table y survives every call.
+func TestTableHostileNameIsAName(t *testing.T) {
+	ctx, pool, tbl := accounts(t)
+	f := fenceOf("acct", 1, "a")
+	if err := tbl.Upsert(ctx, pool, f, `k2"; DROP TABLE y; --`, postgres.Set("balance", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Update(ctx, pool, f, "k", postgres.Set("balance", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.UpdateVersion(ctx, pool, "k", 1, postgres.Set("balance", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Update(ctx, pool, f, "missing"); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatal(err)
+	}
+	var tables int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename IN ('y', $1)`, hostileName).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 2 {
+		t.Fatalf("%d of tables y and %q exist, want both", tables, hostileName)
+	}
+	if bal, ver := balance(t, ctx, pool, tbl, "k"); bal != 5 || ver != 2 {
+		t.Fatalf("balance %d version %d, want 5 and 2", bal, ver)
+	}
+}
