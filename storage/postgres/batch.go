@@ -79,3 +79,58 @@ func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	}
 	return tags, nil
 }
+
+// Query is the one-round-trip fenced read: it pipelines the guard of f and
+// stmt in one implicit transaction (on a pool or a connection) and, once f is
+// admitted, hands stmt's rows to fn. The read happens after the guard raised
+// the mark and while it holds the guard row, so no older holder can be
+// admitted between it and a later fenced write of the same holder.
+//
+// A stale f returns a [*fence.StaleError] without calling fn. fn must not
+// keep rows; an error from fn is returned as it is (the mark raise still
+// commits, as with any admitted read). On a pgx.Tx the read joins that
+// transaction. ctx bounds the batch and fn's reading.
+func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil rows function")
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if stmt.SQL == "" {
+		return invalid("statement has no SQL")
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(guardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
+	b.Queue(stmt.SQL, stmt.Args...)
+	br := db.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			var stale *fence.StaleError
+			if err := translate(err, f, true); errors.As(err, &stale) {
+				return stale
+			}
+			return fmt.Errorf("postgres: fenced query guard: %w", translate(err, f, true))
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		}
+		defer rows.Close()
+		if err := fn(rows); err != nil {
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f, false))
+	}
+	return err
+}

@@ -180,9 +180,13 @@ func TestExecOneRoundTrip(t *testing.T) {
 		t.Logf("%s: %d writes, %d reads", name, w, r)
 		return w
 	}
-	wf, wp := measure("fenced batch", fenced), measure("plain update", plain)
-	if wf != 1 || wp != 1 {
-		t.Fatalf("fenced batch took %d flights, plain update %d; want 1 each", wf, wp)
+	fencedRead := func() error {
+		return postgres.Query(ctx, conn, f, postgres.Statement{SQL: `SELECT n FROM counter WHERE id = $1`, Args: []any{1}},
+			func(rows pgx.Rows) error { return nil })
+	}
+	wf, wp, wr := measure("fenced batch", fenced), measure("plain update", plain), measure("fenced read", fencedRead)
+	if wf != 1 || wp != 1 || wr != 1 {
+		t.Fatalf("fenced batch took %d flights, plain update %d, fenced read %d; want 1 each", wf, wp, wr)
 	}
 	if n, _ := counter(t, ctx, conn); n != 4 {
 		t.Fatalf("n = %d, want 4", n)
@@ -216,5 +220,70 @@ func TestExecWaitsForWinnerAndReportsItsMark(t *testing.T) {
 	wantStale(t, <-done, winner)
 	if n, _ := counter(t, ctx, pool); n != 0 {
 		t.Fatalf("n = %d, the loser's statement committed", n)
+	}
+}
+
+func TestQueryFencedRead(t *testing.T) {
+	ctx, pool := setup(t)
+	read := postgres.Statement{SQL: `SELECT n FROM counter WHERE id = $1`, Args: []any{1}}
+	var n int64
+	scan := func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+	mustExec(t, ctx, pool, `UPDATE counter SET n = 41 WHERE id = 1`)
+	f := fenceOf("counter", 3, "a")
+	if err := postgres.Query(ctx, pool, f, read, scan); err != nil {
+		t.Fatal(err)
+	}
+	if n != 41 {
+		t.Fatalf("read %d, want 41", n)
+	}
+	if got := mark(t, ctx, pool, "counter"); got != f {
+		t.Fatalf("fenced read left mark %v, want %v", got, f)
+	}
+	called := false
+	err := postgres.Query(ctx, pool, fenceOf("counter", 2, "b"), read, func(pgx.Rows) error { called = true; return nil })
+	wantStale(t, err, f)
+	if called {
+		t.Fatal("fn called for a stale fenced read")
+	}
+	boom := errors.New("boom")
+	if err := postgres.Query(ctx, pool, f, read, func(pgx.Rows) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn's error: got %v", err)
+	}
+	if err := postgres.Query(ctx, pool, f, read, nil); !errors.Is(err, postgres.ErrInvalidArgument) {
+		t.Fatalf("nil fn: %v", err)
+	}
+}
+
+// The timeline of DESIGN.md section 3 with one-round-trip fenced reads
+// (Query) and writes (Exec): A's write is refused, nothing is lost.
+func TestTimelineOneRoundTripLosesNothing(t *testing.T) {
+	ctx, pool := setup(t)
+	tl := timeline{
+		read: func(f fence.Fence) (n int64, err error) {
+			err = postgres.Query(ctx, pool, f, postgres.Statement{SQL: `SELECT n FROM counter WHERE id = 1`}, func(rows pgx.Rows) error {
+				_, err := pgx.ForEachRow(rows, []any{&n}, func() error { return nil })
+				return err
+			})
+			return n, err
+		},
+		write: func(f fence.Fence, n int64) error {
+			_, err := postgres.Exec(ctx, pool, f, postgres.Statement{
+				SQL:  `UPDATE counter SET n = $1, writer = $2 WHERE id = 1`,
+				Args: []any{n, int64(f.Token)},
+			})
+			return err
+		},
+	}
+	acked, errA := tl.run(t)
+	wantStale(t, errA, fenceOf("counter", 2, "B"))
+	if n, writer := counter(t, ctx, pool); n != int64(acked) || writer != 2 {
+		t.Fatalf("counter %d by token %d after %d acknowledged increments", n, writer, acked)
 	}
 }

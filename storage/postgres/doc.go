@@ -30,6 +30,8 @@
 //     commits as one implicit transaction: a fenced write at the round-trip
 //     cost of a plain one. A stale guard raises SQLSTATE [CodeStale], which
 //     aborts the batch before any statement runs.
+//   - [Query] is the matching one-round-trip fenced read: the guard and a
+//     SELECT pipelined together, the rows handed to your function.
 //   - [Table.Update] and [Table.Upsert] fence single rows of a table that
 //     carries its own token and holder columns, and tell a stale fence from a
 //     missing row ([fence.ErrNotFound]).

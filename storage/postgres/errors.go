@@ -35,12 +35,13 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeUndefinedTable       = "42P01"
 	codeUndefinedFunction    = "42883"
-
-	// CodeStale is the SQLSTATE that fencekit_guard_admit raises for a stale
-	// fence. Its DETAIL is a JSON object {"token": ..., "holder": ...} holding
-	// the high-water mark the fence lost to.
-	CodeStale = "FK001"
 )
+
+// CodeStale is the SQLSTATE that the fencekit_guard_admit function raises for
+// a stale fence, aborting the transaction it runs in. Its DETAIL is a JSON
+// object {"token": ..., "holder": ...} holding the high-water mark the fence
+// lost to; this package turns it into a [*fence.StaleError].
+const CodeStale = "FK001"
 
 // RetryableError is a transaction that PostgreSQL aborted for a reason that a
 // retry may cure. It matches [ErrRetryable] and wraps the server's error.

@@ -44,8 +44,10 @@ type Table struct {
 
 // Value assigns a value to a column in an update or insert.
 type Value struct {
+	// Column is the column name, quoted as an identifier.
 	Column string
-	Value  any
+	// Value is sent as a parameter.
+	Value any
 }
 
 // Set returns the [Value] that assigns v to column.
