@@ -62,3 +62,42 @@ func BenchmarkInTx(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFencedQuery is the one-round-trip fenced read: guard and SELECT
+// pipelined in one implicit transaction.
+func BenchmarkFencedQuery(b *testing.B) {
+	ctx, pool := setup(b)
+	f := fenceOf("counter", 1, "h")
+	stmt := postgres.Statement{SQL: `SELECT n FROM counter WHERE id = $1`, Args: []any{1}}
+	var n int64
+	scan := func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+	if err := postgres.Query(ctx, pool, f, stmt, scan); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := postgres.Query(ctx, pool, f, stmt, scan); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlainQuery is the reference for BenchmarkFencedQuery: the same
+// SELECT, unfenced.
+func BenchmarkPlainQuery(b *testing.B) {
+	ctx, pool := setup(b)
+	var n int64
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := pool.QueryRow(ctx, `SELECT n FROM counter WHERE id = $1`, 1).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
