@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The fenced benchmarks run against the same server as the plain GET and
@@ -129,4 +130,58 @@ func BenchmarkSetFencedParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGetPaired and BenchmarkSetPaired alternate one plain command and
+// one fenced operation on the same server and time each, so that both see
+// the same machine load; they report both latencies and their ratio.
+func BenchmarkGetPaired(b *testing.B) {
+	s, c := newStore(b)
+	ctx := context.Background()
+	f, plainKey := fen(1, "bench"), s.Prefix()+"plain"
+	if err := s.Preload(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Set(ctx, plainKey, benchValue(), 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Set(ctx, f, "fenced", benchValue()); err != nil {
+		b.Fatal(err)
+	}
+	paired(b,
+		func() error { return c.Get(ctx, plainKey).Err() },
+		func() error { _, err := s.Get(ctx, f, "fenced"); return err })
+}
+
+func BenchmarkSetPaired(b *testing.B) {
+	s, c := newStore(b)
+	ctx := context.Background()
+	f, plainKey, v := fen(1, "bench"), s.Prefix()+"plain", benchValue()
+	if err := s.Preload(ctx); err != nil {
+		b.Fatal(err)
+	}
+	paired(b,
+		func() error { return c.Set(ctx, plainKey, v, 0).Err() },
+		func() error { _, err := s.Set(ctx, f, "fenced", v); return err })
+}
+
+func paired(b *testing.B, plain, fenced func() error) {
+	var plainTime, fencedTime time.Duration
+	n := 0
+	for b.Loop() {
+		t0 := time.Now()
+		if err := plain(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := fenced(); err != nil {
+			b.Fatal(err)
+		}
+		plainTime += t1.Sub(t0)
+		fencedTime += time.Since(t1)
+		n++
+	}
+	b.ReportMetric(float64(plainTime.Nanoseconds())/float64(n), "plain-ns/op")
+	b.ReportMetric(float64(fencedTime.Nanoseconds())/float64(n), "fenced-ns/op")
+	b.ReportMetric(float64(fencedTime)/float64(plainTime), "fenced/plain")
 }
