@@ -10,6 +10,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/fencekit/fencekit/internal/testenv"
 	"github.com/fencekit/fencekit/migrations"
@@ -185,5 +186,42 @@ func TestUpBadInput(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("cancelled Up created %d tables", n)
+	}
+}
+
+// A team running goose itself can use FS as it is: applying with a plain
+// goose Provider and the same version table, then Up, applies nothing twice;
+// the Down sections undo everything.
+func TestPlainGooseUsesTheSameFiles(t *testing.T) {
+	ctx := testCtx(t)
+	db := openDB(t)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(wantVersions(t)) {
+		t.Fatalf("goose applied %d migrations, want %d", len(res), len(wantVersions(t)))
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	checkAppliedOnce(t, ctx, db)
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'fencekit_guard'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("fencekit_guard survived goose down")
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		t.Fatalf("Up after down: %v", err)
 	}
 }
