@@ -37,6 +37,7 @@ func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, erro
 // Set is a fenced write: it admits f by the fence rule, raises the key's
 // high-water mark to f and stores data as the key's value with the next
 // version, all in one script and one round trip. It returns the new version.
+// [WithTTL] makes the value expire; without it the value is kept.
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
 // [*ResourceError]) and changes nothing. ctx bounds the call.
