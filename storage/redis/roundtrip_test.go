@@ -52,7 +52,7 @@ func TestOneCommandPerOperation(t *testing.T) {
 			t.Fatalf("%s: %v", op.name, err)
 		}
 		sent := h.take()
-		if len(sent) != 1 || (sent[0] != "evalsha" && sent[0] != "evalsha_ro") {
+		if len(sent) != 1 || sent[0] != "evalsha" {
 			t.Errorf("%s sent %v; want one script call", op.name, sent)
 		}
 	}
