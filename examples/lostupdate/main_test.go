@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fencekit/fencekit/internal/testenv"
+)
+
+// lostByMode reads the "lost updates" column of each storage's table.
+func lostByMode(t *testing.T, out string) map[string]int {
+	t.Helper()
+	lost := map[string]int{}
+	storage := ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if s, ok := strings.CutPrefix(line, "Storage: "); ok {
+			storage = s
+			continue
+		}
+		for _, mode := range []string{"plain lock", "fenced"} {
+			if rest, ok := strings.CutPrefix(line, mode+" "); ok {
+				f := strings.Fields(rest)
+				n, err := strconv.Atoi(f[len(f)-1])
+				if err != nil {
+					t.Fatalf("bad table row %q", line)
+				}
+				lost[storage+"/"+mode] = n
+			}
+		}
+	}
+	return lost
+}
+
+func runDemo(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errs strings.Builder
+	code := run(append([]string{"-duration", "1s"}, args...), &out, &errs)
+	t.Log(out.String())
+	if errs.Len() > 0 {
+		t.Log(errs.String())
+	}
+	return out.String(), code
+}
+
+func TestDemoNeedsNoServers(t *testing.T) {
+	out, code := runDemo(t)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lost := lostByMode(t, out)
+	if lost["redis/plain lock"] == 0 {
+		t.Fatal("the plain lock lost nothing: the demo does not show the problem")
+	}
+	if n, ok := lost["redis/fenced"]; !ok || n != 0 {
+		t.Fatalf("fenced mode: lost=%d (row found: %v)", n, ok)
+	}
+	if !strings.Contains(out, "One lost update as it happened") {
+		t.Fatal("no timeline of a lost update")
+	}
+}
+
+func TestDemoOnRealServers(t *testing.T) {
+	redisURL := testenv.RedisURL(t)
+	addr := strings.TrimSuffix(strings.TrimPrefix(redisURL, "redis://"), "/0")
+	out, code := runDemo(t, "-redis", addr, "-postgres", testenv.PostgresURL(t))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lost := lostByMode(t, out)
+	for _, s := range []string{"redis", "postgres"} {
+		if lost[s+"/plain lock"] == 0 {
+			t.Errorf("%s: the plain lock lost nothing", s)
+		}
+		if n, ok := lost[s+"/fenced"]; !ok || n != 0 {
+			t.Errorf("%s fenced: lost=%d (row found: %v)", s, n, ok)
+		}
+	}
+}
+
+func TestDemoBadFlagsAndUnreachableServers(t *testing.T) {
+	if _, code := runDemo(t, "-no-such-flag"); code != 2 {
+		t.Fatalf("unknown flag: exit %d, want 2", code)
+	}
+	out, code := runDemo(t, "-redis", "127.0.0.1:1")
+	if code != 2 {
+		t.Fatalf("unreachable Redis: exit %d, want 2 (%s)", code, out)
+	}
+}
