@@ -77,3 +77,36 @@ func BenchmarkRoundTripFloor(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPairedFloor alternates one grant-and-release with one SET NX PX
+// plus DEL on the same connection pool, so that both see the same load, and
+// reports each one's time and their ratio. On a shared machine this is a
+// fairer comparison than two separate benchmarks.
+func BenchmarkPairedFloor(b *testing.B) {
+	ctx := context.Background()
+	l, c := benchLocker(b)
+	key := testenv.Prefix(b) + "floor"
+	var lockNs, floorNs time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		lease, err := l.TryAcquire(ctx, "bench", time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := c.SetNX(ctx, key, "v", time.Second).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Del(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+		lockNs += t1.Sub(t0)
+		floorNs += time.Since(t1)
+	}
+	b.ReportMetric(float64(lockNs.Nanoseconds())/float64(b.N), "lock-ns/op")
+	b.ReportMetric(float64(floorNs.Nanoseconds())/float64(b.N), "floor-ns/op")
+	b.ReportMetric(float64(lockNs)/float64(floorNs), "lock/floor")
+}
