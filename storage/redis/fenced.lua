@@ -1,4 +1,5 @@
 -- Fenced read, write or delete of one value hash, admitted by the fence rule.
+-- Runs after value.lua.
 --
 -- KEYS[1]  the value hash
 -- ARGV[1]  operation: "get", "set" or "del"
@@ -19,17 +20,12 @@
 local key = KEYS[1]
 local op, res, tok, hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local kind = redis.call('TYPE', key)['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return {'WRONGTYPE', kind}
+local s, refusal = read_value(key)
+if not s then
+  return refusal
 end
--- v: value, ver: version, tok/hold: high-water mark, res: resource, exp: expiry (ms)
-local h = redis.call('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp')
-if kind == 'hash' and not h[2] then
-  return {'WRONGTYPE', 'hash without a version field'}
-end
-if h[5] and h[5] ~= res then
-  return {'RESOURCE', h[5]}
+if s.res and s.res ~= res then
+  return {'RESOURCE', s.res}
 end
 
 -- Tokens are compared as decimal strings so that every int64 compares exactly.
@@ -43,62 +39,31 @@ local function cmp(a, b)
   return a < b and -1 or 1
 end
 
-if h[3] then
-  local c = cmp(tok, h[3])
-  if c < 0 or (c == 0 and hold ~= h[4]) then
-    return {'STALE', h[5] or res, h[3], h[4] or ''}
+if s.tok then
+  local c = cmp(tok, s.tok)
+  if c < 0 or (c == 0 and hold ~= s.hold) then
+    return {'STALE', s.res or res, s.tok, s.hold or ''}
   end
 end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ver = tonumber(h[2] or '0')
-local live = h[1] and (not h[6] or tonumber(h[6]) > now)
-local expired = h[1] and not live
-if expired then
-  -- An expired value counts as deleted at its expiry, so its version moves on.
-  ver = ver + 1
-end
-if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= ver then
-  return {'CONFLICT', ver}
+if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= s.ver then
+  return {'CONFLICT', s.ver}
 end
 
 -- Checks are done; writes start here.
 local retention = tonumber(ARGV[8])
 
 if op == 'set' then
-  ver = ver + 1
-  local ttl = tonumber(ARGV[6])
-  local exp = 0
-  redis.call('HSET', key, 'v', ARGV[5], 'ver', ver, 'tok', tok, 'hold', hold, 'res', res)
-  if ttl > 0 then
-    exp = now + ttl
-    redis.call('HSET', key, 'exp', exp)
-  elseif h[6] then
-    redis.call('HDEL', key, 'exp')
-  end
-  if ttl > 0 and retention > 0 then
-    redis.call('PEXPIREAT', key, exp + retention)
-  else
-    redis.call('PERSIST', key)
-  end
-  return {'OK', ver, false, exp}
+  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, 'tok', tok, 'hold', hold, 'res', res)
 end
 
-if op == 'del' and live then
-  ver = ver + 1
+if op == 'del' and s.live then
+  s.ver = s.ver + 1
 end
-if h[3] ~= tok or h[4] ~= hold or h[5] ~= res or h[2] ~= tostring(ver) then
-  redis.call('HSET', key, 'ver', ver, 'tok', tok, 'hold', hold, 'res', res)
+if s.tok ~= tok or s.hold ~= hold or s.res ~= res or s.stored_ver ~= tostring(s.ver) then
+  redis.call('HSET', key, 'ver', s.ver, 'tok', tok, 'hold', hold, 'res', res)
 end
-if live and op == 'get' then
-  return {'OK', ver, h[1], tonumber(h[6] or '0')}
+if s.live and op == 'get' then
+  return {'OK', s.ver, s.data, tonumber(s.exp or '0')}
 end
-if h[1] then
-  redis.call('HDEL', key, 'v', 'exp')
-end
--- No live value is left: the hash lives at least retention from now.
-if retention > 0 and redis.call('PTTL', key) < retention then
-  redis.call('PEXPIRE', key, retention)
-end
-return {'NOTFOUND', ver}
+drop_value(key, s, retention)
+return {'NOTFOUND', s.ver}

@@ -6,7 +6,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
+// Every script runs value.lua's shared functions before its own body: the
+// reading of a value hash and the writing of a value live in one place.
 var (
+	//go:embed value.lua
+	valueSrc string
 	//go:embed fenced.lua
 	fencedSrc string
 	//go:embed cas.lua
@@ -15,9 +19,9 @@ var (
 	loadSrc string
 
 	// fencedScript admits a fenced read, write or delete and performs it.
-	fencedScript = goredis.NewScript(fencedSrc)
+	fencedScript = goredis.NewScript(valueSrc + fencedSrc)
 	// casScript performs a version-checked write or delete.
-	casScript = goredis.NewScript(casSrc)
+	casScript = goredis.NewScript(valueSrc + casSrc)
 	// loadScript reads a value and its mark without writing.
-	loadScript = goredis.NewScript(loadSrc)
+	loadScript = goredis.NewScript(valueSrc + loadSrc)
 )
