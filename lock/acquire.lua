@@ -3,6 +3,8 @@
 -- ARGV[1] holder id, ARGV[2] lease in milliseconds
 -- Returns {1, token} when granted, {0, remaining ms of the current holder}
 -- when not (-1: the current holder set no expiry).
+-- A second run for the same holder id (a client retrying after a lost reply)
+-- finds its own grant and returns it again instead of a refusal.
 -- Every check comes before the first write: a failed call changes nothing.
 local lockType = redis.call('TYPE', KEYS[1]).ok
 if lockType ~= 'none' and lockType ~= 'string' then
@@ -19,6 +21,11 @@ if counterType == 'string' then
   end
 end
 if lockType == 'string' then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    -- No other grant can INCR while this one holds the lock, so the counter
+    -- is still this grant's token.
+    return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -36,6 +36,9 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // It never deletes another holder's lock: if the lease has expired (or was
 // released), it returns [ErrNotHeld] and changes nothing. The token counter
 // is kept, so the next grant's token is higher. ctx bounds the round trip.
+// If the client retries a release whose reply was lost, the retry reports
+// ErrNotHeld although the first run released the lock: either way the lock
+// is no longer this lease's.
 func (s *Lease) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lock: release %q: %w", s.f.Resource, err)

@@ -611,3 +611,52 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 		t.Fatal("lock was taken although the counter is not an integer")
 	}
 }
+
+// replayAcquire runs every script call twice and reports only the second
+// reply, as a client does when it retries a command whose reply was lost
+// after the server ran it.
+type replayAcquire struct{ armed atomic.Bool }
+
+func (h *replayAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *replayAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *replayAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			_ = next(ctx, cmd) // the run whose reply is lost
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	l := newLocker(t, c)
+	warm := mustAcquire(t, l, "r", time.Second) // token 1; loads the script
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &replayAcquire{}
+	c.AddHook(h)
+	h.armed.Store(true)
+	lease, err := l.TryAcquire(ctx, "r", time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire whose first run's reply was lost: %v", err)
+	}
+	if lease.Token() != 2 {
+		t.Fatalf("token %d, want 2 (the grant of the first run)", lease.Token())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("the retried grant is not the caller's: %v", err)
+	}
+	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
+		t.Fatal("a lock is left behind")
+	}
+}

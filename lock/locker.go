@@ -93,7 +93,9 @@ func checkTTL(ttl time.Duration) error {
 // ctx bounds the round trip. If ctx ends or the connection fails while the
 // reply is in flight, TryAcquire releases whatever the attempt may have
 // taken before returning, so no lock is left that the caller does not know
-// about; the error then matches ctx.Err() when ctx ended.
+// about; the error then matches ctx.Err() when ctx ended. If the client
+// retries the script after a lost reply, the retry returns the grant the
+// first run made rather than refusing it.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
 	if err := checkResource(resource); err != nil {
 		return nil, err
@@ -120,6 +122,11 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	}
 	if res[0] == 0 {
 		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(res[1]) * time.Millisecond}
+	}
+	if res[1] < 1 {
+		// Only possible if the counter vanished under a granted lock.
+		l.cleanup(ctx, lockKey, holder)
+		return nil, fmt.Errorf("lock: acquire %q: the token counter was lost during the grant; try again", resource)
 	}
 	return &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}, nil
 }
