@@ -48,6 +48,12 @@
 // a read-modify-write a bounded number of times. These need no lock and
 // neither check nor move the mark.
 //
+// Every version-checked write carries an id unique to the call, which the
+// hash keeps. If the client retries such a write after losing the reply of a
+// run that succeeded (go-redis retries after a read timeout), the retry
+// finds its own id and reports that success instead of a version conflict,
+// so [Store.Update] and [Store.Modify] never apply a change twice.
+//
 // # Expiry
 //
 // Redis 7 cannot expire one field of a hash, and expiring the whole hash

@@ -125,16 +125,16 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	if err := checkFenced(ctx, f, key); err != nil {
 		return reply{}, err
 	}
-	exp := ""
+	exp, wid := "", ""
 	if expected >= 0 {
-		exp = strconv.FormatInt(expected, 10)
+		exp, wid = strconv.FormatInt(expected, 10), s.writeID()
 	}
 	if data == nil {
 		data = []byte{}
 	}
 	cmd := fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
 		op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder,
-		data, millis(cfg.ttl), exp, millis(s.retention))
+		data, millis(cfg.ttl), exp, millis(s.retention), wid)
 	r, err := decode(ctx, op, key, cmd)
 	if err != nil {
 		return r, err

@@ -10,6 +10,7 @@
 -- ARGV[6]  value lifetime in milliseconds, 0 for none (set only)
 -- ARGV[7]  expected version, "" for no version check
 -- ARGV[8]  retention in milliseconds of a key holding no live value, 0 to keep it forever
+-- ARGV[9]  write id of a version-checked write, "" for none
 --
 -- Every check comes before the first write, so a refused call changes nothing.
 -- Replies: {"OK", version, data|false, expiresAtMs} for a live value,
@@ -45,7 +46,12 @@ if s.tok then
     return {'STALE', s.res or res, s.tok, s.hold or ''}
   end
 end
+local wid = ARGV[9]
 if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= s.ver then
+  local expected = tonumber(ARGV[7])
+  if replayed(s, wid, expected) then
+    return replay_reply(s, expected)
+  end
   return {'CONFLICT', s.ver}
 end
 
@@ -53,7 +59,11 @@ end
 local retention = tonumber(ARGV[8])
 
 if op == 'set' then
-  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, 'tok', tok, 'hold', hold, 'res', res)
+  local extra = {'tok', tok, 'hold', hold, 'res', res}
+  if wid ~= '' then
+    extra[#extra + 1], extra[#extra + 2] = 'wid', wid
+  end
+  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, extra)
 end
 
 if op == 'del' and s.live then

@@ -88,7 +88,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 		return reply{}, fmt.Errorf("%w: negative expected version %d", ErrInvalidOption, expected)
 	}
 	cmd := casScript.Run(ctx, s.client, []string{s.redisKey(key)},
-		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention))
+		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention), s.writeID())
 	r, err := decode(ctx, "compare-and-"+op, key, cmd)
 	if err != nil {
 		return reply{}, err

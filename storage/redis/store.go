@@ -2,9 +2,13 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -22,6 +26,12 @@ type Store struct {
 	client    goredis.Scripter
 	prefix    string
 	retention time.Duration
+
+	// Version-checked writes carry an id, unique to the call, that the value
+	// hash keeps: a client retry of a write whose reply was lost finds its
+	// own id and reports the write's success instead of a version conflict.
+	writeIDs string // random per Store
+	writeSeq atomic.Uint64
 }
 
 // Value is the state of one key as a store operation saw it.
@@ -91,7 +101,7 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if client == nil || isNilPointer(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
-	s := &Store{client: client, prefix: DefaultPrefix}
+	s := &Store{client: client, prefix: DefaultPrefix, writeIDs: randomID()}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
@@ -184,5 +194,16 @@ func checkFenced(ctx context.Context, f fence.Fence, key string) error {
 }
 
 func (s *Store) redisKey(key string) string { return s.prefix + key }
+
+// writeID returns an id unique to one version-checked write.
+func (s *Store) writeID() string {
+	return s.writeIDs + strconv.FormatUint(s.writeSeq.Add(1), 36)
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:]) + ":"
+}
 
 func millis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
