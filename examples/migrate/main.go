@@ -32,7 +32,8 @@ import (
 	redisstore "github.com/fencekit/fencekit/storage/redis"
 )
 
-const prefix = "fencekit:example:migrate:"
+// prefix puts every key the example writes under one name; tests change it.
+var prefix = "fencekit:example:migrate:"
 
 func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
