@@ -352,7 +352,7 @@ func TestFenceLockBadInput(t *testing.T) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	l := newLocker(t, c)
-	h := &countCommands{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 	ctx := context.Background()
 	for _, tc := range []struct{ key, value string }{{"", "v"}, {"k", ""}} {
@@ -370,7 +370,7 @@ func TestFenceLockBadInput(t *testing.T) {
 	if _, err := l.FenceLock(done, "k", "v"); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled FenceLock = %v", err)
 	}
-	if n := h.n.Load(); n != 0 {
+	if n := h.Len(); n != 0 {
 		t.Fatalf("rejected calls sent %d commands", n)
 	}
 }
@@ -646,11 +646,11 @@ func TestFenceLockOneCommand(t *testing.T) {
 	c.Set(ctx, p+"warm", "v", time.Minute)
 	mustFence(t, l, p+"warm", "v") // loads the script
 	c.Set(ctx, p+"k", "v1", time.Minute)
-	h := &countCommands{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 	mustFence(t, l, p+"k", "v1") // a new grant
 	mustFence(t, l, p+"k", "v1") // a repeat
-	if n := h.n.Load(); n != 2 {
+	if n := h.Len(); n != 2 {
 		t.Fatalf("two FenceLock calls sent %d commands, want 2", n)
 	}
 }

@@ -281,23 +281,6 @@ func TestReplyLostInFlightLeavesNoLock(t *testing.T) {
 	}
 }
 
-// countCommands counts commands sent to Redis through a client.
-type countCommands struct{ n atomic.Int64 }
-
-func (h *countCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *countCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 func TestOneCommandToAcquireOneToRelease(t *testing.T) {
 	ctx := context.Background()
 	opt, err := redis.ParseURL(testenv.RedisURL(t))
@@ -311,23 +294,23 @@ func TestOneCommandToAcquireOneToRelease(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := &countCommands{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 
 	lease := mustAcquire(t, l, "r", time.Second)
-	if n := h.n.Swap(0); n != 1 {
+	if n := len(h.Take()); n != 1 {
 		t.Fatalf("TryAcquire sent %d commands, want 1", n)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.n.Swap(0); n != 1 {
+	if n := len(h.Take()); n != 1 {
 		t.Fatalf("Release sent %d commands, want 1", n)
 	}
 	if _, err := l.TryAcquire(ctx, "r", 0); err == nil {
 		t.Fatal("ttl 0 accepted")
 	}
-	if n := h.n.Load(); n != 0 {
+	if n := h.Len(); n != 0 {
 		t.Fatalf("rejected input sent %d commands", n)
 	}
 }
@@ -612,24 +595,6 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 	}
 }
 
-// replayAcquire runs every script call twice and reports only the second
-// reply, as a client does when it retries a command whose reply was lost
-// after the server ran it.
-type replayAcquire struct{ armed atomic.Bool }
-
-func (h *replayAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *replayAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *replayAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.armed.CompareAndSwap(true, false) {
-			_ = next(ctx, cmd) // the run whose reply is lost
-		}
-		return next(ctx, cmd)
-	}
-}
-
 func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 	ctx := context.Background()
 	opt, err := redis.ParseURL(testenv.RedisURL(t))
@@ -643,9 +608,9 @@ func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := &replayAcquire{}
+	h := &testenv.Replay{}
 	c.AddHook(h)
-	h.armed.Store(true)
+	h.Arm(0)
 	lease, err := l.TryAcquire(ctx, "r", time.Minute)
 	if err != nil {
 		t.Fatalf("TryAcquire whose first run's reply was lost: %v", err)

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,43 +25,6 @@ func newStore(t testing.TB, opts ...Option) (*Store, *goredis.Client) {
 
 func fen(token fence.Token, holder string) fence.Fence {
 	return fence.Fence{Resource: "account", Token: token, Holder: holder}
-}
-
-// counter is a go-redis hook that records every command a client sends.
-type counter struct {
-	mu   sync.Mutex
-	cmds []string
-}
-
-func (h *counter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (h *counter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.mu.Lock()
-		h.cmds = append(h.cmds, strings.ToLower(cmd.Name()))
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (h *counter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.mu.Lock()
-		for _, cmd := range cmds {
-			h.cmds = append(h.cmds, strings.ToLower(cmd.Name()))
-		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-// take returns the commands recorded since the last call and forgets them.
-func (h *counter) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := h.cmds
-	h.cmds = nil
-	return out
 }
 
 // eventually polls cond until it holds or the deadline passes.

@@ -7,46 +7,19 @@ import (
 	"sync/atomic"
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
 )
-
-// replay is a go-redis hook that, once armed, lets skip commands through and
-// then runs the next one twice, reporting only the second reply: what a
-// client does when it retries a command whose reply was lost after the
-// server ran it.
-type replay struct {
-	skip  atomic.Int32
-	armed atomic.Bool
-}
-
-func (h *replay) arm(skip int32) { h.skip.Store(skip); h.armed.Store(true) }
-
-func (h *replay) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *replay) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
-func (h *replay) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if h.armed.Load() {
-			if h.skip.Add(-1) < 0 && h.armed.CompareAndSwap(true, false) {
-				_ = next(ctx, cmd) // the run whose reply is lost
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
 
 // replayStore returns a store whose client replays commands when told to,
 // with its scripts loaded so that each call is one command.
-func replayStore(t *testing.T) (*Store, *replay) {
+func replayStore(t *testing.T) (*Store, *testenv.Replay) {
 	t.Helper()
 	s, c := newStore(t)
 	if err := s.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h := &replay{}
+	h := &testenv.Replay{}
 	c.AddHook(h)
 	return s, h
 }
@@ -58,18 +31,18 @@ func TestRetriedVersionedWritesReportTheirSuccess(t *testing.T) {
 	if _, err := s.CompareAndSet(ctx, "k", 0, []byte("a")); err != nil {
 		t.Fatal(err)
 	}
-	h.arm(0)
+	h.Arm(0)
 	v, err := s.CompareAndSet(ctx, "k", 1, []byte("b"))
 	if err != nil || v != 2 {
 		t.Fatalf("retried CompareAndSet = %d, %v; want 2, <nil>", v, err)
 	}
-	h.arm(0)
+	h.Arm(0)
 	f := fen(1, "h")
 	v, err = s.SetIfVersion(ctx, f, "k", 2, []byte("c"))
 	if err != nil || v != 3 {
 		t.Fatalf("retried SetIfVersion = %d, %v; want 3, <nil>", v, err)
 	}
-	h.arm(0)
+	h.Arm(0)
 	v, err = s.CompareAndDelete(ctx, "k", 3)
 	if err != nil || v != 4 {
 		t.Fatalf("retried CompareAndDelete = %d, %v; want 4, <nil>", v, err)
@@ -104,11 +77,11 @@ func TestRetriedReadModifyWriteAppliesOnce(t *testing.T) {
 		return []byte(strconv.Itoa(n + 1)), nil
 	}
 
-	h.arm(1) // Load passes; the compare-and-set is replayed
+	h.Arm(1) // Load passes; the compare-and-set is replayed
 	if _, err := s.Modify(ctx, "n", 5, inc); err != nil {
 		t.Fatal(err)
 	}
-	h.arm(1) // Get passes; the fenced write is replayed
+	h.Arm(1) // Get passes; the fenced write is replayed
 	if _, err := s.Update(ctx, fen(1, "h"), "n", inc); err != nil {
 		t.Fatal(err)
 	}

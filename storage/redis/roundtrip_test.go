@@ -18,7 +18,7 @@ func TestOneCommandPerOperation(t *testing.T) {
 	if err := s.Preload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := &counter{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 	a, b := fen(2, "a"), fen(1, "b")
 	ops := []struct {
@@ -47,21 +47,21 @@ func TestOneCommandPerOperation(t *testing.T) {
 		{"fenced delete", func() error { return s.Delete(ctx, a, "k") }},
 	}
 	for _, op := range ops {
-		h.take()
+		h.Take()
 		if err := op.run(); err != nil {
 			t.Fatalf("%s: %v", op.name, err)
 		}
-		sent := h.take()
+		sent := h.Take()
 		if len(sent) != 1 || sent[0] != "evalsha" {
 			t.Errorf("%s sent %v; want one script call", op.name, sent)
 		}
 	}
 	// Update is a fenced read and a fenced write: two round trips, by design.
-	h.take()
+	h.Take()
 	if _, err := s.Update(ctx, a, "k", func(Value) ([]byte, error) { return []byte("u"), nil }); err != nil {
 		t.Fatal(err)
 	}
-	if sent := h.take(); len(sent) != 2 {
+	if sent := h.Take(); len(sent) != 2 {
 		t.Errorf("Update sent %v; want a fenced read and a fenced write", sent)
 	}
 }
@@ -86,23 +86,23 @@ func TestFirstCallLoadsScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &counter{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil { // open the connection first
 		t.Fatal(err)
 	}
-	h.take()
+	h.Take()
 	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if sent := h.take(); len(sent) != 2 || sent[0] != "evalsha" || sent[1] != "eval" {
+	if sent := h.Take(); len(sent) != 2 || sent[0] != "evalsha" || sent[1] != "eval" {
 		t.Fatalf("first call sent %v; want evalsha, eval", sent)
 	}
 	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("w")); err != nil {
 		t.Fatal(err)
 	}
-	if sent := h.take(); len(sent) != 1 {
+	if sent := h.Take(); len(sent) != 1 {
 		t.Fatalf("second call sent %v; want one command", sent)
 	}
 }

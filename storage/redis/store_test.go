@@ -52,7 +52,7 @@ func TestNewValidates(t *testing.T) {
 // before any command reaches Redis.
 func TestBadInputSendsNothing(t *testing.T) {
 	s, c := newStore(t)
-	h := &counter{}
+	h := &testenv.Commands{}
 	c.AddHook(h)
 	ctx := context.Background()
 	cancelled, cancel := context.WithCancel(ctx)
@@ -95,7 +95,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v does not match %v", err, tt.is)
 			}
-			if sent := h.take(); len(sent) != 0 {
+			if sent := h.Take(); len(sent) != 0 {
 				t.Fatalf("sent %v for a bad call", sent)
 			}
 		})
