@@ -48,6 +48,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	switch {
+	case *duration <= 0:
+		fmt.Fprintf(stderr, "lostupdate: -duration %v must be positive\n", *duration)
+		return 2
+	case *workers < 1:
+		fmt.Fprintf(stderr, "lostupdate: -workers %d must be at least 1\n", *workers)
+		return 2
+	case *ttl < time.Millisecond:
+		fmt.Fprintf(stderr, "lostupdate: -ttl %v must be at least 1ms\n", *ttl)
+		return 2
+	}
 	ctx := context.Background()
 
 	client, stop, where, err := connectRedis(ctx, *redisAddr)

@@ -82,8 +82,10 @@ func TestDemoOnRealServers(t *testing.T) {
 }
 
 func TestDemoBadFlagsAndUnreachableServers(t *testing.T) {
-	if _, code := runDemo(t, "-no-such-flag"); code != 2 {
-		t.Fatalf("unknown flag: exit %d, want 2", code)
+	for _, args := range [][]string{{"-no-such-flag"}, {"-workers", "0"}, {"-ttl", "0s"}, {"-duration", "-1s"}} {
+		if _, code := runDemo(t, args...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", args, code)
+		}
 	}
 	out, code := runDemo(t, "-redis", "127.0.0.1:1")
 	if code != 2 {
