@@ -7,6 +7,22 @@ import (
 	"strconv"
 )
 
+// Limits that every lock and store of this module applies, so that a fence one
+// of them accepts is one the others accept too.
+const (
+	// MaxToken is the largest token a lock of this module issues: 2^53 - 1.
+	// Lua scripts hold numbers as doubles, which are exact only up to 2^53,
+	// so an issuer at this limit fails with an error instead of repeating a
+	// token. Stores admit any positive int64, so fences from other issuers
+	// keep working.
+	MaxToken Token = 1<<53 - 1
+
+	// MaxResourceLen is the longest resource name, in bytes, that locks and
+	// stores accept. It keeps a resource well inside PostgreSQL's btree index
+	// row limit (about 2.7 KB), so the guard table can always index it.
+	MaxResourceLen = 1024
+)
+
 // Token is a fencing token: it strictly increases with every new grant of a
 // resource's lock. The zero Token means "no token"; grants start at 1.
 type Token int64
@@ -31,13 +47,15 @@ func (f Fence) String() string {
 	return fmt.Sprintf("%q token=%d holder=%q", f.Resource, f.Token, f.Holder)
 }
 
-// Validate reports whether f can be presented to storage: a non-empty
-// resource, a token of at least 1 and a non-empty holder. The error matches
-// [ErrInvalidFence].
+// Validate reports whether f can be presented to storage: a resource of 1 to
+// [MaxResourceLen] bytes, a token of at least 1 and a non-empty holder. The
+// error matches [ErrInvalidFence].
 func (f Fence) Validate() error {
 	switch {
 	case f.Resource == "":
 		return fmt.Errorf("%w: empty resource", ErrInvalidFence)
+	case len(f.Resource) > MaxResourceLen:
+		return fmt.Errorf("%w: resource of %d bytes is longer than %d", ErrInvalidFence, len(f.Resource), MaxResourceLen)
 	case f.Token < 1:
 		return fmt.Errorf("%w: token %d for %q is below 1", ErrInvalidFence, f.Token, f.Resource)
 	case f.Holder == "":

@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +40,8 @@ func TestValidate(t *testing.T) {
 		{Fence{Resource: "r", Token: 0, Holder: "h"}, false},
 		{Fence{Resource: "r", Token: -3, Holder: "h"}, false},
 		{Fence{Resource: "r", Token: 1, Holder: ""}, false},
+		{Fence{Resource: strings.Repeat("r", MaxResourceLen), Token: 1, Holder: "h"}, true},
+		{Fence{Resource: strings.Repeat("r", MaxResourceLen+1), Token: 1, Holder: "h"}, false},
 	}
 	for _, tt := range tests {
 		err := tt.f.Validate()
