@@ -50,8 +50,8 @@ func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fe
 // If lockKey no longer holds value, the refusal was deserved (another holder
 // took the lock): it returns [ErrNotHeld] and changes nothing.
 func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floor fence.Token) (fence.Fence, error) {
-	if floor < 0 || floor >= maxToken {
-		return fence.Fence{}, fmt.Errorf("%w: token %d is outside [0, 2^53)", ErrInvalid, floor)
+	if floor < 0 || floor >= fence.MaxToken {
+		return fence.Fence{}, fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", ErrInvalid, floor)
 	}
 	return l.fenceLock(ctx, "fence above", lockKey, value, floor)
 }
@@ -62,9 +62,11 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 		return fence.Fence{}, fmt.Errorf("%w: empty lock key", ErrInvalid)
 	case value == "":
 		return fence.Fence{}, fmt.Errorf("%w: empty value for lock key %q", ErrInvalid, lockKey)
+	case len(lockKey) > fence.MaxResourceLen:
+		return fence.Fence{}, fmt.Errorf("%w: lock key of %d bytes is longer than %d", ErrInvalid, len(lockKey), fence.MaxResourceLen)
 	}
-	if err := ctx.Err(); err != nil {
-		return fence.Fence{}, fmt.Errorf("lock: %s %q: %w", op, lockKey, err)
+	if err := checkCall(ctx, op, lockKey); err != nil {
+		return fence.Fence{}, err
 	}
 	res, err := foreignScript.Run(ctx, l.client, []string{lockKey, l.FenceKey(lockKey)},
 		value, strconv.FormatInt(int64(floor), 10)).Int64Slice()

@@ -40,8 +40,8 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // ErrNotHeld although the first run released the lock: either way the lock
 // is no longer this lease's.
 func (s *Lease) Release(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lock: release %q: %w", s.f.Resource, err)
+	if err := checkCall(ctx, "release", s.f.Resource); err != nil {
+		return err
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
 	if err != nil {
@@ -60,8 +60,8 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lock: extend %q: %w", s.f.Resource, err)
+	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
+		return err
 	}
 	n, err := extendScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder, ttl.Milliseconds()).Int64()
 	if err != nil {
@@ -76,8 +76,8 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the lease's remaining time as Redis sees it, or [ErrNotHeld]
 // when this grant no longer holds the lock. ctx bounds the round trip.
 func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("lock: ttl %q: %w", s.f.Resource, err)
+	if err := checkCall(ctx, "ttl", s.f.Resource); err != nil {
+		return 0, err
 	}
 	ms, err := ttlScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxToken bounds tokens passed to Redis scripts, whose numbers are doubles
-// and exact only up to 2^53.
-const maxToken = fence.Token(1 << 53)
+// MaxTTL is the longest lease TryAcquire, Acquire, Do and Extend accept. A
+// lease is a failure-detection window, not a bound on the work (renew it
+// instead); a longer one is almost always a unit mistake, and one near
+// math.MaxInt64 would silently never expire.
+const MaxTTL = 365 * 24 * time.Hour
 
 // cleanupTimeout bounds the release that follows an acquisition whose reply
 // was lost (a cancelled context, a broken connection).
@@ -68,9 +70,24 @@ func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resou
 // expires and release never deletes it; it shares the lock key's slot.
 func (l *Locker) CounterKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
 
+// checkCall refuses a nil or finished context before anything is sent; op
+// and resource label the error.
+func checkCall(ctx context.Context, op, resource string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: %s %q: nil context", ErrInvalid, op, resource)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lock: %s %q: %w", op, resource, err)
+	}
+	return nil
+}
+
 func checkResource(resource string) error {
 	if resource == "" {
 		return fmt.Errorf("%w: empty resource name", ErrInvalid)
+	}
+	if len(resource) > fence.MaxResourceLen {
+		return fmt.Errorf("%w: resource name of %d bytes is longer than %d", ErrInvalid, len(resource), fence.MaxResourceLen)
 	}
 	if strings.ContainsAny(resource, "{}") {
 		return fmt.Errorf("%w: resource %q contains a brace, which would break its hash tag", ErrInvalid, resource)
@@ -81,6 +98,9 @@ func checkResource(resource string) error {
 func checkTTL(ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: lease %v is shorter than 1ms", ErrInvalid, ttl)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: lease %v is longer than %v", ErrInvalid, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -103,8 +123,8 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: acquire %q: %w", resource, err)
+	if err := checkCall(ctx, "acquire", resource); err != nil {
+		return nil, err
 	}
 	holder := fence.NewHolder()
 	lockKey := l.LockKey(resource)
@@ -206,11 +226,11 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	if err := checkResource(resource); err != nil {
 		return err
 	}
-	if atLeast < 0 || atLeast > maxToken {
-		return fmt.Errorf("%w: token %d is outside [0, 2^53]", ErrInvalid, atLeast)
+	if atLeast < 0 || atLeast >= fence.MaxToken {
+		return fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", ErrInvalid, atLeast)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lock: advance %q: %w", resource, err)
+	if err := checkCall(ctx, "advance", resource); err != nil {
+		return err
 	}
 	err := advanceScript.Run(ctx, l.client, []string{l.CounterKey(resource)}, int64(atLeast)).Err()
 	return translate(ctx, err, "advance", resource)

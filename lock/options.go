@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -67,11 +68,19 @@ func Backoff(min, max time.Duration) WaitStrategy {
 type backoff struct{ min, max time.Duration }
 
 func (b backoff) Delay(attempt int, _ time.Duration) time.Duration {
-	ceiling := b.max
-	if attempt < 30 {
-		if c := b.min << attempt; c < ceiling {
-			ceiling = c
+	// min·2ⁿ saturates at max: doubling stops as soon as it would pass max,
+	// so no shift can overflow whatever min and the attempt are.
+	ceiling := b.min
+	for i := 0; i < attempt && ceiling < b.max; i++ {
+		if ceiling > b.max/2 {
+			ceiling = b.max
+			break
 		}
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, b.max)
+	if ceiling >= math.MaxInt64 {
+		return ceiling
 	}
 	return rand.N(ceiling + 1)
 }
