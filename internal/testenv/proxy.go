@@ -1,0 +1,262 @@
+package testenv
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy between clients and one server, for tests that need
+// real network faults: a reply lost on a connection that then breaks (what
+// makes go-redis retry a command the server already ran), a network that
+// stops carrying traffic, and connections cut all at once.
+//
+// Every connection accepted on [Proxy.Addr] is forwarded to the target over
+// a connection of its own. The proxy is closed, with every connection, when
+// the test ends.
+type Proxy struct {
+	t      testing.TB
+	target string
+	ln     net.Listener
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	links  map[*link]struct{}
+	lose   func() // armed by LoseNextReply; run once, then nil
+	armed  bool
+	gate   chan struct{} // non-nil while blocked; closed by Unblock
+	closed bool
+}
+
+// link is one client connection and its server connection.
+type link struct {
+	client net.Conn
+	done   chan struct{} // closed by cut
+
+	mu     sync.Mutex
+	server net.Conn // nil until connected
+	isCut  bool
+}
+
+// cut closes both connections; it may be called any number of times.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isCut {
+		return
+	}
+	l.isCut = true
+	close(l.done)
+	_ = l.client.Close()
+	if l.server != nil {
+		_ = l.server.Close()
+	}
+}
+
+// connect attaches the server connection s, or closes s and reports false
+// when l was cut meanwhile.
+func (l *link) connect(s net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isCut {
+		_ = s.Close()
+		return false
+	}
+	l.server = s
+	return true
+}
+
+// StartProxy listens on a free loopback port and forwards every connection
+// to target (host:port). It stops when t ends.
+func StartProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: proxy listen: %v", err)
+	}
+	p := &Proxy{t: t, target: target, ln: ln, links: map[*link]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr returns the host:port clients connect to.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// LoseNextReply arms the proxy once: the next bytes that any server sends
+// are not forwarded, then (if not nil) runs, and then that connection is cut
+// on both sides. For a client that sends one command at a time on a
+// connection, those bytes are the reply to a command the server has run: the
+// client sees the connection break and cannot tell whether the command ran.
+//
+// then runs on the proxy's goroutine while the client still waits for its
+// reply, so whatever it does happens after the server ran the command and
+// before any retry of it; it must not call t.Fatal (t.Error is fine).
+// Arming again before the reply is lost replaces then.
+func (p *Proxy) LoseNextReply(then func()) {
+	p.mu.Lock()
+	p.lose, p.armed = then, true
+	p.mu.Unlock()
+}
+
+// Block stops the proxy from carrying traffic, like a network partition:
+// bytes already sent are held, not delivered, and new connections are
+// accepted but not forwarded. Connections stay open, so clients see timeouts
+// rather than errors. Held bytes are delivered after [Proxy.Unblock] if
+// their connection is still open, as TCP would retransmit them.
+func (p *Proxy) Block() {
+	p.mu.Lock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// Unblock makes the proxy carry traffic again after [Proxy.Block].
+func (p *Proxy) Unblock() {
+	p.mu.Lock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+	p.mu.Unlock()
+}
+
+// CutAll closes every open connection, on both sides, as a reset would.
+// New connections are accepted and forwarded as before.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.cut()
+	}
+}
+
+func (p *Proxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	p.CutAll()
+	p.Unblock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return // listener closed
+		}
+		l := &link{client: c, done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		p.links[l] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.serve(l)
+	}
+}
+
+// serve connects l to the target and copies both ways until either side
+// ends or l is cut.
+func (p *Proxy) serve(l *link) {
+	defer p.wg.Done()
+	defer func() {
+		l.cut()
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	if !p.wait(l) {
+		return
+	}
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		p.t.Logf("testenv: proxy dial %s: %v", p.target, err)
+		return
+	}
+	if !l.connect(s) {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.copy(l, s, l.client, false)
+	}()
+	p.copy(l, l.client, s, true)
+	wg.Wait()
+}
+
+// copy forwards src to dst until an error or a cut, then cuts l.
+// fromServer marks the direction that LoseNextReply acts on.
+func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
+	defer l.cut()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.wait(l) {
+				return
+			}
+			if fromServer {
+				if then, ok := p.takeLose(); ok {
+					if then != nil {
+						then()
+					}
+					return // the reply is dropped and the connection cut
+				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) takeLose() (func(), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.armed {
+		return nil, false
+	}
+	then := p.lose
+	p.lose, p.armed = nil, false
+	return then, true
+}
+
+// wait returns once the proxy is not blocked, true, or once l is cut, false.
+func (p *Proxy) wait(l *link) bool {
+	for {
+		p.mu.Lock()
+		gate := p.gate
+		p.mu.Unlock()
+		if gate == nil {
+			select {
+			case <-l.done:
+				return false
+			default:
+				return true
+			}
+		}
+		select {
+		case <-gate:
+		case <-l.done:
+			return false
+		}
+	}
+}
