@@ -34,7 +34,10 @@ type Statement struct {
 // On a pgx.Tx the batch joins that transaction, and an error leaves it
 // aborted: roll it back. The first time a pool connection sees a statement,
 // pgx prepares it in an extra round trip and caches it. ctx bounds the
-// batch; on cancellation the connection is closed and nothing commits.
+// batch; on cancellation the connection is closed and nothing commits. If
+// encoding an argument panics (a Value or Encode method is user code), the
+// batch is not sent, the connection goes back to its pool and the panic
+// continues.
 func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return nil, err
@@ -52,30 +55,41 @@ func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	for _, s := range stmts {
 		b.Queue(s.SQL, s.Args...)
 	}
-	br := db.SendBatch(ctx, b)
-	tags := make([]pgconn.CommandTag, 0, len(stmts))
-	var err error
-	if _, err = br.Exec(); err != nil {
-		err = fmt.Errorf("postgres: fenced batch: %w", translate(err, f, true))
-	} else {
-		for i := range stmts {
-			var tag pgconn.CommandTag
-			if tag, err = br.Exec(); err != nil {
-				err = fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f, false))
-				break
-			}
-			tags = append(tags, tag)
-		}
-	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f, false))
-	}
+	var tags []pgconn.CommandTag
+	err := onConn(ctx, db, func(db Batcher) error {
+		var err error
+		tags, err = execBatch(ctx, db, b, f, len(stmts))
+		return err
+	})
 	if err != nil {
 		var stale *fence.StaleError
 		if errors.As(err, &stale) {
 			return nil, stale
 		}
 		return nil, err
+	}
+	return tags, nil
+}
+
+// execBatch sends b, whose first statement is the guard of f, and returns the
+// command tags of the n statements after it.
+func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n int) (tags []pgconn.CommandTag, err error) {
+	br := db.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f, false))
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f, true))
+	}
+	tags = make([]pgconn.CommandTag, 0, n)
+	for i := range n {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f, false))
+		}
+		tags = append(tags, tag)
 	}
 	return tags, nil
 }
@@ -90,6 +104,10 @@ func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 // keep rows; an error from fn is returned as it is (the mark raise still
 // commits, as with any admitted read). On a pgx.Tx the read joins that
 // transaction. ctx bounds the batch and fn's reading.
+//
+// If fn panics, Query closes the batch, returns the connection to its pool
+// and lets the panic continue with its original value. The guard's mark
+// raise has already run by then and commits like any admitted read's.
 func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
@@ -106,31 +124,37 @@ func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn fu
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(guardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
 	b.Queue(stmt.SQL, stmt.Args...)
+	return onConn(ctx, db, func(db Batcher) error { return queryBatch(ctx, db, b, f, fn) })
+}
+
+// queryBatch sends b, the guard of f and one query, and hands the query's
+// rows to fn. The batch is closed even when fn panics, so that the connection
+// is drained and, from a pool, given back.
+func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn func(rows pgx.Rows) error) (err error) {
 	br := db.SendBatch(ctx, b)
-	err := func() error {
-		if _, err := br.Exec(); err != nil {
-			var stale *fence.StaleError
-			if err := translate(err, f, true); errors.As(err, &stale) {
-				return stale
-			}
-			return fmt.Errorf("postgres: fenced query guard: %w", translate(err, f, true))
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f, false))
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
-		}
-		defer rows.Close()
-		if err := fn(rows); err != nil {
-			return err
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
-		}
-		return nil
 	}()
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f, false))
+	if _, err := br.Exec(); err != nil {
+		var stale *fence.StaleError
+		if err := translate(err, f, true); errors.As(err, &stale) {
+			return stale
+		}
+		return fmt.Errorf("postgres: fenced query guard: %w", translate(err, f, true))
 	}
-	return err
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+	}
+	defer rows.Close()
+	if err := fn(rows); err != nil {
+		return err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+	}
+	return nil
 }

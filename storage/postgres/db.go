@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,4 +47,38 @@ var (
 	_ Batcher    = (*pgxpool.Pool)(nil)
 	_ Batcher    = (*pgx.Conn)(nil)
 	_ Batcher    = pgx.Tx(nil)
+	_ Querier    = (*pgxpool.Conn)(nil)
+	_ Batcher    = (*pgxpool.Conn)(nil)
 )
+
+// acquirer is a pool: the calls below take one of its connections for their
+// whole duration rather than let the pool acquire one per statement.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// onConn runs fn with db or, when db is a pool, with a connection acquired
+// from it, which goes back to the pool when fn returns or panics. Encoding a
+// statement's arguments runs user code (a Value or Encode method), and
+// pgxpool's SendBatch and QueryRow keep the connection they acquired when
+// that code panics; holding the connection here returns it (or closes it, if
+// the panic left it busy) whatever happens.
+func onConn[T any](ctx context.Context, db T, fn func(T) error) error {
+	p, ok := any(db).(acquirer)
+	if !ok {
+		return fn(db)
+	}
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: acquire a connection: %w", err)
+	}
+	defer c.Release()
+	conn, ok := any(c).(T)
+	if !ok {
+		// Unreachable for the interfaces of this package; fall back to the
+		// pool rather than fail.
+		c.Release()
+		return fn(db)
+	}
+	return fn(conn)
+}

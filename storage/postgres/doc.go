@@ -50,6 +50,16 @@
 // the *pgconn.PgError. Run the whole transaction again, for example with
 // [Retry].
 //
+// # Panics
+//
+// Code of yours that runs inside a call may panic: the function given to
+// [InTx] or [Query], or the Value and Encode methods of the arguments you
+// pass. The call then rolls back what it can (InTx's transaction, or its
+// savepoint on a pgx.Tx), closes its batch, returns the connection to its
+// pool and lets the panic continue with its original value, so a recovered
+// panic (net/http recovers handler panics) leaves no guard row locked and no
+// connection checked out.
+//
 // # Handles and names
 //
 // Functions take the narrowest interface they need: [Querier], [Beginner]

@@ -139,14 +139,16 @@ func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
 	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + admitRowSQL(r.token, r.holder))
-	tag, err := db.Exec(ctx, sb.String(), args...)
-	if err != nil {
-		return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f, false))
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	return r.refusal(ctx, db, f, key)
+	return onConn(ctx, db, func(db Querier) error {
+		tag, err := db.Exec(ctx, sb.String(), args...)
+		if err != nil {
+			return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f, false))
+		}
+		if tag.RowsAffected() > 0 {
+			return nil
+		}
+		return r.refusal(ctx, db, f, key)
+	})
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
@@ -182,14 +184,16 @@ func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	sql := "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
 		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
 		" WHERE " + admitRowSQL("cur."+r.token, "cur."+r.holder)
-	tag, err := db.Exec(ctx, sql, args...)
-	if err != nil {
-		return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f, false))
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	return r.refusal(ctx, db, f, key)
+	return onConn(ctx, db, func(db Querier) error {
+		tag, err := db.Exec(ctx, sql, args...)
+		if err != nil {
+			return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f, false))
+		}
+		if tag.RowsAffected() > 0 {
+			return nil
+		}
+		return r.refusal(ctx, db, f, key)
+	})
 }
 
 // refusal tells a stale fence from a missing row after a fenced write
@@ -239,7 +243,17 @@ func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = $1 AND " + r.version + " = $2 RETURNING " + r.version)
 	var next int64
-	err = db.QueryRow(ctx, sb.String(), args...).Scan(&next)
+	err = onConn(ctx, db, func(db Querier) error {
+		var err error
+		next, err = r.updateVersion(ctx, db, sb.String(), args, key, version)
+		return err
+	})
+	return next, err
+}
+
+func (r table) updateVersion(ctx context.Context, db Querier, sql string, args []any, key any, version int64) (int64, error) {
+	var next int64
+	err := db.QueryRow(ctx, sql, args...).Scan(&next)
 	if err == nil {
 		return next, nil
 	}

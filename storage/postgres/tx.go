@@ -31,6 +31,10 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // connection); on a pgx.Tx, InTx runs in a savepoint of that transaction and
 // opts must be zero. ctx bounds the whole transaction, fn included; when it
 // is cancelled the transaction is rolled back and the error matches ctx.Err().
+//
+// If fn panics, InTx rolls the transaction back (releasing the guard row and
+// returning the connection to its pool) and lets the panic continue with its
+// original value.
 func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) (err error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
@@ -54,8 +58,12 @@ func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", translate(err, f, false))
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		// This runs when fn panics too: the guard row and the connection must
+		// not outlive the call, or every later holder of the resource waits
+		// for a transaction nobody will end. The panic then continues.
+		if !committed {
 			// A rollback error adds nothing: the transaction is void either
 			// way, and pgx closes the connection if it cannot roll back.
 			_ = tx.Rollback(ctx)
@@ -70,6 +78,7 @@ func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: commit: %w", translate(err, f, false))
 	}
+	committed = true
 	return nil
 }
 
@@ -86,7 +95,8 @@ const DefaultRetryAttempts = 10
 //
 // fn must redo the whole read-modify-write, reading afresh. Retry returns
 // fn's last error; if ctx ends while waiting, it returns an error matching
-// ctx.Err() that also wraps fn's last error.
+// ctx.Err() that also wraps fn's last error. A panic in fn is not retried: it
+// continues unchanged, and Retry holds nothing that it would leak.
 func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
 	if ctx == nil {
 		return invalid("nil context")
