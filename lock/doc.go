@@ -3,10 +3,10 @@
 // A [Locker] grants a lease on a named resource to one holder at a time. The
 // grant and its token come from one Lua script, in one round trip: the script
 // sets the lock key (SET PX, only if absent) and, only if that succeeded,
-// increments the resource's token counter. The token therefore strictly
-// increases with every grant of the resource, and a [Lease] hands it to
-// storage as a [fence.Fence] together with a holder id that is unique to the
-// grant.
+// issues the resource's next token: max(previous token + 1, the Redis
+// server's clock in microseconds). The token therefore strictly increases
+// with every grant of the resource, and a [Lease] hands it to storage as a
+// [fence.Fence] together with a holder id that is unique to the grant.
 //
 // # Why tokens
 //
@@ -22,20 +22,53 @@
 // # Keys
 //
 // For resource r and prefix p (default [DefaultPrefix]) the lock lives in
-// "p{r}:lock" and the counter in "p{r}:token". Both share the hash tag {r}, so
-// they sit in one Redis Cluster slot and one script can touch both. The counter
-// never expires and release never deletes it. The lock key's value is the
-// holder id, so only the holder can release ([Lease.Release]) or extend
-// ([Lease.Extend]) its lease.
+// "p{r}:lock" and the token state in "p{r}:token". Both share the hash tag
+// {r}, so they sit in one Redis Cluster slot and one script can touch both.
+// The lock key's value is the holder id, so only the holder can release
+// ([Lease.Release]) or extend ([Lease.Extend]) its lease.
+//
+// # Token state lives only while a resource is active
+//
+// The token state (the newest token, and the current grant's token and a
+// mark of its holder, about 170 bytes per resource in Redis) expires a
+// retention window after the last lease ends ([WithTokenRetention], default
+// [DefaultTokenRetention]), so locking a new resource per order or per user
+// costs no memory for good. Tokens keep increasing once the state is gone
+// because they are anchored to the server's clock: a later grant's clock is
+// past every earlier token, provided the clock has not gone back past the
+// last token issued. The state outlives its lease by the retention, and by
+// however far its counter runs ahead of the clock (after [Locker.Advance]),
+// so the clock only has to be trusted not to step back by more than the
+// retention while a resource is idle.
+//
+// Safety never depends on the clock: if it does step back, the next tokens
+// are low, storage refuses them as stale and nothing is lost; progress
+// resumes when the clock passes the old tokens, or at once after
+// [Locker.Advance] with the refusal's mark. Tokens stay at or below
+// [fence.MaxToken] (Lua numbers are doubles); at the limit a grant fails
+// with [ErrTokensExhausted] rather than repeat a token.
 //
 // # When Redis loses data
 //
 // A restart without persistence, a failover to a lagging replica, eviction or
-// FLUSHALL can reset a counter. Storage stays safe (it refuses the low tokens
-// as stale), and the lock heals: [Locker.Advance] raises the counter past the
-// high-water mark that the refusal reports (see [fence.HighWater]). For the
-// strongest setting run Redis with appendonly yes and appendfsync always, and
-// maxmemory-policy noeviction (or a volatile-* policy: counters carry no TTL).
+// FLUSHALL can lose token state. Storage stays safe whatever is lost (it
+// refuses low tokens as stale), and the lock heals by itself: the next grant's
+// token comes from the server's clock, which is past every token the lost
+// state had issued, so storage admits it without anyone calling
+// [Locker.Advance]. A failover to a replica whose clock is behind the old
+// master's delays that by the clock difference; Advance with the refusal's
+// mark (see [fence.HighWater]) heals at once.
+//
+// Healing never resumes a half-done unit of work. After a stale refusal,
+// drop the work, or start it again from its fenced read with a new grant's
+// fence; never retry only the write with a newer token, which could overwrite
+// a newer holder's update with a value computed from an old read.
+//
+// For the fewest refusals run Redis with appendonly yes (appendfsync always
+// is the strongest setting) and maxmemory-policy noeviction. Token state and
+// locks carry a TTL, so under a volatile-* policy Redis may evict them early:
+// an evicted lock lets a second holder in (storage still refuses the older
+// one's writes), and evicted token state is healed by the clock as above.
 //
 // # Locks from other libraries
 //
@@ -43,14 +76,17 @@
 // library took, without replacing it: it issues a token for the grant only
 // while the lock key still holds the grant's value, the same token for every
 // call within one grant and a higher one for the next grant.
-// [Locker.FenceLockAbove] heals such a lock after Redis lost its records,
-// as [Locker.Advance] does for this package's own locks.
+// Its tokens follow the same rule as this package's own: anchored to the
+// server's clock, and kept only the retention after the lock's lease.
+// [Locker.FenceLockAbove] issues a token above a given mark for a clock that
+// stepped back.
 //
 // # Errors
 //
 // [ErrNotAcquired] (as a [*NotAcquiredError] that says how long the current
 // lease has left), [ErrNotHeld] when a lease was already lost, [ErrInvalid] for
 // rejected arguments (nothing is sent), [ErrWrongType] when a key of another
-// type is in the way (it is left as it was). Calls whose context ends return an
+// type is in the way (it is left as it was), [ErrTokensExhausted] at the top of
+// the token space. Calls whose context ends return an
 // error that matches ctx.Err() and leave no lock behind.
 package lock

@@ -24,9 +24,14 @@ var (
 	// was sent to Redis.
 	ErrInvalid = errors.New("lock: invalid argument")
 
-	// ErrWrongType means a lock or counter key already holds a value of
-	// another type. The key was left as it was.
+	// ErrWrongType means a lock key or token state already holds a value of
+	// another type, or a token out of range. The key was left as it was.
 	ErrWrongType = errors.New("lock: key holds the wrong type")
+
+	// ErrTokensExhausted means the next token would pass [fence.MaxToken]:
+	// the token state was advanced to the top of the token space. No lock
+	// was taken and nothing was changed; tokens are never repeated.
+	ErrTokensExhausted = errors.New("lock: token space exhausted, the next token would pass fence.MaxToken")
 )
 
 // NotAcquiredError is a refused acquisition. It matches [ErrNotAcquired].
@@ -49,6 +54,10 @@ func (e *NotAcquiredError) Error() string {
 // Unwrap returns [ErrNotAcquired].
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
+// tokensExhaustedReply is the text of the error reply tokenstate.lua gives
+// when the next token would pass fence.MaxToken.
+const tokensExhaustedReply = "token space exhausted"
+
 // translate turns a Redis reply error into this package's errors; it is the
 // one place that inspects driver errors. op and resource label the error.
 func translate(ctx context.Context, err error, op, resource string) error {
@@ -58,6 +67,9 @@ func translate(ctx context.Context, err error, op, resource string) error {
 	var re redis.Error
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, op, resource, re.Error())
+	}
+	if errors.As(err, &re) && strings.Contains(re.Error(), tokensExhaustedReply) {
+		return fmt.Errorf("%w: %s %q", ErrTokensExhausted, op, resource)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		// Make errors.Is(err, ctx.Err()) hold even when the driver reported

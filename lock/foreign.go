@@ -24,8 +24,10 @@ import (
 // earlier one. The lock key itself is never written: its lease, release and
 // extension stay with the library that took it.
 //
-// Tokens live in the record [Locker.FenceKey] names, which never expires. A
-// token is unique to a grant only if values are: keep the libraries' random
+// Tokens follow the rule of [Locker.TryAcquire]: a new grant's token is
+// above the previous one and not below the Redis server's clock in
+// microseconds. They live in the record [Locker.FenceKey] names, which
+// expires the token retention after the lock's lease. A token is unique to a grant only if values are: keep the libraries' random
 // values (do not fix them with redsync.WithValue, redsync.WithGenValueFunc or
 // redislock's Options.Token). For redsync pass mutex.Name() and
 // mutex.Value(); for redislock lock.Key() and lock.Token()+lock.Metadata().
@@ -69,7 +71,7 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 		return fence.Fence{}, err
 	}
 	res, err := foreignScript.Run(ctx, l.client, []string{lockKey, l.FenceKey(lockKey)},
-		value, strconv.FormatInt(int64(floor), 10)).Int64Slice()
+		value, strconv.FormatInt(int64(floor), 10), l.retentionMS).Int64Slice()
 	if err == nil && (len(res) == 0 || res[0] == 1 && len(res) != 2) {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
@@ -83,8 +85,9 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 }
 
 // FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
-// token counter and the value of its current grant: the Locker's prefix, a
-// hash tag and lockKey. The key never expires. It sits in lockKey's Redis
+// newest token and the value of its current grant: the Locker's prefix, a
+// hash tag and lockKey. It expires the token retention after the lock's
+// lease. It sits in lockKey's Redis
 // Cluster slot whatever braces lockKey contains, so the one script that reads
 // both is legal on a cluster, and distinct lock keys get distinct records.
 func (l *Locker) FenceKey(lockKey string) string {

@@ -34,11 +34,13 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 
 // Release gives up the lock if this grant still holds it, in one round trip.
 // It never deletes another holder's lock: if the lease has expired (or was
-// released), it returns [ErrNotHeld] and changes nothing. The token counter
-// is kept, so the next grant's token is higher. ctx bounds the round trip.
-// If the client retries a release whose reply was lost, the retry reports
-// ErrNotHeld although the first run released the lock: either way the lock
-// is no longer this lease's.
+// released), it returns [ErrNotHeld] and changes nothing. The token state is
+// kept for the token retention, so the next grant's token is higher. ctx
+// bounds the round trip. If the client retries a release whose reply was
+// lost, the retry reports ErrNotHeld although the first run released the
+// lock: either way the lock is no longer this lease's. (Telling the two
+// apart would cost a record per release for the client's retry window;
+// nothing a caller does next depends on the difference.)
 func (s *Lease) Release(ctx context.Context) error {
 	if err := checkCall(ctx, "release", s.f.Resource); err != nil {
 		return err
@@ -63,7 +65,8 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
 		return err
 	}
-	n, err := extendScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder, ttl.Milliseconds()).Int64()
+	n, err := extendScript.Run(ctx, s.l.client, []string{s.key, s.l.TokenKey(s.f.Resource)},
+		s.f.Holder, ttl.Milliseconds(), s.l.retentionMS).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}

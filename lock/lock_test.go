@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,21 +49,24 @@ func waitLost(t *testing.T, lease *lock.Lease) {
 func TestTokensIncreasePerGrant(t *testing.T) {
 	ctx := context.Background()
 	l := newLocker(t, testenv.Redis(t))
-	for want := fence.Token(1); want <= 20; want++ {
+	var last fence.Token
+	for i := range 300 { // back to back, many within one millisecond
 		lease := mustAcquire(t, l, "orders", time.Second)
-		if lease.Token() != want {
-			t.Fatalf("grant %d got token %d", want, lease.Token())
+		if lease.Token() <= last || lease.Token() > fence.MaxToken {
+			t.Fatalf("grant %d got token %d after %d", i, lease.Token(), last)
 		}
-		if f := lease.Fence(); f.Resource != "orders" || f.Token != want || len(f.Holder) != 32 {
+		if f := lease.Fence(); f.Resource != "orders" || f.Token != lease.Token() || len(f.Holder) != 32 {
 			t.Fatalf("fence %v", f)
 		}
+		last = lease.Token()
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Another resource has its own counter.
-	if got := mustAcquire(t, l, "invoices", time.Second).Token(); got != 1 {
-		t.Fatalf("first grant of another resource got token %d, want 1", got)
+	// Another resource has its own state, so its tokens do not wait for
+	// this one's.
+	if got := mustAcquire(t, l, "invoices", time.Second).Token(); got < 1 {
+		t.Fatalf("first grant of another resource got token %d", got)
 	}
 }
 
@@ -84,14 +88,15 @@ func TestReacquireAfterExpiryGetsNextToken(t *testing.T) {
 	a := mustAcquire(t, l, "r", 20*time.Millisecond)
 	waitLost(t, a)
 	b := mustAcquire(t, l, "r", time.Second)
-	if b.Token() != a.Token()+1 {
-		t.Fatalf("after expiry token %d, want %d", b.Token(), a.Token()+1)
+	if b.Token() <= a.Token() {
+		t.Fatalf("after expiry token %d, want above %d", b.Token(), a.Token())
 	}
 }
 
 func TestExtendKeepsTokenAndLease(t *testing.T) {
 	ctx := context.Background()
-	l := newLocker(t, testenv.Redis(t))
+	c := testenv.Redis(t)
+	l := newLocker(t, c, lock.WithTokenRetention(time.Second))
 	lease := mustAcquire(t, l, "r", 100*time.Millisecond)
 	if err := lease.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
@@ -100,18 +105,23 @@ func TestExtendKeepsTokenAndLease(t *testing.T) {
 	if err != nil || ttl < 30*time.Second {
 		t.Fatalf("TTL after Extend = %v, %v; want about a minute", ttl, err)
 	}
-	if lease.Token() != 1 {
-		t.Fatalf("token changed to %d", lease.Token())
+	// The extended lease still excludes others, and a retried grant still
+	// finds its own token.
+	if _, err := l.TryAcquire(ctx, "r", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on extended lock: %v", err)
 	}
-	// The extended lease still excludes others, and the counter did not move.
+	// The token state lives at least as long as the extended lease.
+	if pttl := c.PTTL(ctx, l.TokenKey("r")).Val(); pttl < 30*time.Second {
+		t.Fatalf("token state PTTL %v after Extend(1m)", pttl)
+	}
 	if _, err := l.TryAcquire(ctx, "r", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire on extended lock: %v", err)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got != 2 {
-		t.Fatalf("next grant token %d, want 2", got)
+	if got := mustAcquire(t, l, "r", time.Second).Token(); got <= lease.Token() {
+		t.Fatalf("next grant token %d, want above %d", got, lease.Token())
 	}
 }
 
@@ -145,8 +155,10 @@ func TestStaleLeaseCannotReleaseOrExtend(t *testing.T) {
 
 func TestTryAcquireHeldFailsAtOnceWithRemaining(t *testing.T) {
 	ctx := context.Background()
-	l := newLocker(t, testenv.Redis(t))
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
 	held := mustAcquire(t, l, "r", 10*time.Second)
+	state := c.Get(ctx, l.TokenKey("r")).Val()
 	_, err := l.TryAcquire(ctx, "r", time.Second)
 	var na *lock.NotAcquiredError
 	if !errors.As(err, &na) || !errors.Is(err, lock.ErrNotAcquired) {
@@ -155,12 +167,12 @@ func TestTryAcquireHeldFailsAtOnceWithRemaining(t *testing.T) {
 	if na.Resource != "r" || na.Remaining <= 0 || na.Remaining > 10*time.Second {
 		t.Fatalf("NotAcquiredError = %+v", na)
 	}
-	// The refusal did not consume a token.
+	// The refusal changed nothing.
+	if after := c.Get(ctx, l.TokenKey("r")).Val(); after != state {
+		t.Fatalf("token state %q after a refused attempt, was %q", after, state)
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got != 2 {
-		t.Fatalf("token after a refused attempt: %d, want 2", got)
 	}
 }
 
@@ -191,7 +203,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	}
 	select {
 	case lease := <-got:
-		if lease == nil || lease.Token() != held.Token()+1 {
+		if lease == nil || lease.Token() <= held.Token() {
 			t.Fatalf("waiter got %v", lease)
 		}
 	case <-ctx.Done():
@@ -275,9 +287,13 @@ func TestReplyLostInFlightLeavesNoLock(t *testing.T) {
 	if n := c.Exists(context.Background(), l.LockKey("r")).Val(); n != 0 {
 		t.Fatal("the granted-but-unreported lock was left behind")
 	}
-	// The counter moved (the grant happened), so tokens still only increase.
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got != 3 {
-		t.Fatalf("token after a lost grant: %d, want 3", got)
+	// The lost grant's token was issued, and the next one is above it.
+	n, g, _ := tokenState(t, c, l, "r")
+	if n <= lease.Token() || g != n {
+		t.Fatalf("token state after the lost grant: n=%d g=%d, want both above %d", n, g, lease.Token())
+	}
+	if got := mustAcquire(t, l, "r", time.Second).Token(); got <= n {
+		t.Fatalf("token after a lost grant: %d, want above %d", got, n)
 	}
 }
 
@@ -315,26 +331,6 @@ func TestOneCommandToAcquireOneToRelease(t *testing.T) {
 	}
 }
 
-func TestCounterSurvivesReleaseWithoutTTL(t *testing.T) {
-	ctx := context.Background()
-	c := testenv.Redis(t)
-	l := newLocker(t, c)
-	lease := mustAcquire(t, l, "r", time.Second)
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
-		t.Fatal("lock key exists after release")
-	}
-	v, err := c.Get(ctx, l.CounterKey("r")).Int64()
-	if err != nil || v != 1 {
-		t.Fatalf("counter after release = %d, %v; want 1", v, err)
-	}
-	if ttl := c.PTTL(ctx, l.CounterKey("r")).Val(); ttl != -1 {
-		t.Fatalf("counter PTTL = %v, want -1 (no expiry)", ttl)
-	}
-}
-
 func TestClusterOneSlotPerResource(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
@@ -344,7 +340,7 @@ func TestClusterOneSlotPerResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"orders", "user:42", "a b c", "ünïcode"} {
-		a, b := l.LockKey(r), l.CounterKey(r)
+		a, b := l.LockKey(r), l.TokenKey(r)
 		sa, sb := c.ClusterKeySlot(ctx, a).Val(), c.ClusterKeySlot(ctx, b).Val()
 		if sa != sb {
 			t.Fatalf("%q: lock key slot %d, counter slot %d", r, sa, sb)
@@ -363,79 +359,6 @@ func TestClusterOneSlotPerResource(t *testing.T) {
 		if err := l.Advance(ctx, r, 10); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func TestAdvanceNeverLowers(t *testing.T) {
-	ctx := context.Background()
-	c := testenv.Redis(t)
-	l := newLocker(t, c)
-	for range 5 {
-		if err := mustAcquire(t, l, "r", time.Second).Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Advance(ctx, "r", 3); err != nil {
-		t.Fatal(err)
-	}
-	if got := mustAcquire(t, l, "r", time.Second); got.Token() != 6 {
-		t.Fatalf("after Advance below the counter: token %d, want 6", got.Token())
-	} else if err := got.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Advance(ctx, "r", 100); err != nil {
-		t.Fatal(err)
-	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got != 101 {
-		t.Fatalf("after Advance(100): token %d, want 101", got)
-	}
-	// A missing counter starts at the advanced value.
-	if err := l.Advance(ctx, "fresh", 7); err != nil {
-		t.Fatal(err)
-	}
-	if got := mustAcquire(t, l, "fresh", time.Second).Token(); got != 8 {
-		t.Fatalf("after Advance on a missing counter: token %d, want 8", got)
-	}
-	if err := l.Advance(ctx, "r", -1); !errors.Is(err, lock.ErrInvalid) {
-		t.Fatalf("Advance(-1) = %v", err)
-	}
-}
-
-func TestCounterLossHealsWithAdvance(t *testing.T) {
-	ctx := context.Background()
-	srv := testenv.StartRedis(t)
-	l, err := lock.New(srv.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last fence.Token
-	for range 5 {
-		lease := mustAcquire(t, l, "r", time.Second)
-		last = lease.Token()
-		if err := lease.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv.Restart() // no persistence: the counter is gone
-	var lease *lock.Lease
-	deadline := time.Now().Add(5 * time.Second)
-	for lease == nil && time.Now().Before(deadline) {
-		lease, err = l.TryAcquire(ctx, "r", time.Second) // the pool's old connections fail first
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lease.Token() > last {
-		t.Fatalf("restart kept the counter (token %d); the test cannot see counter loss", lease.Token())
-	}
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Advance(ctx, "r", last); err != nil {
-		t.Fatal(err)
-	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got <= last {
-		t.Fatalf("after Advance(%d): token %d", last, got)
 	}
 }
 
@@ -473,9 +396,6 @@ func TestNoOverlappingLeases(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := lastToken.Load(); got != workers*rounds {
-		t.Fatalf("last token %d, want %d", got, workers*rounds)
-	}
 }
 
 func TestDo(t *testing.T) {
@@ -494,7 +414,7 @@ func TestDo(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Do = %v, want fn's error", err)
 	}
-	if seen.Token != 1 || seen.Resource != "r" || seen.Holder == "" {
+	if seen.Token < 1 || seen.Resource != "r" || seen.Holder == "" {
 		t.Fatalf("fn saw fence %v", seen)
 	}
 	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
@@ -547,7 +467,7 @@ func TestBadInput(t *testing.T) {
 	if err := l.Do(ctx, "r", time.Second, nil); !errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("Do(nil) = %v", err)
 	}
-	keys, _ := c.Keys(ctx, l.CounterKey("")[:len(l.CounterKey(""))-len("{}:token")]+"*").Result()
+	keys, _ := c.Keys(ctx, l.TokenKey("")[:len(l.TokenKey(""))-len("{}:token")]+"*").Result()
 	if len(keys) != 2 { // only r's lock and counter
 		t.Fatalf("rejected calls wrote keys: %v", keys)
 	}
@@ -566,12 +486,12 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 	if v := c.HGet(ctx, l.LockKey("h"), "f").Val(); v != "v" {
 		t.Fatal("hash lock key was changed")
 	}
-	if n := c.Exists(ctx, l.CounterKey("h")).Val(); n != 0 {
+	if n := c.Exists(ctx, l.TokenKey("h")).Val(); n != 0 {
 		t.Fatal("counter was created although the lock key is wrong")
 	}
 
 	// A list where the counter should be.
-	c.RPush(ctx, l.CounterKey("l"), "x")
+	c.RPush(ctx, l.TokenKey("l"), "x")
 	if _, err := l.TryAcquire(ctx, "l", time.Second); !errors.Is(err, lock.ErrWrongType) {
 		t.Fatalf("counter is a list: %v", err)
 	}
@@ -581,12 +501,12 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 	if err := l.Advance(ctx, "l", 5); !errors.Is(err, lock.ErrWrongType) {
 		t.Fatalf("Advance on a list counter: %v", err)
 	}
-	if v := c.LRange(ctx, l.CounterKey("l"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
+	if v := c.LRange(ctx, l.TokenKey("l"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
 		t.Fatalf("list counter was changed: %v", v)
 	}
 
 	// A string that is not an integer.
-	c.Set(ctx, l.CounterKey("s"), "abc", 0)
+	c.Set(ctx, l.TokenKey("s"), "abc", 0)
 	if _, err := l.TryAcquire(ctx, "s", time.Second); !errors.Is(err, lock.ErrWrongType) {
 		t.Fatalf("counter is not an integer: %v", err)
 	}
@@ -604,7 +524,7 @@ func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	l := newLocker(t, c)
-	warm := mustAcquire(t, l, "r", time.Second) // token 1; loads the script
+	warm := mustAcquire(t, l, "r", time.Second) // loads the script
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -615,8 +535,10 @@ func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire whose first run's reply was lost: %v", err)
 	}
-	if lease.Token() != 2 {
-		t.Fatalf("token %d, want 2 (the grant of the first run)", lease.Token())
+	n, g, holder := tokenState(t, c, l, "r")
+	if lease.Token() != g || n != g || !strings.HasPrefix(lease.Holder(), holder) || lease.Token() <= warm.Token() {
+		t.Fatalf("retried grant got token %d holder %s; state n=%d g=%d h=%s (one grant since %d)",
+			lease.Token(), lease.Holder(), n, g, holder, warm.Token())
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("the retried grant is not the caller's: %v", err)

@@ -24,9 +24,10 @@ const cleanupTimeout = 2 * time.Second
 // Locker grants leases on named resources, each with a fencing token. It is
 // safe for concurrent use; create one per Redis deployment and share it.
 type Locker struct {
-	client redis.UniversalClient
-	prefix string
-	wait   WaitStrategy
+	client      redis.UniversalClient
+	prefix      string
+	wait        WaitStrategy
+	retentionMS int64
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -36,7 +37,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalid)
 	}
-	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond)}
+	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -45,7 +46,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	return &Locker{client: client, prefix: c.prefix, wait: c.wait}, nil
+	return &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds()}, nil
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -66,9 +67,11 @@ func isNil(c redis.UniversalClient) bool {
 // resource as a hash tag, and ":lock".
 func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resource + "}:lock" }
 
-// CounterKey returns the Redis key of resource's token counter. It never
-// expires and release never deletes it; it shares the lock key's slot.
-func (l *Locker) CounterKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
+// TokenKey returns the Redis key of resource's token state: the newest token
+// issued and the current grant's token and holder. It shares the lock key's
+// slot, release keeps it, and it expires the token retention (see
+// [WithTokenRetention]) after the last lease ends.
+func (l *Locker) TokenKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
 
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
@@ -129,7 +132,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	holder := fence.NewHolder()
 	lockKey := l.LockKey(resource)
 	res, err := acquireScript.Run(ctx, l.client,
-		[]string{lockKey, l.CounterKey(resource)}, holder, ttl.Milliseconds()).Int64Slice()
+		[]string{lockKey, l.TokenKey(resource)}, holder, ttl.Milliseconds(), l.retentionMS).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
@@ -144,9 +147,10 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(res[1]) * time.Millisecond}
 	}
 	if res[1] < 1 {
-		// Only possible if the counter vanished under a granted lock.
+		// A retried grant whose token state vanished in between: its token
+		// is unknown, so it cannot be used.
 		l.cleanup(ctx, lockKey, holder)
-		return nil, fmt.Errorf("lock: acquire %q: the token counter was lost during the grant; try again", resource)
+		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
 	return &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}, nil
 }
@@ -216,10 +220,13 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 }
 
 // Advance raises resource's token counter to at least atLeast and never
-// lowers it, so that the next grant's token is above atLeast. It heals a
-// counter that Redis lost (a restart without persistence, a failover, an
-// eviction): storage refuses the low tokens of a restarted counter with a
-// [*fence.StaleError] whose HighWater says how far to advance.
+// lowers it, so that the next grant's token is above atLeast. Lost token
+// state heals by itself (see the package doc); Advance is for a Redis server
+// whose clock went back past the tokens storage has seen, which storage
+// reports as a [*fence.StaleError] whose HighWater says how far to advance.
+// atLeast must be below [fence.MaxToken]. After a stale refusal, redo the
+// whole unit of work from its fenced read under a new grant; never retry
+// only the refused write.
 //
 // ctx bounds the one round trip. Advance does not touch the lock itself.
 func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Token) error {
@@ -232,6 +239,6 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	if err := checkCall(ctx, "advance", resource); err != nil {
 		return err
 	}
-	err := advanceScript.Run(ctx, l.client, []string{l.CounterKey(resource)}, int64(atLeast)).Err()
+	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
 	return translate(ctx, err, "advance", resource)
 }

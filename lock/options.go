@@ -16,8 +16,35 @@ const DefaultPrefix = "fencekit:"
 type Option func(*config) error
 
 type config struct {
-	prefix string
-	wait   WaitStrategy
+	prefix    string
+	wait      WaitStrategy
+	retention time.Duration
+}
+
+// DefaultTokenRetention is how long a resource's token state outlives its
+// last lease when no [WithTokenRetention] option is given.
+const DefaultTokenRetention = 10 * time.Minute
+
+// WithTokenRetention sets how long a resource's token state stays in Redis
+// after its last grant's lease ends. default: [DefaultTokenRetention].
+//
+// Tokens are max(previous token + 1, the Redis server's clock in
+// microseconds), so they keep increasing after the state has expired, as
+// long as the server's clock has not gone back past the last token issued.
+// The retention is therefore how far back the clock may step (an NTP step,
+// a restored VM) while a resource is idle without its next token being
+// refused by storage; safety never depends on it, since storage refuses an
+// older token whatever happens. Longer retention costs memory: about 100
+// bytes per resource locked within the window. d must be between 1ms and
+// [MaxTTL].
+func WithTokenRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d > MaxTTL {
+			return fmt.Errorf("%w: token retention %v is outside [1ms, %v]", ErrInvalid, d, MaxTTL)
+		}
+		c.retention = d
+		return nil
+	}
 }
 
 // WithPrefix sets the prefix of every key the Locker writes.

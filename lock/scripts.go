@@ -7,11 +7,15 @@ import (
 )
 
 // Each script is loaded once per process and run by EVALSHA, falling back to
-// EVAL the first time a server has not seen it.
+// EVAL the first time a server has not seen it. The scripts that issue or
+// raise tokens start with the shared token-state helpers.
 var (
+	//go:embed tokenstate.lua
+	tokenStateLua string
+
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(tokenStateLua + acquireLua)
 
 	//go:embed release.lua
 	releaseLua    string
@@ -27,9 +31,9 @@ var (
 
 	//go:embed advance.lua
 	advanceLua    string
-	advanceScript = redis.NewScript(advanceLua)
+	advanceScript = redis.NewScript(tokenStateLua + advanceLua)
 
 	//go:embed foreign.lua
 	foreignLua    string
-	foreignScript = redis.NewScript(foreignLua)
+	foreignScript = redis.NewScript(tokenStateLua + foreignLua)
 )
