@@ -23,6 +23,13 @@ var (
 	// migrations package).
 	ErrNotMigrated = errors.New("postgres: fencekit schema not found, apply migrations.Up first")
 
+	// ErrNullVersion means [Table.UpdateVersion] found the row's version
+	// column NULL. A NULL version equals no version a caller can pass, so no
+	// retry can succeed: give the column a value (for example, declare it
+	// bigint NOT NULL DEFAULT 1). Nothing was changed. It does not match
+	// [fence.ErrConflict], so [Retry] returns it at once.
+	ErrNullVersion = errors.New("postgres: the row's version column is NULL")
+
 	// ErrInvalidArgument means a call was refused before anything was sent:
 	// a nil database handle or function, an empty table or column name, a
 	// column named twice or two different fences for one resource.

@@ -224,7 +224,9 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 // version. Any write in between makes it return a [*fence.ConflictError]
 // (errors.Is(err, fence.ErrConflict)) with the version found; a missing row
 // returns an error matching [fence.ErrNotFound]. Either way nothing changed:
-// read again and retry, for example with [Retry]. ctx bounds the statements.
+// read again and retry, for example with [Retry]. A row whose version column
+// is NULL can never match and returns an error matching [ErrNullVersion]
+// instead of a conflict. ctx bounds the statements.
 func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
@@ -260,13 +262,15 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}, false))
 	}
-	var actual int64
+	var actual *int64
 	err = db.QueryRow(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&actual)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
 	case err != nil:
 		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}, false))
+	case actual == nil:
+		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, ErrNullVersion)
 	}
-	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: actual}
+	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: *actual}
 }

@@ -257,3 +257,32 @@ func TestTableHostileNameIsAName(t *testing.T) {
 		t.Fatalf("balance %d version %d, want 5 and 2", bal, ver)
 	}
 }
+
+// A NULL version equals nothing a caller can pass: UpdateVersion says so
+// with ErrNullVersion instead of failing to scan, and it is not a conflict
+// that Retry would run again.
+func TestTableUpdateVersionNullVersion(t *testing.T) {
+	ctx, pool := setup(t)
+	mustExec(t, ctx, pool, `CREATE TABLE doc (id text PRIMARY KEY, body text, version bigint)`)
+	mustExec(t, ctx, pool, `INSERT INTO doc (id, body) VALUES ('d', 'old')`)
+	tbl := postgres.Table{Name: pgx.Identifier{"doc"}, Key: "id"}
+	calls := 0
+	err := postgres.Retry(ctx, 3, func(ctx context.Context) error {
+		calls++
+		_, err := tbl.UpdateVersion(ctx, pool, "d", 1, postgres.Set("body", "new"))
+		return err
+	})
+	if !errors.Is(err, postgres.ErrNullVersion) {
+		t.Fatalf("err = %v, want ErrNullVersion", err)
+	}
+	if errors.Is(err, fence.ErrConflict) || calls != 1 {
+		t.Fatalf("a NULL version was treated as a conflict (%d calls): %v", calls, err)
+	}
+	var body string
+	if err := pool.QueryRow(ctx, `SELECT body FROM doc WHERE id = 'd'`).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	if body != "old" {
+		t.Fatalf("body = %q, want the row unchanged", body)
+	}
+}
