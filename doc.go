@@ -7,7 +7,7 @@
 // compare-and-delete does not prevent it, and neither does Redlock.
 //
 // fencekit closes that window with fencing tokens. Acquiring a lock with
-// package lock also increments a per-resource counter in the same Lua script
+// package lock also issues the resource's next token in the same Lua script
 // and round trip, so every grant carries a token above every earlier grant's.
 // The holder presents its [fence.Fence] (resource, token, holder id) with every
 // read and write, and the storage adapters admit an operation only if its
@@ -23,9 +23,12 @@
 //
 // Reads that a later write depends on must be fenced too: a fenced read raises
 // the mark, so an older holder can no longer slip a write in between. Safety
-// comes from storage's atomic admission, not from Redis: if Redis loses the
-// lock or the counter, storage refuses the low tokens and reports its mark,
-// and [lock.Locker.Advance] moves the counter past it.
+// comes from storage's atomic admission, not from Redis. Tokens are anchored
+// to the Redis server's clock, so when Redis loses the lock or its token state
+// (a restart without persistence, a failover, FLUSHALL) the next grant's
+// token is still above every token storage has seen, and work resumes without
+// intervention. After a stale refusal, drop the work or redo it whole from its
+// fenced read; never retry only the refused write.
 //
 // Package fence holds the shared vocabulary and imports no driver, so a lock
 // from another library (redsync, bsm/redislock) can drive the storage guards

@@ -158,8 +158,10 @@ func TestFencedNoLostUpdates(t *testing.T) {
 }
 
 // TestFencedSurvivesRedisDataLoss kills or flushes the lock's Redis midway.
-// The counters restart low; storage refuses the low tokens and reports its
-// mark; workers advance the counter past it and writes succeed again.
+// The lock's token state is gone, and nobody calls Advance: the next grants'
+// tokens come from the server's clock, above every token storage has seen,
+// so writes are admitted again by themselves. It reports the time from the
+// fault to the first admitted write.
 func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 	faults := []struct {
 		name  string
@@ -170,7 +172,7 @@ func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 				if sleepCtx(ctx, 300*time.Millisecond) {
 					srv.Kill()
 					time.Sleep(50 * time.Millisecond)
-					srv.Restart()
+					srv.Restart() // no persistence: every lock and token state is gone
 				}
 			}
 		}},
@@ -190,14 +192,12 @@ func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := run(t, workload.Config{Locker: l, Counter: st.make(t), Mode: workload.Fenced, Heal: true, Fault: f.fault(srv)})
+				res := run(t, workload.Config{Locker: l, Counter: st.make(t), Mode: workload.Fenced, Fault: f.fault(srv)})
 				requireSafe(t, res)
-				if res.Healed == 0 {
-					t.Fatalf("no counter was advanced: the fault did not cost Redis its counters: %v", res)
-				}
 				if res.AckedAfterFault == 0 {
 					t.Fatalf("no write succeeded after the fault: no progress: %v", res)
 				}
+				t.Logf("%s: first admitted write %v after the fault", f.name, res.FirstAckAfterFault)
 			})
 		}
 	}

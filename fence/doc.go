@@ -8,8 +8,12 @@
 // high-water mark per resource (or per row) admits an operation carrying a
 // fence only if [Admits] says so, and raises the mark in the same atomic step
 // as the operation itself. A refused operation changes nothing and returns a
-// [*StaleError], which matches [ErrStale] and carries the mark it lost to, so
-// that the lock can heal a counter that Redis lost (see lock.Locker.Advance).
+// [*StaleError], which matches [ErrStale] and carries the mark it lost to.
+//
+// After a refusal the holder's unit of work is over: drop it, or redo it whole
+// (fenced read, compute, fenced write) under a newer fence. Retrying only the
+// refused write with a newer token would overwrite the newer holder's update
+// with a value computed from an old read.
 //
 // Reads that a later write depends on must pass the same admission: a holder
 // whose read was admitted cannot then be overtaken by an older holder's write,

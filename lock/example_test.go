@@ -66,9 +66,12 @@ func ExampleLocker_TryAcquire() {
 	}
 }
 
-// A store that refuses a fence as stale reports its high-water mark; after
-// Redis lost its counter, Advance moves the counter past that mark so the
-// next grant is admitted again.
+// After a stale refusal, the safe next step is to drop the work or to redo
+// the whole unit of work, from its fenced read, under a new grant. Never retry
+// only the refused write: its value was computed from a read that a newer
+// holder may have overtaken. Lost token state heals by itself (tokens follow
+// the server's clock); Advance moves the counter past a store's mark when
+// that clock went back.
 func ExampleLocker_Advance() {
 	ctx := context.Background()
 	locker, err := lock.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
@@ -80,5 +83,6 @@ func ExampleLocker_Advance() {
 		if err := locker.Advance(ctx, hwm.Resource, hwm.Token); err != nil {
 			panic(err)
 		}
+		// Then start over: acquire, fenced read, compute, fenced write.
 	}
 }

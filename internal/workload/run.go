@@ -34,10 +34,6 @@ type Config struct {
 	// the worker has decided on it (a slow network), before it reaches
 	// storage.
 	DelayWrite func(r *rand.Rand) time.Duration
-	// Heal advances a resource's token counter past the high-water mark that
-	// a stale refusal reports, so that the lock recovers from a counter that
-	// Redis lost.
-	Heal bool
 	// Fault, when set, runs once beside the workers (for example, killing
 	// Redis midway); the run waits for it.
 	Fault func(ctx context.Context)
@@ -80,7 +76,6 @@ type Result struct {
 	Acked     int64 // writes acknowledged
 	Stale     int64 // reads or writes refused as stale
 	Uncertain int64 // writes that failed otherwise: they may or may not have landed
-	Healed    int64 // counter advances after stale refusals
 	LockErr   int64 // failed acquisitions (Redis down, for example)
 	Final     int64 // sum of the final counters
 	// Lost is the number of acknowledged increments missing from the final
@@ -99,15 +94,18 @@ type Result struct {
 	// AckedAfterFault counts acknowledged writes that started after Fault
 	// returned: progress after the fault.
 	AckedAfterFault int64
-	Elapsed         time.Duration
+	// FirstAckAfterFault is the time from Fault's return to the first
+	// acknowledged write that started after it; zero when there was none.
+	FirstAckAfterFault time.Duration
+	Elapsed            time.Duration
 }
 
 // Safe reports whether the checker found nothing wrong.
 func (r Result) Safe() bool { return r.Lost == 0 && r.Regressions == 0 && r.Phantom == 0 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%s/%s: attempts=%d acked=%d stale=%d uncertain=%d healed=%d lockErr=%d final=%d lost=%d regressions=%d phantom=%d ackedAfterFault=%d in %v",
-		r.Storage, r.Mode, r.Attempts, r.Acked, r.Stale, r.Uncertain, r.Healed, r.LockErr, r.Final, r.Lost, r.Regressions, r.Phantom, r.AckedAfterFault, r.Elapsed.Round(time.Millisecond))
+	return fmt.Sprintf("%s/%s: attempts=%d acked=%d stale=%d uncertain=%d lockErr=%d final=%d lost=%d regressions=%d phantom=%d ackedAfterFault=%d firstAckAfterFault=%v in %v",
+		r.Storage, r.Mode, r.Attempts, r.Acked, r.Stale, r.Uncertain, r.LockErr, r.Final, r.Lost, r.Regressions, r.Phantom, r.AckedAfterFault, r.FirstAckAfterFault, r.Elapsed.Round(time.Millisecond))
 }
 
 type perResource struct {
@@ -146,9 +144,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		stats[r] = &perResource{}
 	}
 	var (
-		attempts, acked, stale, healed, lockErr, regressions, afterFault atomic.Int64
-		opID                                                             atomic.Int64
-		faultDone                                                        atomic.Int64 // ns since start; 0 while running
+		attempts, acked, stale, lockErr, regressions, afterFault atomic.Int64
+		opID                                                     atomic.Int64
+		faultDone                                                atomic.Int64 // ns since start; 0 while running
+		firstAfterFault                                          atomic.Int64 // ns since start of the first ack after it
 	)
 	start := time.Now()
 	emit := func(e Event) {
@@ -195,11 +194,6 @@ func Run(ctx context.Context, c Config) (Result, error) {
 					refused := func(err error) {
 						stale.Add(1)
 						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Refused, Err: err})
-						if hwm, ok := fence.HighWater(err); ok && c.Heal && hwm.Token >= f.Token {
-							if c.Locker.Advance(opCtx, resource, hwm.Token) == nil {
-								healed.Add(1)
-							}
-						}
 					}
 					s, err := c.Counter.Read(opCtx, c.Mode, f, resource)
 					switch {
@@ -236,6 +230,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 						}
 						if fd := faultDone.Load(); fd > 0 && int64(opStart) > fd {
 							afterFault.Add(1)
+							firstAfterFault.CompareAndSwap(0, int64(time.Since(start)))
 						}
 						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Written, State: next})
 					case errors.Is(err, fence.ErrStale):
@@ -252,8 +247,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	res.Attempts, res.Acked, res.Stale = attempts.Load(), acked.Load(), stale.Load()
-	res.Healed, res.LockErr, res.Regressions = healed.Load(), lockErr.Load(), regressions.Load()
+	res.LockErr, res.Regressions = lockErr.Load(), regressions.Load()
 	res.AckedAfterFault = afterFault.Load()
+	if first := firstAfterFault.Load(); first > 0 {
+		res.FirstAckAfterFault = time.Duration(first - faultDone.Load())
+	}
 	for _, r := range c.Resources {
 		fin, err := c.Counter.Final(ctx, c.Mode, r)
 		if err != nil {
