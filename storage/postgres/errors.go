@@ -31,8 +31,13 @@ var (
 	ErrNullVersion = errors.New("postgres: the row's version column is NULL")
 
 	// ErrInvalidArgument means a call was refused before anything was sent:
-	// a nil database handle or function, an empty table or column name, a
-	// column named twice or two different fences for one resource.
+	// a nil context, database handle or function; an empty table or column
+	// name, or one holding a NUL byte; a [Table] whose key, token, holder and
+	// version columns are not four different columns, or a value on one of
+	// them or on a column named twice; a resource named twice in [GuardAll];
+	// a resource for [HighWater] that is empty or longer than
+	// [fence.MaxResourceLen]. (Invalid fences, resources too long included,
+	// are refused with [fence.ErrInvalidFence].)
 	ErrInvalidArgument = errors.New("postgres: invalid argument")
 )
 

@@ -50,6 +50,9 @@ RETURNING true`
 // it back promptly. At REPEATABLE READ and SERIALIZABLE a
 // concurrent raise of the mark surfaces as an error matching [ErrRetryable].
 // ctx bounds the statements, including the wait for the row lock.
+//
+// The guard table's marks protect only what is fenced through it; row-level
+// marks kept by a [Table] are separate, and neither checks the other.
 func Guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
@@ -115,13 +118,18 @@ func GuardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 // guard table admitted for it, or a Fence with a zero Token when it never
 // admitted one. A lock whose counter was lost can advance it past the mark's
 // token. db may be a pool, a connection or a transaction (whose snapshot then
-// applies). ctx bounds the query.
+// applies). A resource that is empty or longer than [fence.MaxResourceLen]
+// is refused with [ErrInvalidArgument] before anything is sent. ctx bounds
+// the query.
 func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return fence.Fence{}, err
 	}
-	if resource == "" {
+	switch {
+	case resource == "":
 		return fence.Fence{}, invalid("empty resource")
+	case len(resource) > fence.MaxResourceLen:
+		return fence.Fence{}, invalid("resource of %d bytes is longer than fence.MaxResourceLen (%d)", len(resource), fence.MaxResourceLen)
 	}
 	return highWater(ctx, db, resource)
 }

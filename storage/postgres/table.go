@@ -23,7 +23,22 @@ const (
 // holder column) or version column, for row-level fencing with
 // [Table.Update] and [Table.Upsert] and optimistic locking with
 // [Table.UpdateVersion]. Names are only ever quoted as identifiers, so any
-// string is safe as a name. A Table is a plain value, safe to share.
+// string without a NUL byte is safe as a name. A Table is a plain value, safe
+// to share.
+//
+// Key, Token, Holder and Version, after defaults, must name four different
+// columns, and no [Value] may name any of them: otherwise a fenced write
+// could put the token into the key, or UpdateVersion bump it. Every method
+// refuses such a Table, and names holding NUL bytes (which quoting would
+// silently drop, turning one name into another), with [ErrInvalidArgument]
+// before sending anything.
+//
+// A row's own mark and the guard table's marks ([Guard], [InTx], [Exec],
+// [Query]) know nothing of each other: a write fenced by one is not checked
+// against marks in the other, even for the same resource and token. Fence
+// every write to a piece of data the same way. Likewise, fenced writes do
+// not bump the version column, so [Table.UpdateVersion] does not notice
+// them.
 type Table struct {
 	// Name is the table, optionally schema-qualified: pgx.Identifier{"t"} or
 	// pgx.Identifier{"s", "t"}. Required.
@@ -59,40 +74,65 @@ type table struct {
 	display                           string
 }
 
-func (t Table) resolve(values []Value, reserved ...string) (table, error) {
+// resolve validates t and values before anything is sent: every name is
+// non-empty and free of NUL bytes (which pgx.Identifier.Sanitize would drop,
+// making "a\x00b" name column "ab"); key, token, holder and version, after
+// defaults, are four different columns; and each value names another column,
+// once.
+func (t Table) resolve(values []Value) (table, error) {
+	display := strings.Join(t.Name, ".")
 	if len(t.Name) == 0 || len(t.Name) > 2 {
 		return table{}, invalid("table name needs one or two parts, got %d", len(t.Name))
 	}
 	for _, p := range t.Name {
-		if p == "" {
-			return table{}, invalid("empty part in table name %q", strings.Join(t.Name, "."))
+		if err := checkIdent(display, "table name part", p); err != nil {
+			return table{}, err
 		}
 	}
-	if t.Key == "" {
-		return table{}, invalid("table %q: empty key column", strings.Join(t.Name, "."))
+	managed := [...]struct{ role, col string }{
+		{"key", t.Key},
+		{"token", orDefault(t.Token, DefaultTokenColumn)},
+		{"holder", orDefault(t.Holder, DefaultHolderColumn)},
+		{"version", orDefault(t.Version, DefaultVersionColumn)},
 	}
-	r := table{
-		name:    t.Name.Sanitize(),
-		key:     pgx.Identifier{t.Key}.Sanitize(),
-		token:   pgx.Identifier{orDefault(t.Token, DefaultTokenColumn)}.Sanitize(),
-		holder:  pgx.Identifier{orDefault(t.Holder, DefaultHolderColumn)}.Sanitize(),
-		version: pgx.Identifier{orDefault(t.Version, DefaultVersionColumn)}.Sanitize(),
-		display: strings.Join(t.Name, "."),
-	}
-	seen := map[string]bool{t.Key: true}
-	for _, c := range reserved {
-		seen[c] = true
+	role := make(map[string]string, len(managed)+len(values))
+	for _, m := range managed {
+		if err := checkIdent(display, m.role+" column", m.col); err != nil {
+			return table{}, err
+		}
+		if other, ok := role[m.col]; ok {
+			return table{}, invalid("table %q: %s and %s columns are both %q; they must differ", display, other, m.role, m.col)
+		}
+		role[m.col] = m.role
 	}
 	for _, v := range values {
-		if v.Column == "" {
-			return table{}, invalid("table %q: empty column name", r.display)
+		if err := checkIdent(display, "value column", v.Column); err != nil {
+			return table{}, err
 		}
-		if seen[v.Column] {
-			return table{}, invalid("table %q: column %q is set twice or is managed by the call", r.display, v.Column)
+		if other, ok := role[v.Column]; ok {
+			return table{}, invalid("table %q: column %q is set twice or is the %s column", display, v.Column, other)
 		}
-		seen[v.Column] = true
+		role[v.Column] = "value"
 	}
-	return r, nil
+	return table{
+		name:    t.Name.Sanitize(),
+		key:     pgx.Identifier{managed[0].col}.Sanitize(),
+		token:   pgx.Identifier{managed[1].col}.Sanitize(),
+		holder:  pgx.Identifier{managed[2].col}.Sanitize(),
+		version: pgx.Identifier{managed[3].col}.Sanitize(),
+		display: display,
+	}, nil
+}
+
+// checkIdent refuses an empty name or one holding a NUL byte.
+func checkIdent(table, what, name string) error {
+	switch {
+	case name == "":
+		return invalid("table %q: empty %s", table, what)
+	case strings.IndexByte(name, 0) >= 0:
+		return invalid("table %q: %s %q holds a NUL byte, which PostgreSQL names cannot", table, what, name)
+	}
+	return nil
 }
 
 func orDefault(s, def string) string {
@@ -126,7 +166,7 @@ func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	r, err := t.resolve(values, orDefault(t.Token, DefaultTokenColumn), orDefault(t.Holder, DefaultHolderColumn))
+	r, err := t.resolve(values)
 	if err != nil {
 		return err
 	}
@@ -162,7 +202,7 @@ func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	r, err := t.resolve(values, orDefault(t.Token, DefaultTokenColumn), orDefault(t.Holder, DefaultHolderColumn))
+	r, err := t.resolve(values)
 	if err != nil {
 		return err
 	}
@@ -231,7 +271,7 @@ func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version i
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
 	}
-	r, err := t.resolve(values, orDefault(t.Version, DefaultVersionColumn))
+	r, err := t.resolve(values)
 	if err != nil {
 		return 0, err
 	}
