@@ -2,65 +2,44 @@ package lock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/bsm/redislock"
-	"github.com/go-redsync/redsync/v4"
-	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
 )
 
-// Keep a redsync mutex and fence its grant: present f with every read and
-// write made under the mutex.
-func ExampleLocker_FenceLock_redsync() {
+// Fence a lock that another library took. Such libraries (redsync,
+// bsm/redislock) take their lock with SET key value NX PX and a random value;
+// the plain SET below stands in for them. For redsync pass mutex.Name() and
+// mutex.Value(); for redislock lk.Key() and lk.Token()+lk.Metadata()
+// (go run ./examples/migrate shows both).
+func ExampleLocker_FenceLock() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	locker, err := lock.New(client)
 	if err != nil {
 		panic(err)
 	}
-	mutex := redsync.New(rsgoredis.NewPool(client)).NewMutex("report", redsync.WithExpiry(10*time.Second))
-	if err := mutex.LockContext(ctx); err != nil {
-		panic(err)
+	key, value := "report", rand.Text() // the other library's lock key and random value
+	if ok, err := client.SetNX(ctx, key, value, 10*time.Second).Result(); err != nil || !ok {
+		panic("the report is locked by someone else")
 	}
-	defer mutex.UnlockContext(ctx)
+	defer client.Del(ctx, key) // the other library's release
 
-	f, err := locker.FenceLock(ctx, mutex.Name(), mutex.Value())
+	f, err := locker.FenceLock(ctx, key, value)
 	if errors.Is(err, lock.ErrNotHeld) {
-		fmt.Println("the mutex expired before it was fenced")
+		fmt.Println("the lock expired before it was fenced")
 		return
 	}
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(f.Resource, f.Token > 0)
-}
-
-// Keep a bsm/redislock lock and fence its grant. redislock stores the token
-// followed by the metadata, so both make up the value.
-func ExampleLocker_FenceLock_redislock() {
-	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	locker, err := lock.New(client)
-	if err != nil {
-		panic(err)
-	}
-	lk, err := redislock.Obtain(ctx, client, "invoice:42", 10*time.Second, nil)
-	if err != nil {
-		panic(err)
-	}
-	defer lk.Release(ctx)
-
-	f, err := locker.FenceLock(ctx, lk.Key(), lk.Token()+lk.Metadata())
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(f.Resource, f.Token > 0)
+	fmt.Println(f.Resource, f.Token > 0) // present f with every read and write made under the lock
 }
 
 // After Redis lost the fence records, a store refuses the grant's low token;
@@ -72,15 +51,15 @@ func ExampleLocker_FenceLockAbove() {
 	if err != nil {
 		panic(err)
 	}
-	lk, err := redislock.Obtain(ctx, client, "invoice:42", 10*time.Second, nil)
-	if err != nil {
-		panic(err)
+	key, value := "invoice:42", rand.Text() // a lock another library holds
+	if ok, err := client.SetNX(ctx, key, value, 10*time.Second).Result(); err != nil || !ok {
+		panic("the invoice is locked by someone else")
 	}
-	defer lk.Release(ctx)
+	defer client.Del(ctx, key)
 
 	var writeErr error // the error of a fenced write, for example *fence.StaleError
 	if hwm, ok := fence.HighWater(writeErr); ok {
-		f, err := locker.FenceLockAbove(ctx, lk.Key(), lk.Token(), hwm.Token)
+		f, err := locker.FenceLockAbove(ctx, key, value, hwm.Token)
 		if err != nil {
 			panic(err) // ErrNotHeld: another holder has the lock; the refusal stands
 		}

@@ -2,9 +2,7 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -91,19 +89,7 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 }
 
 func findPostgres() (string, error) {
-	if u := os.Getenv("FENCEKIT_TEST_POSTGRES"); u != "" {
-		return u, pingPostgres(u)
-	}
-	local := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	localErr := pingPostgres(local)
-	if localErr == nil {
-		return local, nil
-	}
-	u, err := postgresContainer()
-	if err != nil {
-		return "", fmt.Errorf("no local server (%v); no container (%v)", localErr, err)
-	}
-	return u, pingPostgres(u)
+	return findServer("postgres", "FENCEKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", pingPostgres)
 }
 
 func pingPostgres(u string) error {

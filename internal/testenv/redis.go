@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -73,19 +72,7 @@ func Prefix(t testing.TB) string {
 }
 
 func findRedis() (string, error) {
-	if u := os.Getenv("FENCEKIT_TEST_REDIS"); u != "" {
-		return u, pingRedis(u)
-	}
-	local := "redis://127.0.0.1:6379/0"
-	localErr := pingRedis(local)
-	if localErr == nil {
-		return local, nil
-	}
-	u, err := redisContainer()
-	if err != nil {
-		return "", fmt.Errorf("no local server (%v); no container (%v)", localErr, err)
-	}
-	return u, pingRedis(u)
+	return findServer("redis", "FENCEKIT_TEST_REDIS", "redis://127.0.0.1:6379/0", pingRedis)
 }
 
 func pingRedis(url string) error {
