@@ -19,6 +19,10 @@ var (
 	// or Redis lost it. Another holder may have the lock; nothing was changed.
 	ErrNotHeld = errors.New("lock: lease not held")
 
+	// ErrReleased is what [Lease.Err] matches, besides [ErrNotHeld], once
+	// the lease was given up by [Lease.Release] rather than lost.
+	ErrReleased = errors.New("lock: lease released")
+
 	// ErrInvalid means an argument or option was rejected: an empty resource,
 	// a lease under a millisecond, a nil client, a prefix with braces. Nothing
 	// was sent to Redis.

@@ -10,11 +10,13 @@ import (
 
 // Lease is one grant of a resource's lock. Its fence (resource, token,
 // holder) is fixed for the life of the grant: extending the lease keeps it.
-// A Lease is safe for concurrent use.
+// A Lease is safe for concurrent use. [Lease.Done] and [Lease.Err] say when
+// and why it ended.
 type Lease struct {
-	l   *Locker
-	key string
-	f   fence.Fence
+	l    *Locker
+	key  string
+	f    fence.Fence
+	life life
 }
 
 // Resource returns the locked resource's name.
@@ -41,23 +43,40 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // lock: either way the lock is no longer this lease's. (Telling the two
 // apart would cost a record per release for the client's retry window;
 // nothing a caller does next depends on the difference.)
+//
+// The same script announces the release on the resource's
+// [Locker.ReleaseChannel], which wakes a waiting [Locker.Acquire]. Release
+// stops the lease's renewal, if any, and closes [Lease.Done], whatever its
+// outcome; releasing a lease again after a release that reached Redis
+// returns ErrNotHeld without a round trip.
 func (s *Lease) Release(ctx context.Context) error {
 	if err := checkCall(ctx, "release", s.f.Resource); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
+	if s.gone() {
+		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
+	}
+	s.stopRenewal(true)
+	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder,
+		s.l.channel(s.f.Resource), s.l.sharded).Int64()
 	if err != nil {
-		return translate(ctx, err, "release", s.f.Resource)
+		err = translate(ctx, err, "release", s.f.Resource)
+		s.end(fmt.Errorf("%w: %w", s.releasedErr(), err), false)
+		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		err := fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.end(err, true)
+		return err
 	}
+	s.end(s.releasedErr(), true)
 	return nil
 }
 
 // Extend resets the lease to ttl from now if this grant still holds the
 // lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
-// when the lease has already been lost. ctx bounds the round trip.
+// when the lease has already been lost, and then ends the lease
+// ([Lease.Done] closes). ctx bounds the round trip.
 func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -65,19 +84,28 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
 		return err
 	}
+	return s.extend(ctx, ttl)
+}
+
+func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
 	n, err := extendScript.Run(ctx, s.l.client, []string{s.key, s.l.TokenKey(s.f.Resource)},
 		s.f.Holder, ttl.Milliseconds(), s.l.retentionMS).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: extend %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		err := fmt.Errorf("%w: extend %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.lost(err)
+		return err
 	}
+	s.extended(sent, ttl)
 	return nil
 }
 
 // TTL returns the lease's remaining time as Redis sees it, or [ErrNotHeld]
-// when this grant no longer holds the lock. ctx bounds the round trip.
+// when this grant no longer holds the lock (and then ends the lease, as
+// [Lease.Done] tells). ctx bounds the round trip.
 func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := checkCall(ctx, "ttl", s.f.Resource); err != nil {
 		return 0, err
@@ -87,7 +115,9 @@ func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, translate(ctx, err, "ttl", s.f.Resource)
 	}
 	if ms == -3 {
-		return 0, fmt.Errorf("%w: ttl %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		err := fmt.Errorf("%w: ttl %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.lost(err)
+		return 0, err
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -420,11 +420,14 @@ func TestDo(t *testing.T) {
 	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
 		t.Fatal("Do did not release")
 	}
-	// A lease lost while fn ran is reported.
-	err = l.Do(ctx, "r", 10*time.Millisecond, func(ctx context.Context, f fence.Fence) error {
-		for c.Exists(ctx, l.LockKey("r")).Val() == 1 {
-			time.Sleep(time.Millisecond)
+	// A lease lost while fn ran is reported. Do renews the lease, so it is
+	// lost by deleting it behind the holder's back; fn returns nil once its
+	// context says so.
+	err = l.Do(ctx, "r", 30*time.Millisecond, func(ctx context.Context, f fence.Fence) error {
+		if err := c.Del(ctx, l.LockKey("r")).Err(); err != nil {
+			return err
 		}
+		<-ctx.Done()
 		return nil
 	})
 	if !errors.Is(err, lock.ErrNotHeld) {

@@ -2,9 +2,9 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -22,12 +22,19 @@ const MaxTTL = 365 * 24 * time.Hour
 const cleanupTimeout = 2 * time.Second
 
 // Locker grants leases on named resources, each with a fencing token. It is
-// safe for concurrent use; create one per Redis deployment and share it.
+// safe for concurrent use; create one per Redis deployment and share it, and
+// call [Locker.Close] when done with it.
 type Locker struct {
 	client      redis.UniversalClient
 	prefix      string
 	wait        WaitStrategy
 	retentionMS int64
+	sharded     string // "1" when releases publish with SPUBLISH
+
+	hub       *hub // nil when Acquire polls (WithWait)
+	closing   chan struct{}
+	closeOnce sync.Once
+	renewers  sync.WaitGroup
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -46,7 +53,29 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	return &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds()}, nil
+	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{})}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		l.sharded = "1"
+	}
+	if !c.poll {
+		l.hub = newHub(client)
+	}
+	return l, nil
+}
+
+// Close stops the Locker's subscription connections and the renewal of its
+// leases, and waits for their goroutines to return. It does not release any
+// lease: renewed leases run out their TTL (their [Lease.Done] closes then),
+// and a Lease can still be released. After Close the Locker still grants
+// leases; Acquire then waits by timed retries. Close is idempotent.
+func (l *Locker) Close() {
+	l.closeOnce.Do(func() {
+		close(l.closing)
+		if l.hub != nil {
+			l.hub.close()
+		}
+		l.renewers.Wait()
+	})
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -72,6 +101,17 @@ func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resou
 // slot, release keeps it, and it expires the token retention (see
 // [WithTokenRetention]) after the last lease ends.
 func (l *Locker) TokenKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
+
+// ReleaseChannel returns the pub/sub channel on which a release of
+// resource's lock is announced, in the same script that deletes the lock:
+// the prefix, the resource as a hash tag, and ":released". On a
+// *redis.ClusterClient it is a sharded channel (SPUBLISH), in the slot of
+// the resource's keys.
+func (l *Locker) ReleaseChannel(resource string) string {
+	return l.prefix + "{" + resource + "}:released"
+}
+
+func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resource) }
 
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
@@ -118,18 +158,34 @@ func checkTTL(ttl time.Duration) error {
 // taken before returning, so no lock is left that the caller does not know
 // about; the error then matches ctx.Err() when ctx ended. If the client
 // retries the script after a lost reply, the retry returns the grant the
-// first run made rather than refusing it.
-func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
-	if err := checkResource(resource); err != nil {
+// first run made rather than refusing it. opts apply to this acquisition
+// (see [AutoRenew] and [Owner]).
+func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
+	if err != nil {
 		return nil, err
+	}
+	return l.tryAcquire(ctx, resource, ttl, cfg)
+}
+
+// checkAcquire refuses invalid arguments before anything is sent.
+func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+	if err := checkResource(resource); err != nil {
+		return acquireConfig{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
-		return nil, err
+		return acquireConfig{}, err
 	}
-	if err := checkCall(ctx, "acquire", resource); err != nil {
-		return nil, err
+	cfg, err := newAcquireConfig(opts)
+	if err != nil {
+		return cfg, err
 	}
+	return cfg, checkCall(ctx, "acquire", resource)
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
 	holder := fence.NewHolder()
+	sent := time.Now()
 	lockKey := l.LockKey(resource)
 	res, err := acquireScript.Run(ctx, l.client,
 		[]string{lockKey, l.TokenKey(resource)}, holder, ttl.Milliseconds(), l.retentionMS).Int64Slice()
@@ -139,7 +195,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		if !isReply(err) {
 			// The script may have run even though its reply was lost.
-			l.cleanup(ctx, lockKey, holder)
+			l.cleanup(ctx, resource, holder)
 		}
 		return nil, translate(ctx, err, "acquire", resource)
 	}
@@ -149,74 +205,45 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if res[1] < 1 {
 		// A retried grant whose token state vanished in between: its token
 		// is unknown, so it cannot be used.
-		l.cleanup(ctx, lockKey, holder)
+		l.cleanup(ctx, resource, holder)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	return &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}, nil
+	lease := &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}
+	lease.start(sent, ttl, true)
+	if cfg.autoRenew {
+		lease.startRenewal(ttl)
+	}
+	return lease, nil
 }
 
-func (l *Locker) cleanup(ctx context.Context, lockKey, holder string) {
+func (l *Locker) cleanup(ctx context.Context, resource, holder string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.client, []string{lockKey}, holder).Err()
+	_ = releaseScript.Run(ctx, l.client, []string{l.LockKey(resource)}, holder, l.channel(resource), l.sharded).Err()
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
-// it succeeds or ctx ends. Between attempts it sleeps as the Locker's
-// [WaitStrategy] says, never past the current holder's remaining lease.
+// it succeeds or ctx ends.
+//
+// By default it waits for the release to be announced: it subscribes to
+// the resource's [Locker.ReleaseChannel] before the try that it waits
+// after, so it cannot miss the release, and it also tries again when the
+// current lease's remaining time runs out (a holder that vanished). The
+// Locker's waiters share one subscription connection (on a cluster, one per
+// hash slot with waiters), and a release wakes one of them. If the
+// subscription fails, waiters retry on the timed [Backoff] schedule, never
+// sleeping past the current lease's remaining time, until it is back. With
+// [WithWait], Acquire polls on that strategy instead.
 //
 // ctx bounds the whole wait. When it ends, Acquire returns an error that
-// matches ctx.Err() and holds no lock.
-func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration) (*Lease, error) {
-	var timer *time.Timer
-	for attempt := 0; ; attempt++ {
-		lease, err := l.TryAcquire(ctx, resource, ttl)
-		var na *NotAcquiredError
-		if !errors.As(err, &na) {
-			return lease, err
-		}
-		d := l.wait.Delay(attempt, na.Remaining)
-		if na.Remaining >= 0 && d > na.Remaining {
-			d = na.Remaining
-		}
-		if timer == nil {
-			timer = time.NewTimer(d)
-			defer timer.Stop()
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
-		case <-timer.C:
-		}
-	}
-}
-
-// Do acquires resource (waiting as [Locker.Acquire] does), runs fn with the
-// lease's fence, releases the lease and returns fn's error.
-//
-// fn must present the fence to storage with every read and write it makes:
-// the lease can expire while fn runs, and only storage admission keeps a late
-// write out. If fn succeeds but the lease was lost before release, Do returns
-// an error matching [ErrNotHeld]: fn's fenced writes are still safe, but it
-// did not run alone to the end. The release runs even if ctx has ended.
-func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, f fence.Fence) error) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
-	}
-	lease, err := l.Acquire(ctx, resource, ttl)
+// matches ctx.Err() and holds no lock. opts apply to the acquisition, as
+// for [Locker.TryAcquire].
+func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fnErr := fn(ctx, lease.Fence())
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	relErr := lease.Release(rctx)
-	if fnErr != nil {
-		return fnErr
-	}
-	return relErr
+	return l.acquireWaiting(ctx, resource, ttl, cfg)
 }
 
 // Advance raises resource's token counter to at least atLeast and never

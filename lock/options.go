@@ -18,6 +18,7 @@ type Option func(*config) error
 type config struct {
 	prefix    string
 	wait      WaitStrategy
+	poll      bool
 	retention time.Duration
 }
 
@@ -60,14 +61,18 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithWait sets how [Locker.Acquire] waits between attempts.
-// default: Backoff(time.Millisecond, 64*time.Millisecond).
+// WithWait makes [Locker.Acquire] poll: after each refused attempt it
+// sleeps as w says, never past the current holder's remaining lease, and
+// it subscribes to nothing. default: wait for release announcements (pub/sub)
+// and retry on Backoff(time.Millisecond, 64*time.Millisecond) only while
+// the subscription is down.
 func WithWait(w WaitStrategy) Option {
 	return func(c *config) error {
 		if w == nil {
 			return fmt.Errorf("%w: nil wait strategy", ErrInvalid)
 		}
 		c.wait = w
+		c.poll = true
 		return nil
 	}
 }

@@ -1,0 +1,46 @@
+package lock
+
+// AcquireOption configures one acquisition by [Locker.TryAcquire],
+// [Locker.Acquire] or [Locker.Do]. Options validate themselves: an invalid
+// one makes the call return an error matching [ErrInvalid] before anything
+// is sent.
+type AcquireOption func(*acquireConfig) error
+
+type acquireConfig struct {
+	autoRenew bool
+	owner     string
+}
+
+func newAcquireConfig(opts []AcquireOption) (acquireConfig, error) {
+	var c acquireConfig
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// AutoRenew keeps the lease held until [Lease.Release]: it extends the lease
+// to its full TTL every third of the TTL, from a goroutine that ends with the
+// lease.
+//
+// A renewal that Redis refuses (the lease was lost: it expired during a
+// pause, was deleted, or Redis lost it) ends the lease at once; renewals that
+// keep failing (Redis unreachable) end it when the last successful one runs
+// out, measured on the local clock from before that renewal was sent, so the
+// lease is never believed held after Redis may have let it go. Either way
+// [Lease.Done] closes and [Lease.Err] says why. [Locker.Close] stops every
+// renewal of the Locker's leases; they then run out their TTL.
+//
+// Renewal keeps the lock while the holder is alive and connected; it does
+// not make a paused holder safe. Keep presenting the fence to storage.
+func AutoRenew() AcquireOption {
+	return func(c *acquireConfig) error {
+		c.autoRenew = true
+		return nil
+	}
+}

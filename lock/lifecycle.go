@@ -1,0 +1,161 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// life is what a process knows about whether its lease is still held: it
+// ends once, on release or on the first sign of loss, and then stays ended.
+type life struct {
+	mu       sync.Mutex
+	done     chan struct{} // closed when the lease ends
+	err      error         // why it ended; nil while held
+	released bool          // a release reached Redis and the hold is gone
+	deadline time.Time     // known expiry; zero when none is tracked
+	expiry   *time.Timer   // ends the lease at deadline
+	onEnd    map[*func(error)]struct{}
+
+	stopOnce  sync.Once
+	stop      chan struct{} // closed to stop renewal
+	renewDone chan struct{} // closed when renewal has stopped; nil without renewal
+}
+
+// start arms the lease's lifecycle. A lease that tracks its expiry ends on
+// its own once start+ttl has passed without a successful extension: start is
+// taken before the grant was sent, so that moment is never later than the
+// one at which Redis lets the lock go.
+func (s *Lease) start(sent time.Time, ttl time.Duration, trackExpiry bool) {
+	s.life.done = make(chan struct{})
+	s.life.stop = make(chan struct{})
+	if trackExpiry {
+		s.life.mu.Lock()
+		s.life.deadline = sent.Add(ttl)
+		s.life.expiry = time.AfterFunc(ttl-time.Since(sent), s.expired)
+		s.life.mu.Unlock()
+	}
+}
+
+func (s *Lease) expired() {
+	s.life.mu.Lock()
+	late := time.Until(s.life.deadline) > 0 // extended since the timer fired
+	s.life.mu.Unlock()
+	if late {
+		return
+	}
+	s.end(fmt.Errorf("%w: %q token %d: the lease ran out without a successful renewal", ErrNotHeld, s.f.Resource, s.f.Token), false)
+}
+
+// extended moves the known expiry to sent+ttl after a successful extension.
+func (s *Lease) extended(sent time.Time, ttl time.Duration) {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	if s.life.err != nil || s.life.expiry == nil {
+		return
+	}
+	s.life.deadline = sent.Add(ttl)
+	s.life.expiry.Reset(time.Until(s.life.deadline))
+}
+
+// end records why the lease ended, closes Done and stops renewal. Only the
+// first call counts. released says the hold is known to be gone because
+// this lease released it.
+func (s *Lease) end(err error, released bool) {
+	s.life.mu.Lock()
+	if s.life.err != nil {
+		if released {
+			s.life.released = true
+		}
+		s.life.mu.Unlock()
+		return
+	}
+	s.life.err = err
+	s.life.released = released
+	if s.life.expiry != nil {
+		s.life.expiry.Stop()
+	}
+	fns := make([]func(error), 0, len(s.life.onEnd))
+	for f := range s.life.onEnd {
+		fns = append(fns, *f)
+	}
+	s.life.onEnd = nil
+	close(s.life.done)
+	s.life.mu.Unlock()
+	s.stopRenewal(false)
+	for _, f := range fns {
+		f(err)
+	}
+}
+
+// whenEnded calls f with the lease's error once the lease ends (at once if
+// it has), unless the returned function is called first.
+func (s *Lease) whenEnded(f func(error)) (stop func()) {
+	s.life.mu.Lock()
+	if err := s.life.err; err != nil {
+		s.life.mu.Unlock()
+		f(err)
+		return func() {}
+	}
+	if s.life.onEnd == nil {
+		s.life.onEnd = make(map[*func(error)]struct{})
+	}
+	key := &f
+	s.life.onEnd[key] = struct{}{}
+	s.life.mu.Unlock()
+	return func() {
+		s.life.mu.Lock()
+		delete(s.life.onEnd, key)
+		s.life.mu.Unlock()
+	}
+}
+
+// stopRenewal stops the renewal goroutine, if any; with wait it also waits
+// for it to return.
+func (s *Lease) stopRenewal(wait bool) {
+	s.life.stopOnce.Do(func() { close(s.life.stop) })
+	if wait && s.life.renewDone != nil {
+		<-s.life.renewDone
+	}
+}
+
+// gone reports whether a release of this lease already took its hold away,
+// so that releasing again must report ErrNotHeld without asking Redis.
+func (s *Lease) gone() bool {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return s.life.released
+}
+
+// lost ends the lease if err says Redis no longer holds it for this grant.
+func (s *Lease) lost(err error) {
+	if errors.Is(err, ErrNotHeld) {
+		s.end(err, false)
+	}
+}
+
+// Done returns a channel that is closed when the lease ends: when
+// [Lease.Release] is called, or as soon as the lease is known to be lost
+// (a renewal refused, [Lease.Extend] or [Lease.TTL] finding it not held, or
+// its TTL run out on the local clock without a successful extension). Stop
+// work made under the lease when it closes; [Lease.Err] says why it closed.
+//
+// A lease acquired with [Owner] and without [AutoRenew] shares its lock with
+// the owner's other holds, which may extend it; it does not end by the clock,
+// only on Release or when Redis reports it not held.
+func (s *Lease) Done() <-chan struct{} { return s.life.done }
+
+// Err returns nil while the lease is held. Once it was lost, it returns an
+// error matching [ErrNotHeld] that says how. After [Lease.Release], it
+// returns an error matching both [ErrNotHeld] and [ErrReleased], unless the
+// lease had been lost before (then the loss is reported).
+func (s *Lease) Err() error {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return s.life.err
+}
+
+func (s *Lease) releasedErr() error {
+	return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, s.f.Resource, s.f.Token, ErrReleased)
+}

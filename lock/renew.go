@@ -1,0 +1,55 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// startRenewal runs the lease's renewal in a goroutine that returns when the
+// lease ends, when its release begins, or when the Locker closes.
+func (s *Lease) startRenewal(ttl time.Duration) {
+	s.life.renewDone = make(chan struct{})
+	s.l.renewers.Add(1)
+	go func() {
+		defer s.l.renewers.Done()
+		defer close(s.life.renewDone)
+		s.renew(ttl)
+	}()
+}
+
+// renew extends the lease to ttl every third of ttl. A refusal ends the
+// lease (extend does that); a failure is retried sooner, and if failures
+// last until the known expiry, the expiry timer ends the lease even while a
+// renewal call is still hanging.
+func (s *Lease) renew(ttl time.Duration) {
+	period := max(ttl/3, time.Millisecond)
+	t := time.NewTimer(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.life.stop:
+			return
+		case <-s.life.done:
+			return
+		case <-s.l.closing:
+			return
+		case <-t.C:
+		}
+		s.life.mu.Lock()
+		deadline := s.life.deadline
+		s.life.mu.Unlock()
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := s.extend(ctx, ttl)
+		cancel()
+		if errors.Is(err, ErrNotHeld) {
+			return
+		}
+		next := period
+		if err != nil {
+			// Redis did not answer: try again while the lease still runs.
+			next = min(period, max(time.Until(deadline)/3, time.Millisecond))
+		}
+		t.Reset(next)
+	}
+}

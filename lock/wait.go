@@ -1,0 +1,561 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for a release. A release publishes on the resource's channel in
+// the same script that deletes the lock. A Locker's waiters share one
+// subscription connection (one per hash slot on a cluster, where sharded
+// pub/sub is used; one per resource on a Ring). A channel is subscribed
+// when its first waiter arrives and unsubscribed when its last one leaves.
+//
+// A waiter counts as registered only once the server has confirmed the
+// subscription; only a try made after that is covered by the wake-up, so a
+// release can never slip between a refused try and the wait. Each message
+// wakes one waiter of the Locker. A waiter that took a wake-up and leaves
+// without the lock hands it on, so no wake-up is lost. While the
+// subscription is down, waiters retry on the Locker's wait strategy,
+// never sleeping past the current lease's remaining time.
+
+const (
+	// healthEvery is how long a silent subscription connection waits before
+	// it pings the server; a ping unanswered for as long again means the
+	// connection is dead and is replaced.
+	healthEvery = time.Second
+	// idleLinger is how long a connection with no subscribed channel stays
+	// open for the next waiter.
+	idleLinger = 30 * time.Second
+	// subWriteTimeout bounds one subscribe or unsubscribe write.
+	subWriteTimeout = 5 * time.Second
+)
+
+type subMode int
+
+const (
+	subPlain      subMode = iota // SUBSCRIBE, one connection
+	subSharded                   // SSUBSCRIBE, one connection per hash slot
+	subPerChannel                // SUBSCRIBE, one connection per channel
+)
+
+// hub is a Locker's set of subscription connections.
+type hub struct {
+	client redis.UniversalClient
+	mode   subMode
+	wg     sync.WaitGroup // every connection's goroutines
+
+	mu     sync.Mutex // guards everything below and all subConn, topic and waiter state
+	closed bool
+	conns  map[string]*subConn
+}
+
+func newHub(client redis.UniversalClient) *hub {
+	h := &hub{client: client, conns: make(map[string]*subConn)}
+	switch client.(type) {
+	case *redis.ClusterClient:
+		h.mode = subSharded
+	case *redis.Ring:
+		// A Ring routes a connection by its first channel: keep one channel
+		// per connection so every subscription reaches its shard.
+		h.mode = subPerChannel
+	}
+	return h
+}
+
+func (h *hub) connKey(channel string) string {
+	switch h.mode {
+	case subSharded:
+		return strconv.Itoa(int(keySlot(hashed(channel))))
+	case subPerChannel:
+		return channel
+	}
+	return ""
+}
+
+func (h *hub) newPubSub() *redis.PubSub {
+	// No channel yet, so neither call does any I/O.
+	if c, ok := h.client.(*redis.ClusterClient); ok {
+		return c.SSubscribe(context.Background())
+	}
+	return h.client.Subscribe(context.Background())
+}
+
+// subConn is one subscription connection: a reader goroutine that receives
+// confirmations and messages and keeps the connection healthy, and a writer
+// goroutine that sends subscribe and unsubscribe commands in the order they
+// were decided.
+type subConn struct {
+	h         *hub
+	key       string
+	gen       *psGen
+	topics    map[string]*topic
+	pending   map[string]int // subscribes sent on gen, not yet confirmed
+	unsubs    map[string]int // unsubscribes sent on gen, not yet confirmed
+	ops       []subOp
+	kick      chan struct{} // cap 1: ops are waiting
+	quit      chan struct{} // closed to stop both goroutines
+	retired   bool
+	idleSince time.Time
+}
+
+// psGen is one PubSub; it is replaced, never reused, after a failure.
+type psGen struct {
+	ps      *redis.PubSub
+	once    sync.Once
+	written chan struct{} // closed after the first command was written
+}
+
+type subOp struct {
+	gen     *psGen
+	sub     bool
+	channel string
+}
+
+type topic struct {
+	channel string
+	c       *subConn
+	ready   chan struct{} // closed when the subscription is confirmed
+	lost    chan struct{} // closed when a confirmed subscription is lost
+	isReady bool
+	waiters []*waiter
+}
+
+type waiter struct {
+	t    *topic
+	wake chan struct{} // cap 1
+	owes bool          // took a wake-up and has not yet tried on it
+}
+
+func newGen(ps *redis.PubSub) *psGen { return &psGen{ps: ps, written: make(chan struct{})} }
+
+func (t *topic) setReady() {
+	if !t.isReady {
+		t.isReady = true
+		close(t.ready)
+	}
+}
+
+func (t *topic) setLost() {
+	if t.isReady {
+		close(t.lost)
+		t.ready, t.lost, t.isReady = make(chan struct{}), make(chan struct{}), false
+	}
+}
+
+// wakeOne wakes the first waiter that has no wake-up pending.
+func (t *topic) wakeOne() {
+	for _, w := range t.waiters {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// join registers a waiter on channel. With create false it only joins a
+// channel that already has waiters here, which costs no I/O; it returns nil
+// otherwise, and always after the hub was closed.
+func (h *hub) join(channel string, create bool) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	key := h.connKey(channel)
+	c := h.conns[key]
+	if c == nil && !create {
+		return nil
+	}
+	if c == nil {
+		c = &subConn{
+			h: h, key: key, gen: newGen(h.newPubSub()),
+			topics: make(map[string]*topic), pending: make(map[string]int), unsubs: make(map[string]int),
+			kick: make(chan struct{}, 1), quit: make(chan struct{}),
+		}
+		h.conns[key] = c
+		h.wg.Add(2)
+		go c.reader()
+		go c.writer()
+	}
+	t := c.topics[channel]
+	if t == nil && !create {
+		return nil
+	}
+	if t == nil {
+		t = &topic{channel: channel, c: c, ready: make(chan struct{}), lost: make(chan struct{})}
+		c.topics[channel] = t
+		c.pending[channel]++
+		c.enqueue(subOp{gen: c.gen, sub: true, channel: channel})
+	}
+	w := &waiter{t: t, wake: make(chan struct{}, 1)}
+	t.waiters = append(t.waiters, w)
+	return w
+}
+
+// state returns the waiter's subscription as of now: whether it is
+// confirmed, the channel that closes once it is, and the one that closes
+// if it is lost after that.
+func (w *waiter) state() (ready, lost <-chan struct{}, confirmed bool) {
+	h := w.t.c.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return w.t.ready, w.t.lost, w.t.isReady
+}
+
+// leave removes the waiter. One that leaves without the lock hands on a
+// wake-up it took or was sent, so that another waiter tries in its place.
+func (h *hub) leave(w *waiter, acquired bool) {
+	if w == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := w.t
+	for i, x := range t.waiters {
+		if x == w {
+			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+			break
+		}
+	}
+	if !acquired && (w.owes || len(w.wake) > 0) {
+		t.wakeOne()
+	}
+	if len(t.waiters) > 0 {
+		return
+	}
+	c := t.c
+	if c.topics[t.channel] == t {
+		delete(c.topics, t.channel)
+		if !c.retired {
+			c.unsubs[t.channel]++
+			c.enqueue(subOp{gen: c.gen, channel: t.channel})
+		}
+		if len(c.topics) == 0 {
+			c.idleSince = time.Now()
+		}
+	}
+}
+
+// close stops every connection and waits for their goroutines. Waiters
+// still waiting fall back to timed retries.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	var gens []*psGen
+	for key, c := range h.conns {
+		delete(h.conns, key)
+		gens = append(gens, c.retire())
+	}
+	h.mu.Unlock()
+	for _, g := range gens {
+		_ = g.ps.Close()
+	}
+	h.wg.Wait()
+}
+
+// retire takes c out of service; the caller holds h.mu and closes the
+// returned PubSub after unlocking.
+func (c *subConn) retire() *psGen {
+	if c.retired {
+		return c.gen
+	}
+	c.retired = true
+	close(c.quit)
+	for _, t := range c.topics {
+		t.setLost()
+	}
+	if c.h.conns[c.key] == c {
+		delete(c.h.conns, c.key)
+	}
+	return c.gen
+}
+
+func (c *subConn) enqueue(op subOp) {
+	c.ops = append(c.ops, op)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *subConn) writer() {
+	defer c.h.wg.Done()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.kick:
+		}
+		for {
+			c.h.mu.Lock()
+			if len(c.ops) == 0 || c.retired {
+				c.h.mu.Unlock()
+				break
+			}
+			op := c.ops[0]
+			c.ops = c.ops[1:]
+			c.h.mu.Unlock()
+			c.write(op)
+		}
+	}
+}
+
+// write sends one command. A failure needs no handling here: the reader sees
+// the broken connection and subscribes every channel again on a new one.
+func (c *subConn) write(op subOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), subWriteTimeout)
+	defer cancel()
+	ps := op.gen.ps
+	switch sharded := c.h.mode == subSharded; {
+	case op.sub && sharded:
+		_ = ps.SSubscribe(ctx, op.channel)
+	case op.sub:
+		_ = ps.Subscribe(ctx, op.channel)
+	case sharded:
+		_ = ps.SUnsubscribe(ctx, op.channel)
+	default:
+		_ = ps.Unsubscribe(ctx, op.channel)
+	}
+	op.gen.once.Do(func() { close(op.gen.written) })
+}
+
+func (c *subConn) reader() {
+	defer c.h.wg.Done()
+	failures := 0
+	for {
+		c.h.mu.Lock()
+		g := c.gen
+		c.h.mu.Unlock()
+		// Receiving before the first command would connect a PubSub that
+		// has no channel yet, which a cluster client routes to a random node.
+		select {
+		case <-c.quit:
+			return
+		case <-g.written:
+		}
+		if c.receive(g, &failures) {
+			return
+		}
+		failures++
+		if !c.reset(failures) {
+			return
+		}
+	}
+}
+
+// receive handles what g's connection delivers until it breaks (false) or
+// the connection is retired (true).
+func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
+	pinged := false
+	for {
+		msg, err := g.ps.ReceiveTimeout(context.Background(), healthEvery)
+		select {
+		case <-c.quit:
+			return true
+		default:
+		}
+		var ne net.Error
+		switch {
+		case err == nil:
+			pinged, *failures = false, 0
+			if c.handle(msg) {
+				return false
+			}
+		case errors.As(err, &ne) && ne.Timeout():
+			if c.retireIfIdle() {
+				return true
+			}
+			if pinged {
+				return false // nothing, not even a pong, for a whole interval
+			}
+			pinged = true
+			ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
+			err := g.ps.Ping(ctx)
+			cancel()
+			if err != nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// handle applies one received message; it reports whether the connection
+// must be replaced (the server dropped a subscription on its own, as a
+// cluster does when the channel's slot moves).
+func (c *subConn) handle(msg any) (broken bool) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		ch := m.Channel
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if c.pending[ch] > 0 {
+				c.pending[ch]--
+			}
+			if c.pending[ch] == 0 {
+				delete(c.pending, ch)
+				if t := c.topics[ch]; t != nil && c.unsubs[ch] == 0 {
+					t.setReady()
+				}
+			}
+		case "unsubscribe", "sunsubscribe":
+			if c.unsubs[ch] > 0 {
+				if c.unsubs[ch]--; c.unsubs[ch] == 0 {
+					delete(c.unsubs, ch)
+				}
+			} else if c.topics[ch] != nil {
+				return true
+			}
+		}
+	case *redis.Message:
+		if t := c.topics[m.Channel]; t != nil {
+			t.wakeOne()
+		}
+	}
+	return false
+}
+
+func (c *subConn) retireIfIdle() bool {
+	c.h.mu.Lock()
+	if len(c.topics) > 0 || time.Since(c.idleSince) < idleLinger {
+		c.h.mu.Unlock()
+		return false
+	}
+	g := c.retire()
+	c.h.mu.Unlock()
+	_ = g.ps.Close()
+	return true
+}
+
+// reset replaces a broken connection: waiters fall back to timed retries at
+// once, and after a pause that grows with consecutive failures every
+// channel is subscribed again on a new connection. It returns false when
+// the connection was retired instead.
+func (c *subConn) reset(failures int) bool {
+	c.h.mu.Lock()
+	for _, t := range c.topics {
+		t.setLost()
+	}
+	old := c.gen
+	c.h.mu.Unlock()
+	_ = old.ps.Close()
+
+	pause := min(10*time.Millisecond<<min(failures-1, 7), time.Second)
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	select {
+	case <-c.quit:
+		return false
+	case <-timer.C:
+	}
+
+	c.h.mu.Lock()
+	if c.retired {
+		c.h.mu.Unlock()
+		return false
+	}
+	if len(c.topics) == 0 {
+		g := c.retire()
+		c.h.mu.Unlock()
+		_ = g.ps.Close()
+		return false
+	}
+	c.gen = newGen(c.h.newPubSub())
+	c.pending, c.unsubs, c.ops = make(map[string]int), make(map[string]int), nil
+	for ch := range c.topics {
+		c.pending[ch] = 1
+		c.enqueue(subOp{gen: c.gen, sub: true, channel: ch})
+	}
+	c.h.mu.Unlock()
+	return true
+}
+
+// acquireWaiting is Acquire: it tries, and after each refusal waits for a
+// release message, the current lease's end, or (without a confirmed
+// subscription) the wait strategy's delay, whichever comes first.
+func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (lease *Lease, err error) {
+	var (
+		w       *waiter
+		channel string
+	)
+	if l.hub != nil {
+		channel = l.channel(resource)
+		// Joining a channel that other waiters keep subscribed costs
+		// nothing and makes even the first try a registered one.
+		w = l.hub.join(channel, false)
+		defer func() { l.hub.leave(w, lease != nil) }()
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	fallbacks := 0
+	for {
+		var ready, lost <-chan struct{}
+		confirmed := false
+		if w != nil {
+			ready, lost, confirmed = w.state()
+		}
+		lease, err = l.tryAcquire(ctx, resource, ttl, cfg)
+		var na *NotAcquiredError
+		if !errors.As(err, &na) {
+			return lease, err
+		}
+		if w != nil {
+			w.owes = false
+		}
+		if w == nil && l.hub != nil {
+			if w = l.hub.join(channel, true); w != nil {
+				if ready, lost, confirmed = w.state(); confirmed {
+					continue // someone else's subscription covers a try from now on
+				}
+			}
+		}
+		var d time.Duration
+		if confirmed && na.Remaining >= 0 {
+			d = na.Remaining
+		} else {
+			d = l.wait.Delay(fallbacks, na.Remaining)
+			fallbacks++
+			if na.Remaining >= 0 && d > na.Remaining {
+				d = na.Remaining
+			}
+		}
+		var wake, edge <-chan struct{}
+		if w != nil {
+			wake = w.wake
+			if confirmed {
+				edge = lost // back to timed retries
+			} else {
+				edge = ready // registered from now on: try again
+			}
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
+		case <-timer.C:
+		case <-wake:
+			w.owes = true
+		case <-edge:
+		}
+	}
+}

@@ -1,0 +1,281 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// waitSubscribed polls until channel has at least n subscribers.
+func waitSubscribed(t *testing.T, c redis.UniversalClient, channel string, n int64) {
+	t.Helper()
+	waitSubscribers(t, c, channel, func(got int64) bool { return got >= n })
+}
+
+// waitSubscribers polls until channel's subscriber count satisfies ok.
+func waitSubscribers(t *testing.T, c redis.UniversalClient, channel string, ok func(int64) bool) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var got int64
+		if _, ok := c.(*redis.ClusterClient); ok {
+			m, err := c.PubSubShardNumSub(ctx, channel).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = m[channel]
+		} else {
+			m, err := c.PubSubNumSub(ctx, channel).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = m[channel]
+		}
+		if ok(got) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s: subscriber count not as expected within 10s", channel)
+}
+
+// A waiter blocked in Acquire gets the lock as soon as the holder releases
+// it: with a 30s lease, a grant that arrives before the lease could have run
+// out was handed off by the release, not by expiry.
+func TestAcquireWakesOnRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.StartRedisCluster(t).ClusterClient() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := tc.client(t)
+			l := newLocker(t, c)
+			t.Cleanup(l.Close)
+			const ttl = 30 * time.Second
+			holder := mustAcquire(t, l, "handoff", ttl)
+
+			got := make(chan *lock.Lease, 1)
+			errc := make(chan error, 1)
+			go func() {
+				lease, err := l.Acquire(ctx, "handoff", ttl)
+				if err != nil {
+					errc <- err
+					return
+				}
+				got <- lease
+			}()
+			waitSubscribed(t, c, l.ReleaseChannel("handoff"), 1)
+			released := time.Now()
+			if err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case lease := <-got:
+				t.Logf("hand-off %v after release", time.Since(released))
+				if lease.Token() <= holder.Token() {
+					t.Fatalf("token %d after %d", lease.Token(), holder.Token())
+				}
+				if err := lease.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case err := <-errc:
+				t.Fatal(err)
+			case <-time.After(ttl / 3):
+				t.Fatalf("no hand-off within %v of release; the lease had %v left", ttl/3, ttl)
+			}
+		})
+	}
+}
+
+// A holder that vanishes without releasing hands the lock on when its lease
+// runs out, without a message.
+func TestAcquireAfterHolderVanishes(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	gone := mustAcquire(t, l, "vanish", 300*time.Millisecond) // never released nor renewed
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(actx, "vanish", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("granted %v after the holder vanished", time.Since(start))
+	if lease.Token() <= gone.Token() {
+		t.Fatalf("token %d after %d", lease.Token(), gone.Token())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A subscription that Redis cuts does not strand a waiter: it falls back to
+// timed retries, never past the holder's remaining lease.
+func TestAcquireSurvivesSubscriptionCut(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	holder := mustAcquire(t, l, "cut", 30*time.Second)
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, "cut", time.Second)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	waitSubscribed(t, srv.Client(), l.ReleaseChannel("cut"), 1)
+	proxy.CutAll()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock within 10s of a release while its subscription was cut")
+	}
+}
+
+// 16 goroutines contend for one resource, holding it for no time at all:
+// every grant gets a new, higher token and no two leases overlap. Commands
+// per grant are reported for pub/sub wake-ups and for polling.
+func TestContentionZeroHold(t *testing.T) {
+	for _, mode := range []string{"pubsub", "polling"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			srv := testenv.StartRedis(t)
+			c := srv.Client()
+			hook := &testenv.Commands{}
+			c.AddHook(hook)
+			var opts []lock.Option
+			if mode == "polling" {
+				opts = append(opts, lock.WithWait(lock.Backoff(time.Millisecond, 64*time.Millisecond)))
+			}
+			l := newLocker(t, c, opts...)
+			t.Cleanup(l.Close)
+
+			const workers, perWorker = 16, 40
+			var (
+				inside atomic.Int32
+				mu     sync.Mutex
+				tokens []fence.Token
+				wg     sync.WaitGroup
+			)
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range perWorker {
+						lease, err := l.Acquire(ctx, "hot", 5*time.Second)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if n := inside.Add(1); n != 1 {
+							t.Errorf("%d leases overlap", n)
+						}
+						mu.Lock()
+						tokens = append(tokens, lease.Token())
+						mu.Unlock()
+						inside.Add(-1)
+						if err := lease.Release(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if len(tokens) != workers*perWorker {
+				t.Fatalf("%d grants, want %d", len(tokens), workers*perWorker)
+			}
+			for i := 1; i < len(tokens); i++ {
+				if tokens[i] <= tokens[i-1] {
+					t.Fatalf("grant %d got token %d after %d", i, tokens[i], tokens[i-1])
+				}
+			}
+			cmds := hook.Take()
+			subs := serverCalls(t, c, "subscribe", "unsubscribe", "ping")
+			grants := float64(len(tokens))
+			t.Logf("%s: %.2f client commands per grant (%d), plus %d subscribe/unsubscribe/ping on the subscription connection (%.3f per grant)",
+				mode, float64(len(cmds))/grants, len(cmds), subs, float64(subs)/grants)
+		})
+	}
+}
+
+// serverCalls sums the server's call counts of the named commands.
+func serverCalls(t testing.TB, c *redis.Client, names ...string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, name := range names {
+			prefix := "cmdstat_" + name + ":calls="
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// Close stops the shared subscription; a Locker keeps working after it,
+// waiting by timed retries.
+func TestCloseStopsSubscription(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	holder := mustAcquire(t, l, "closing", 300*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, "closing", time.Second)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		done <- err
+	}()
+	waitSubscribed(t, c, l.ReleaseChannel("closing"), 1)
+	l.Close()
+	waitSubscribers(t, c, l.ReleaseChannel("closing"), func(n int64) bool { return n == 0 })
+	// The waiter gets the lock when the holder's lease runs out.
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Release of an expired lease = %v, want ErrNotHeld", err)
+	}
+	if err := l.Do(ctx, "closing", time.Second, func(context.Context, fence.Fence) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
