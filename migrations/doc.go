@@ -1,7 +1,8 @@
 // Package migrations holds the schema that fencekit's PostgreSQL storage
 // guard needs, as goose v3 SQL migrations embedded in the binary.
 //
-// [Up] applies them with a goose Provider: PostgreSQL dialect, a session-level
+// [Up] applies them through a *sql.DB, [UpPool] through a pgx pool
+// (*pgxpool.Pool), both with a goose Provider: PostgreSQL dialect, a session-level
 // advisory lock so that several processes starting at once apply each
 // migration exactly once, and a version table of its own ([VersionTable]) so
 // that fencekit's versions never mix with the application's own goose

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -52,6 +54,19 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
+}
+
+// UpPool is [Up] for programs that hold a pgx pool rather than a *sql.DB:
+// it applies the pending migrations over pool's connections and leaves pool
+// open. ctx bounds the whole run, as for [Up].
+func UpPool(ctx context.Context, pool *pgxpool.Pool) error {
+	if pool == nil {
+		return errors.New("migrations: nil *pgxpool.Pool")
+	}
+	// The *sql.DB borrows pool's connections; closing it leaves pool open.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	return Up(ctx, db)
 }
 
 func newProvider(db *sql.DB) (*goose.Provider, error) {
