@@ -1,6 +1,8 @@
 package fence
 
 import (
+	"strings"
+	"unicode/utf8"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -48,14 +50,20 @@ func (f Fence) String() string {
 }
 
 // Validate reports whether f can be presented to storage: a resource of 1 to
-// [MaxResourceLen] bytes, a token of at least 1 and a non-empty holder. The
-// error matches [ErrInvalidFence].
+// [MaxResourceLen] bytes, a token of at least 1 and a non-empty holder, both
+// strings valid UTF-8 without NUL bytes (every store must be able to keep
+// them; PostgreSQL's text type refuses NUL and invalid UTF-8). The error
+// matches [ErrInvalidFence].
 func (f Fence) Validate() error {
 	switch {
 	case f.Resource == "":
 		return fmt.Errorf("%w: empty resource", ErrInvalidFence)
 	case len(f.Resource) > MaxResourceLen:
 		return fmt.Errorf("%w: resource of %d bytes is longer than %d", ErrInvalidFence, len(f.Resource), MaxResourceLen)
+	case !storable(f.Resource):
+		return fmt.Errorf("%w: resource %q is not valid UTF-8 or holds a NUL byte", ErrInvalidFence, f.Resource)
+	case !storable(f.Holder):
+		return fmt.Errorf("%w: holder %q for %q is not valid UTF-8 or holds a NUL byte", ErrInvalidFence, f.Holder, f.Resource)
 	case f.Token < 1:
 		return fmt.Errorf("%w: token %d for %q is below 1", ErrInvalidFence, f.Token, f.Resource)
 	case f.Holder == "":
@@ -63,6 +71,8 @@ func (f Fence) Validate() error {
 	}
 	return nil
 }
+
+func storable(s string) bool { return utf8.ValidString(s) && !strings.Contains(s, "\x00") }
 
 // Admits reports whether a store whose high-water mark is hwm admits an
 // operation carrying f: f's token is newer than the mark, or it is the mark's

@@ -42,6 +42,11 @@ func TestValidate(t *testing.T) {
 		{Fence{Resource: "r", Token: 1, Holder: ""}, false},
 		{Fence{Resource: strings.Repeat("r", MaxResourceLen), Token: 1, Holder: "h"}, true},
 		{Fence{Resource: strings.Repeat("r", MaxResourceLen+1), Token: 1, Holder: "h"}, false},
+		{Fence{Resource: "r\x00s", Token: 1, Holder: "h"}, false},
+		{Fence{Resource: "r\xffs", Token: 1, Holder: "h"}, false},
+		{Fence{Resource: "r", Token: 1, Holder: "h\x00"}, false},
+		{Fence{Resource: "r", Token: 1, Holder: "\xc3"}, false},
+		{Fence{Resource: "ünïcode", Token: 1, Holder: "h"}, true},
 	}
 	for _, tt := range tests {
 		err := tt.f.Validate()
