@@ -1,12 +1,12 @@
 package fence
 
 import (
-	"strings"
-	"unicode/utf8"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Limits that every lock and store of this module applies, so that a fence one
