@@ -47,6 +47,8 @@ func TestInvalidCallsSendNothing(t *testing.T) {
 
 		"TryAcquire long resource": func() error { _, err := l.TryAcquire(ctx, long, time.Second); return err },
 		"Advance long resource":    func() error { return l.Advance(ctx, long, 1) },
+		"TryAcquire NUL resource":  func() error { _, err := l.TryAcquire(ctx, "a\x00b", time.Second); return err },
+		"TryAcquire bad UTF-8":     func() error { _, err := l.TryAcquire(ctx, "a\xffb", time.Second); return err },
 		"FenceLock long key":       func() error { _, err := l.FenceLock(ctx, long, "v"); return err },
 		"TryAcquire lease > MaxTTL": func() error {
 			_, err := l.TryAcquire(ctx, "a", lock.MaxTTL+time.Millisecond)

@@ -132,6 +132,10 @@ func checkResource(resource string) error {
 	if len(resource) > fence.MaxResourceLen {
 		return fmt.Errorf("%w: resource name of %d bytes is longer than %d", ErrInvalid, len(resource), fence.MaxResourceLen)
 	}
+	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "h"}).Validate(); err != nil {
+		// The same rule storage applies, so a lease is never refused later.
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if strings.ContainsAny(resource, "{}") {
 		return fmt.Errorf("%w: resource %q contains a brace, which would break its hash tag", ErrInvalid, resource)
 	}
