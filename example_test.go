@@ -15,9 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The README's quick start: a lease and its fence, a fenced read-modify-write
-// in PostgreSQL, a one-round-trip fenced write, and a fenced update of a
-// value kept in Redis. The guard table must exist (migrations.Up).
+// A lease and its fence, a fenced read-modify-write in PostgreSQL, a
+// one-round-trip fenced write, and a fenced update of a value kept in Redis.
+// The guard table and the invoices table must exist: examples/quickstart is
+// the complete program, which creates them.
 func Example() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
@@ -47,6 +48,9 @@ func Example() {
 	})
 	if errors.Is(err, fence.ErrStale) {
 		return // a newer holder was admitted: the work is theirs now
+	}
+	if err != nil {
+		panic(err)
 	}
 
 	// A blind write in one round trip: guard and statements pipelined, all or nothing.
