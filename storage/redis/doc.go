@@ -6,8 +6,9 @@
 //
 // Every value lives in one Redis hash under the store's prefix (default
 // [DefaultPrefix]) followed by the caller's key. The hash holds the value's
-// bytes, its version, its optional expiry, and the key's high-water mark: the
-// newest fence admitted for the key, with the resource that fence was for.
+// bytes, its version, its optional expiry, the key's high-water mark (the
+// newest fence admitted for the key, with the resource that fence was for),
+// and the records of its recent writes (see Retries below).
 // One key means one Redis Cluster slot, so every script touches one slot; a
 // hash tag in the caller's key (such as "{user42}:cart") decides that slot,
 // because the prefix may not contain braces. The store takes the narrowest
@@ -48,11 +49,36 @@
 // a read-modify-write a bounded number of times. These need no lock and
 // neither check nor move the mark.
 //
-// Every version-checked write carries an id unique to the call, which the
-// hash keeps. If the client retries such a write after losing the reply of a
-// run that succeeded (go-redis retries after a read timeout), the retry
-// finds its own id and reports that success instead of a version conflict,
-// so [Store.Update] and [Store.Modify] never apply a change twice.
+// The mark and the version are per key: nothing fences across keys. A
+// read-modify-write that reads one key and writes another (say, reads a
+// balance under "{acct}:a" and writes a total under "{acct}:b") is checked
+// only on the key it writes; a newer holder's write to the key that was read
+// does not make it fail. Read every key the write depends on with a fenced
+// [Store.Get] under the same fence before writing, or keep what must change
+// together in one value.
+//
+// # Retries
+//
+// go-redis sends a command again after a connection reset or a read timeout
+// (Options.MaxRetries, 3 by default), even when the server ran it and only
+// the reply was lost. Every write therefore carries an id unique to the call,
+// and the key's hash records the reply of each write under its id for the
+// retry window ([WithRetryWindow], default [DefaultRetryWindow]). A run that
+// finds its own id recorded is such a retry: before any fence or version
+// check, it returns the first run's reply, whatever other clients wrote in
+// between. So a write is never applied twice, and a write that was applied is
+// never reported as stale or as a conflict. [Store.Update] and [Store.Modify]
+// never apply their function's change twice.
+//
+// The records cost memory: up to about 170 bytes per write, kept for the
+// window and dropped a few at a time by later writes of the same key, so a
+// key holds about the records of its writes of the last window (a key
+// written 1,000 times a second holds about 10 MB with the default window).
+// Refusals change nothing and are not recorded (a retry is refused again),
+// nor is a [Store.CompareAndDelete] of a key that never existed (there is
+// nothing to record it in; a retry after another client created the key
+// reports a conflict). Reads are not recorded either: a retried [Store.Get]
+// reads the key afresh, and may be refused if a newer holder came in between.
 //
 // # Expiry
 //
@@ -64,20 +90,35 @@
 // in memory until the next fenced operation or write on the key. The hash
 // itself, with its mark, is kept forever unless [WithMarkRetention] lets Redis
 // collect it once it has gone that long without a live value and without an
-// operation; after that any fence is admitted again, so the retention must be
-// far longer than any pause a holder can survive.
+// operation (a refused one counts); after that any fence is admitted again,
+// so the retention must be far longer than any pause a holder can survive.
+//
+// # Eviction
+//
+// Without [WithMarkRetention] the store's hashes carry no Redis TTL, so a
+// volatile-* maxmemory-policy (volatile-lru, volatile-lfu, volatile-random,
+// volatile-ttl) never evicts them. With it, a hash that holds no live value,
+// or an expiring one, carries a TTL and becomes evictable under those
+// policies: Redis may drop it, mark and write records included, long before
+// the retention ends, and then admit old fences and re-run retried writes.
+// Under an allkeys-* policy any hash may be evicted, retention or not. Give
+// the store's keys a server whose maxmemory-policy is noeviction (writes fail
+// with an out-of-memory error instead, and nothing is lost), or use no
+// retention under a volatile-* policy.
 //
 // # Errors
 //
 // Stale fences get [fence.ErrStale], version mismatches [fence.ErrConflict],
 // missing values [fence.ErrNotFound] (from Get and Load, which still return
-// the key's version), and invalid fences [fence.ErrInvalidFence]. A key that
-// holds another type, or a hash this store did not write, gets [ErrWrongType]
-// naming the key, and is left as it was. Empty keys ([ErrInvalidKey]), bad
-// options ([ErrInvalidOption]) and ended contexts (an error matching
-// ctx.Err()) are reported before anything is sent. A context that ends while
-// a script is in flight also gives an error matching ctx.Err(), but the
-// script may have run: a fenced read with the same fence tells.
+// the key's version), and invalid fences [fence.ErrInvalidFence] (an empty
+// resource or holder, a token below 1, a resource longer than
+// [fence.MaxResourceLen] bytes). A key that holds another type, or a hash
+// this store did not write, gets [ErrWrongType] naming the key, and is left
+// as it was. Empty keys ([ErrInvalidKey]), bad options and arguments,
+// including a nil context ([ErrInvalidOption]), and ended contexts (an error
+// matching ctx.Err()) are reported before anything is sent. A context that
+// ends while a script is in flight also gives an error matching ctx.Err(),
+// but the script may have run: a fenced read with the same fence tells.
 //
 // # Round trips
 //

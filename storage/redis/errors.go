@@ -27,8 +27,9 @@ var (
 	// ErrInvalidKey means a value key was empty. Nothing was sent.
 	ErrInvalidKey = errors.New("storage/redis: invalid key")
 
-	// ErrInvalidOption means an option passed to [New] or to a write was out
-	// of range. Nothing was sent.
+	// ErrInvalidOption means an option passed to [New] or to a write, or an
+	// argument of a call, was invalid: out of range, nil (a nil context, a
+	// nil function). The error names the problem. Nothing was sent.
 	ErrInvalidOption = errors.New("storage/redis: invalid option")
 )
 

@@ -61,8 +61,9 @@ func TestExpiryKeepsMark(t *testing.T) {
 // the hash of a key without a live value goes after the retention, and with
 // it the mark, so that an old fence is admitted again.
 func TestMarkRetention(t *testing.T) {
-	const retention = 250 * time.Millisecond
-	s, c := newStore(t, WithMarkRetention(retention))
+	// The shortest retention a store accepts: its retry window, at least 1s.
+	const retention = time.Second
+	s, c := newStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
 	ctx := context.Background()
 	pttl := func(key string) time.Duration { return c.PTTL(ctx, s.Prefix()+key).Val() }
 

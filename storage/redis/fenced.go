@@ -21,7 +21,12 @@ import (
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark, or a
 // [*ResourceError] when the key's mark was set for another resource; neither
-// changes anything. ctx bounds the call.
+// changes anything but the retention of the mark (see [WithMarkRetention]).
+// ctx bounds the call.
+//
+// Get fences key only: a later write to another key is not refused because
+// a newer holder has since written this one. A write that depends on several
+// keys must Get each of them with the same fence first (see the package doc).
 func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, error) {
 	r, err := s.fenced(ctx, "get", f, key, nil, writeConfig{}, -1)
 	if err != nil {
@@ -40,7 +45,9 @@ func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, erro
 // [WithTTL] makes the value expire; without it the value is kept.
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
-// [*ResourceError]) and changes nothing. ctx bounds the call.
+// [*ResourceError]) and changes nothing. A client retry of a Set whose reply
+// was lost reports the first run's outcome (see [WithRetryWindow]). ctx
+// bounds the call.
 func (s *Store) Set(ctx context.Context, f fence.Fence, key string, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
@@ -79,7 +86,9 @@ func (s *Store) SetIfVersion(ctx context.Context, f fence.Fence, key string, exp
 // Deleting a missing value is not an error; it still raises the mark.
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
-// [*ResourceError]) and changes nothing. ctx bounds the call.
+// [*ResourceError]) and changes nothing. A client retry of a Delete whose
+// reply was lost reports the first run's outcome, and deletes nothing written
+// since. ctx bounds the call.
 func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
 	_, err := s.fenced(ctx, "del", f, key, nil, writeConfig{}, -1)
 	return err
@@ -127,14 +136,17 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	}
 	exp, wid := "", ""
 	if expected >= 0 {
-		exp, wid = strconv.FormatInt(expected, 10), s.writeID()
+		exp = strconv.FormatInt(expected, 10)
+	}
+	if op != "get" {
+		wid = s.writeID()
 	}
 	if data == nil {
 		data = []byte{}
 	}
 	cmd := fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
 		op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder,
-		data, millis(cfg.ttl), exp, millis(s.retention), wid)
+		data, millis(cfg.ttl), exp, millis(s.retention), wid, millis(s.retryWindow))
 	r, err := decode(ctx, op, key, cmd)
 	if err != nil {
 		return r, err

@@ -10,9 +10,13 @@
 -- ARGV[6]  value lifetime in milliseconds, 0 for none (set only)
 -- ARGV[7]  expected version, "" for no version check
 -- ARGV[8]  retention in milliseconds of a key holding no live value, 0 to keep it forever
--- ARGV[9]  write id of a version-checked write, "" for none
+-- ARGV[9]  write id, unique to the call ("set" and "del"); "" for "get"
+-- ARGV[10] retry window in milliseconds: how long write records are kept
 --
--- Every check comes before the first write, so a refused call changes nothing.
+-- A write whose id is recorded is a retry of a run that already happened: it
+-- gets that run's reply, before any check. Otherwise every check comes before
+-- the first write, so a refused call changes nothing but the retention of the
+-- mark that refused it.
 -- Replies: {"OK", version, data|false, expiresAtMs} for a live value,
 --          {"NOTFOUND", version} when no live value is left or found,
 --          {"STALE", resource, token, holder}, {"RESOURCE", resource},
@@ -20,12 +24,17 @@
 
 local key = KEYS[1]
 local op, res, tok, hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local retention, wid = tonumber(ARGV[8]), ARGV[9]
 
-local s, refusal = read_value(key)
+local s, refusal = read_value(key, wid)
 if not s then
   return refusal
 end
+if s.record then
+  return replay(s.record)
+end
 if s.res and s.res ~= res then
+  keep_mark(key, s, retention)
   return {'RESOURCE', s.res}
 end
 
@@ -43,27 +52,20 @@ end
 if s.tok then
   local c = cmp(tok, s.tok)
   if c < 0 or (c == 0 and hold ~= s.hold) then
+    keep_mark(key, s, retention)
     return {'STALE', s.res or res, s.tok, s.hold or ''}
   end
 end
-local wid = ARGV[9]
 if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= s.ver then
-  local expected = tonumber(ARGV[7])
-  if replayed(s, wid, expected) then
-    return replay_reply(s, expected)
-  end
   return {'CONFLICT', s.ver}
 end
 
 -- Checks are done; writes start here.
-local retention = tonumber(ARGV[8])
+local window = tonumber(ARGV[10])
 
 if op == 'set' then
-  local extra = {'tok', tok, 'hold', hold, 'res', res}
-  if wid ~= '' then
-    extra[#extra + 1], extra[#extra + 2] = 'wid', wid
-  end
-  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, extra)
+  local reply = write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, {'tok', tok, 'hold', hold, 'res', res})
+  return remember(key, s, wid, window, reply)
 end
 
 if op == 'del' and s.live then
@@ -76,4 +78,7 @@ if s.live and op == 'get' then
   return {'OK', s.ver, s.data, tonumber(s.exp or '0')}
 end
 drop_value(key, s, retention)
+if op == 'del' then
+  return remember(key, s, wid, window, {'NOTFOUND', s.ver})
+end
 return {'NOTFOUND', s.ver}

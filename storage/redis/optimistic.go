@@ -58,7 +58,9 @@ func (s *Store) load(ctx context.Context, key string) (reply, error) {
 // high-water mark.
 //
 // A mismatch gets a [*fence.ConflictError] carrying the version found and
-// changes nothing. ctx bounds the call.
+// changes nothing. A client retry of a CompareAndSet whose reply was lost
+// reports the first run's outcome, not a conflict with its own write (see
+// [WithRetryWindow]). ctx bounds the call.
 func (s *Store) CompareAndSet(ctx context.Context, key string, expected int64, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
@@ -88,7 +90,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 		return reply{}, fmt.Errorf("%w: negative expected version %d", ErrInvalidOption, expected)
 	}
 	cmd := casScript.Run(ctx, s.client, []string{s.redisKey(key)},
-		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention), s.writeID())
+		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention), s.writeID(), millis(s.retryWindow))
 	r, err := decode(ctx, "compare-and-"+op, key, cmd)
 	if err != nil {
 		return reply{}, err
@@ -107,8 +109,10 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 // the value written.
 //
 // fn may run several times and must not have side effects beyond its result.
-// An error from fn is returned as it is and nothing is written. ctx bounds the
-// whole call, waits included.
+// Each result is written at most once, even when the client retries a write
+// after losing its reply. An error from fn is returned as it is and nothing is
+// written; a panic in fn writes nothing and reaches the caller unchanged. ctx
+// bounds the whole call, waits included.
 func (s *Store) Modify(ctx context.Context, key string, attempts int, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
 	if attempts < 1 {
 		return Value{}, fmt.Errorf("%w: %d attempts; at least 1 is needed", ErrInvalidOption, attempts)

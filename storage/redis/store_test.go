@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,13 @@ func TestNewValidates(t *testing.T) {
 		{"close brace in prefix", c, []Option{WithPrefix("app}:")}, "brace"},
 		{"negative retention", c, []Option{WithMarkRetention(-time.Second)}, "negative"},
 		{"sub-millisecond retention", c, []Option{WithMarkRetention(time.Microsecond)}, "below one millisecond"},
+		{"overflowing retention", c, []Option{WithMarkRetention(math.MaxInt64)}, "longer than"},
+		{"retention past MaxDuration", c, []Option{WithMarkRetention(MaxDuration + time.Millisecond)}, "longer than"},
+		{"retention shorter than the retry window", c, []Option{WithMarkRetention(30 * time.Second)}, "shorter than the retry window"},
+		{"retention shorter than a set retry window", c, []Option{WithRetryWindow(2 * time.Second), WithMarkRetention(time.Second)}, "shorter than the retry window"},
+		{"zero retry window", c, []Option{WithRetryWindow(0)}, "below one second"},
+		{"sub-second retry window", c, []Option{WithRetryWindow(999 * time.Millisecond)}, "below one second"},
+		{"overflowing retry window", c, []Option{WithRetryWindow(math.MaxInt64)}, "longer than"},
 		{"nil option", c, []Option{nil}, "nil option"},
 	}
 	for _, tt := range tests {
@@ -46,6 +54,16 @@ func TestNewValidates(t *testing.T) {
 	if err != nil || s.Prefix() != DefaultPrefix {
 		t.Fatalf("New with defaults = %v, %v; want prefix %q", s, err, DefaultPrefix)
 	}
+	for _, opts := range [][]Option{
+		{WithMarkRetention(MaxDuration)},
+		{WithMarkRetention(DefaultRetryWindow)},
+		{WithRetryWindow(time.Second), WithMarkRetention(time.Second)},
+		{WithRetryWindow(MaxRetryWindow)},
+	} {
+		if _, err := New(c, opts...); err != nil {
+			t.Errorf("New at a bound: %v", err)
+		}
+	}
 }
 
 // TestBadInputSendsNothing checks that invalid calls fail with a clear error
@@ -57,7 +75,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
+	var nilCtx context.Context
 	good := fen(1, "a")
+	long := fence.Fence{Resource: strings.Repeat("r", fence.MaxResourceLen+1), Token: 1, Holder: "a"}
 	inc := func(Value) ([]byte, error) { return []byte("x"), nil }
 
 	tests := []struct {
@@ -81,7 +101,27 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"cas cancelled", func() error { _, err := s.CompareAndSet(cancelled, "k", 0, nil); return err }, context.Canceled},
 		{"modify cancelled", func() error { _, err := s.Modify(cancelled, "k", 3, inc); return err }, context.Canceled},
 		{"preload cancelled", func() error { return s.Preload(cancelled) }, context.Canceled},
+		{"get nil context", func() error { _, err := s.Get(nilCtx, good, "k"); return err }, ErrInvalidOption},
+		{"set nil context", func() error { _, err := s.Set(nilCtx, good, "k", nil); return err }, ErrInvalidOption},
+		{"set-if-version nil context", func() error { _, err := s.SetIfVersion(nilCtx, good, "k", 0, nil); return err }, ErrInvalidOption},
+		{"delete nil context", func() error { return s.Delete(nilCtx, good, "k") }, ErrInvalidOption},
+		{"update nil context", func() error { _, err := s.Update(nilCtx, good, "k", inc); return err }, ErrInvalidOption},
+		{"load nil context", func() error { _, err := s.Load(nilCtx, "k"); return err }, ErrInvalidOption},
+		{"high-water nil context", func() error { _, err := s.HighWater(nilCtx, "k"); return err }, ErrInvalidOption},
+		{"cas nil context", func() error { _, err := s.CompareAndSet(nilCtx, "k", 0, nil); return err }, ErrInvalidOption},
+		{"cad nil context", func() error { _, err := s.CompareAndDelete(nilCtx, "k", 0); return err }, ErrInvalidOption},
+		{"modify nil context", func() error { _, err := s.Modify(nilCtx, "k", 3, inc); return err }, ErrInvalidOption},
+		{"preload nil context", func() error { return s.Preload(nilCtx) }, ErrInvalidOption},
+		{"get resource too long", func() error { _, err := s.Get(ctx, long, "k"); return err }, fence.ErrInvalidFence},
+		{"set resource too long", func() error { _, err := s.Set(ctx, long, "k", nil); return err }, fence.ErrInvalidFence},
+		{"delete resource too long", func() error { return s.Delete(ctx, long, "k") }, fence.ErrInvalidFence},
+		{"update resource too long", func() error { _, err := s.Update(ctx, long, "k", inc); return err }, fence.ErrInvalidFence},
 		{"zero ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(0)); return err }, ErrInvalidOption},
+		{"overflowing ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(math.MaxInt64)); return err }, ErrInvalidOption},
+		{"ttl past MaxDuration", func() error {
+			_, err := s.CompareAndSet(ctx, "k", 0, nil, WithTTL(MaxDuration+time.Millisecond))
+			return err
+		}, ErrInvalidOption},
 		{"nil write option", func() error { _, err := s.Set(ctx, good, "k", nil, nil); return err }, ErrInvalidOption},
 		{"negative expected version", func() error { _, err := s.CompareAndSet(ctx, "k", -1, nil); return err }, ErrInvalidOption},
 		{"negative fenced expected version", func() error { _, err := s.SetIfVersion(ctx, good, "k", -2, nil); return err }, ErrInvalidOption},
@@ -94,6 +134,11 @@ func TestBadInputSendsNothing(t *testing.T) {
 			err := tt.call()
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v does not match %v", err, tt.is)
+			}
+			for problem, words := range map[string]string{"nil context": "nil context", "too long": "longer than 1024", "ttl": "TTL"} {
+				if strings.Contains(tt.name, problem) && !strings.Contains(err.Error(), words) {
+					t.Errorf("error %q does not say %q", err, words)
+				}
 			}
 			if sent := h.Take(); len(sent) != 0 {
 				t.Fatalf("sent %v for a bad call", sent)

@@ -3,24 +3,43 @@
 -- A value hash holds v (the value's bytes), ver (its version), exp (when the
 -- value expires, ms since the epoch by the server's clock; absent: never),
 -- the key's high-water mark: tok, hold (token and holder of the newest
--- admitted fence) and res (the resource that fence was for), and wid (the id
--- of the last version-checked write).
+-- admitted fence) and res (the resource that fence was for), and the retry
+-- records of recent writes:
+--
+--   w:<id>  the reply of the write with that id: "<status> <version> <expiry>"
+--   q:<n>   "<ms> <id>": the n-th record, made at that server time
+--   qh, qt  the queue's head and tail: records q:<qh> .. q:<qt - 1> are live
+--
+-- Every write carries an id unique to the call. A run that finds its id
+-- recorded is a client retry of a run that already happened, and answers with
+-- that run's reply, whatever happened to the key since. Records are kept for
+-- the retry window (ms, an argument of each script): each recording run drops
+-- up to max_drops records older than that, oldest first, so the cost stays
+-- constant per write and the records held stay about the writes of the last
+-- window.
 
--- read_value reads key's hash without writing. It returns the state, or nil
+local max_drops = 4
+
+-- read_value reads key's hash without writing; wid is the call's write id
+-- ('' for a read), whose record it reads too. It returns the state, or nil
 -- and the reply for a key this store cannot use (left as it is).
-local function read_value(key)
+local function read_value(key, wid)
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'none' and kind ~= 'hash' then
     return nil, {'WRONGTYPE', kind}
   end
-  local h = redis.call('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'wid')
+  local h = redis.call('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'qh', 'qt', 'w:' .. wid)
   if kind == 'hash' and not h[2] then
     return nil, {'WRONGTYPE', 'hash without a version field'}
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local s = {kind = kind, data = h[1], stored_ver = h[2], tok = h[3], hold = h[4], res = h[5],
-             exp = h[6], wid = h[7], now = now, ver = tonumber(h[2] or '0')}
+             exp = h[6], qh = tonumber(h[7] or '0'), qt = tonumber(h[8] or '0'), now = now,
+             ver = tonumber(h[2] or '0')}
+  if wid ~= '' then
+    s.record = h[9]
+  end
   s.live = s.data and (not s.exp or tonumber(s.exp) > now)
   if s.data and not s.live then
     -- An expired value counts as deleted at its expiry, so its version moves on.
@@ -29,20 +48,51 @@ local function read_value(key)
   return s
 end
 
--- replayed reports whether the version-checked write with id wid has
--- already been made: a client retried it after losing the first run's reply.
--- Its result is then the version it wrote, expected + 1, not a conflict.
-local function replayed(s, wid, expected)
-  return wid ~= '' and s.wid == wid and s.ver >= expected + 1
+-- replay returns the reply recorded by the first run of a retried write.
+local function replay(record)
+  local status, ver, exp = string.match(record, '^(%u+) (%d+) (%d+)$')
+  if status == 'OK' then
+    return {'OK', tonumber(ver), false, tonumber(exp)}
+  end
+  return {status, tonumber(ver)}
 end
 
--- replay_reply is the reply of a write found by replayed.
-local function replay_reply(s, expected)
-  local exp = 0
-  if s.ver == expected + 1 then
-    exp = tonumber(s.exp or '0')
+-- remember records reply as the outcome of the write with id wid, drops
+-- records older than window ms, and returns reply. It runs after the write.
+local function remember(key, s, wid, window, reply)
+  local head, tail = s.qh, s.qt
+  local drops = 0
+  while head < tail and drops < max_drops do
+    local entry = redis.call('HGET', key, 'q:' .. head)
+    local at, id = string.match(entry or '', '^(%d+) (.*)$')
+    if at and tonumber(at) + window > s.now then
+      break
+    end
+    if id then
+      redis.call('HDEL', key, 'q:' .. head, 'w:' .. id)
+    else
+      redis.call('HDEL', key, 'q:' .. head)
+    end
+    head, drops = head + 1, drops + 1
   end
-  return {'OK', expected + 1, false, exp}
+  if head == tail then
+    head, tail = 0, 0 -- empty: restart the numbering
+  end
+  redis.call('HSET', key, 'w:' .. wid, reply[1] .. ' ' .. reply[2] .. ' ' .. (reply[4] or 0),
+             'q:' .. tail, s.now .. ' ' .. wid, 'qh', head, 'qt', tail + 1)
+  return reply
+end
+
+-- keep_mark restarts the retention of a hash holding no live value, as
+-- drop_value does, without changing anything else: a refused fence keeps the
+-- mark that refused it alive.
+local function keep_mark(key, s, retention)
+  if retention > 0 and s.kind == 'hash' and not s.live then
+    local ttl = redis.call('PTTL', key)
+    if ttl >= 0 and ttl < retention then
+      redis.call('PEXPIRE', key, retention)
+    end
+  end
 end
 
 -- write_value stores data as the value with the next version, living ttl ms

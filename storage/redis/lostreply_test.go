@@ -1,0 +1,213 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+)
+
+// lostReplyStores returns two stores on the shared Redis under one prefix:
+// via reaches Redis through p with go-redis's default retries, so that a
+// reply p loses makes the client send the same script again; direct is
+// another client's store, for the writes that land in between.
+func lostReplyStores(t *testing.T, opts ...Option) (via *Store, p *testenv.Proxy, direct *Store) {
+	t.Helper()
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	direct, err := New(c, append([]Option{WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Preload(ctx); err != nil { // one command per call through the proxy
+		t.Fatal(err)
+	}
+	p = testenv.StartProxy(t, c.Options().Addr)
+	// One connection, opened now: the next reply the proxy sees is the
+	// operation's, not a connection handshake. MaxRetries stays at its default.
+	vc := goredis.NewClient(&goredis.Options{Addr: p.Addr(), DB: c.Options().DB, PoolSize: 1})
+	t.Cleanup(func() { _ = vc.Close() })
+	if err := vc.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	via, err = New(vc, append([]Option{WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return via, p, direct
+}
+
+// incr returns fn for Update and Modify that adds one to a decimal counter,
+// counting its calls, and runs before (if not nil) on its first call.
+func incr(calls *atomic.Int32, before func()) func(Value) ([]byte, error) {
+	return func(old Value) ([]byte, error) {
+		if calls.Add(1) == 1 && before != nil {
+			before()
+		}
+		n, _ := strconv.Atoi(string(old.Data))
+		return []byte(strconv.Itoa(n + 1)), nil
+	}
+}
+
+// TestLostReplyReportsFirstRun loses the reply of each kind of write on a
+// real connection, lets another client write the key before go-redis sends
+// the write again, and checks that the call reports its first run's outcome
+// and that the write was applied exactly once.
+func TestLostReplyReportsFirstRun(t *testing.T) {
+	ctx := context.Background()
+	a, b := fen(1, "a"), fen(2, "b")
+	must := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil {
+			t.Error(err) // may run on the proxy's goroutine
+		}
+	}
+	tests := []struct {
+		name string
+		// run makes the call through the proxy, arming lose at the moment
+		// the write is next, and returns its version; lose writes the key
+		// with the other store.
+		run func(t *testing.T, via, direct *Store, lose func(then func())) (int64, error)
+		// want is the version the call must report; check inspects the key.
+		want  int64
+		check func(t *testing.T, direct *Store)
+	}{
+		{
+			name: "Set then a newer holder's Set",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				lose(func() { _, err := direct.Set(ctx, b, "k", []byte("b")); must(t, err) })
+				return via.Set(ctx, a, "k", []byte("a"))
+			},
+			want:  1,
+			check: wantValue("b", 2),
+		},
+		{
+			name: "SetIfVersion then a newer holder's Set",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				_, err := direct.Set(ctx, a, "k", []byte("a0"))
+				must(t, err)
+				lose(func() { _, err := direct.Set(ctx, b, "k", []byte("b")); must(t, err) })
+				return via.SetIfVersion(ctx, a, "k", 1, []byte("a1"))
+			},
+			want:  2,
+			check: wantValue("b", 3),
+		},
+		{
+			name: "Delete then a compare-and-set",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				_, err := direct.Set(ctx, a, "k", []byte("a0"))
+				must(t, err)
+				lose(func() { _, err := direct.CompareAndSet(ctx, "k", 2, []byte("new")); must(t, err) })
+				return 2, via.Delete(ctx, a, "k")
+			},
+			want:  2,
+			check: wantValue("new", 3),
+		},
+		{
+			name: "CompareAndSet then one built on it",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				lose(func() { _, err := direct.CompareAndSet(ctx, "k", 1, []byte("b")); must(t, err) })
+				return via.CompareAndSet(ctx, "k", 0, []byte("a"))
+			},
+			want:  1,
+			check: wantValue("b", 2),
+		},
+		{
+			name: "CompareAndDelete then a compare-and-set",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				_, err := direct.CompareAndSet(ctx, "k", 0, []byte("a"))
+				must(t, err)
+				lose(func() { _, err := direct.CompareAndSet(ctx, "k", 2, []byte("b")); must(t, err) })
+				return via.CompareAndDelete(ctx, "k", 1)
+			},
+			want:  2,
+			check: wantValue("b", 3),
+		},
+		{
+			name: "Modify then another Modify",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				var calls, other atomic.Int32
+				v, err := via.Modify(ctx, "k", 5, incr(&calls, func() {
+					lose(func() { _, err := direct.Modify(ctx, "k", 5, incr(&other, nil)); must(t, err) })
+				}))
+				if n := calls.Load(); n != 1 {
+					t.Errorf("Modify ran fn %d times; want once", n)
+				}
+				return v.Version, err
+			},
+			want:  1,
+			check: wantValue("2", 2),
+		},
+		{
+			name: "Update then a newer holder's Update",
+			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
+				var calls, other atomic.Int32
+				v, err := via.Update(ctx, a, "k", incr(&calls, func() {
+					lose(func() { _, err := direct.Update(ctx, b, "k", incr(&other, nil)); must(t, err) })
+				}))
+				if n := calls.Load(); n != 1 {
+					t.Errorf("Update ran fn %d times; want once", n)
+				}
+				return v.Version, err
+			},
+			want:  1,
+			check: wantValue("2", 2),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			via, p, direct := lostReplyStores(t)
+			var lost atomic.Bool
+			lose := func(then func()) {
+				p.LoseNextReply(func() { then(); lost.Store(true) })
+			}
+			v, err := tt.run(t, via, direct, lose)
+			if !lost.Load() {
+				t.Fatal("no reply was lost; the test did not exercise a retry")
+			}
+			if err != nil || v != tt.want {
+				t.Fatalf("call whose reply was lost = %d, %v; want %d, <nil> (its first run's outcome)", v, err, tt.want)
+			}
+			tt.check(t, direct)
+		})
+	}
+}
+
+// wantValue checks that the key holds data at version ver: each write
+// applied once.
+func wantValue(data string, ver int64) func(*testing.T, *Store) {
+	return func(t *testing.T, s *Store) {
+		t.Helper()
+		v, err := s.Load(context.Background(), "k")
+		if err != nil || string(v.Data) != data || v.Version != ver {
+			t.Fatalf("key holds %q at version %d (%v); want %q at version %d", v.Data, v.Version, err, data, ver)
+		}
+	}
+}
+
+// TestLostReplyOfRefusal checks that a refused write whose reply is lost is
+// still refused when the client retries it: refusals change nothing, so
+// running them again gives the same answer.
+func TestLostReplyOfRefusal(t *testing.T) {
+	ctx := context.Background()
+	via, p, direct := lostReplyStores(t)
+	if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	p.LoseNextReply(nil)
+	if _, err := via.Set(ctx, fen(1, "a"), "k", []byte("a")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale Set whose reply was lost = %v; want ErrStale", err)
+	}
+	p.LoseNextReply(nil)
+	if _, err := via.CompareAndSet(ctx, "k", 0, []byte("a")); !errors.Is(err, fence.ErrConflict) {
+		t.Fatalf("conflicting CompareAndSet whose reply was lost = %v; want ErrConflict", err)
+	}
+	wantValue("b", 1)(t, direct)
+}
