@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -161,6 +162,13 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, func(), stri
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		return c, func() { close(done); c.Close(); mr.Close() }, "embedded Redis (miniredis)", nil
 	}
+	// Dial first: a client of a server that is down logs each failed dial
+	// before its command fails, and those lines would come before our message.
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("Redis at %s is unreachable: %v\nstart Redis there, pass another -redis host:port, or leave -redis out for the embedded Redis", addr, err)
+	}
+	conn.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

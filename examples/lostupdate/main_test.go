@@ -70,6 +70,14 @@ func TestDemoOnRealServers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// Each storage's story shows the pause past the lease and the moment the
+	// lease ran out, which is what lets the next holder in.
+	if n := strings.Count(out, "One lost update as it happened"); n != 2 {
+		t.Errorf("%d lost-update stories, want one per storage", n)
+	}
+	if n := strings.Count(out, "lease has run out"); n < 2 {
+		t.Errorf("%d lease-expiry steps in the stories, want at least one per storage", n)
+	}
 	lost := lostByMode(t, out)
 	for _, s := range []string{"redis", "postgres"} {
 		if lost[s+"/plain lock"] == 0 {
@@ -87,8 +95,8 @@ func TestDemoBadFlagsAndUnreachableServers(t *testing.T) {
 			t.Fatalf("%v: exit %d, want 2", args, code)
 		}
 	}
-	out, code := runDemo(t, "-redis", "127.0.0.1:1")
-	if code != 2 {
-		t.Fatalf("unreachable Redis: exit %d, want 2 (%s)", code, out)
+	var out, errs strings.Builder
+	if code := run([]string{"-redis", "127.0.0.1:1"}, &out, &errs); code != 2 || !strings.HasPrefix(errs.String(), "lostupdate: Redis at 127.0.0.1:1 is unreachable") {
+		t.Fatalf("unreachable Redis: exit %d, stderr %q; want 2 and our message", code, errs.String())
 	}
 }

@@ -36,54 +36,110 @@ func printTable(w io.Writer, storage string, results []workload.Result) {
 }
 
 // printLostUpdate finds two acknowledged writes that stored the same value
-// on the same account (both read the same balance, so one increment
-// vanished) and prints the steps of both operations.
+// on the same account (both holders read the same balance, so the later
+// write undid at least one increment) and prints what happened on that
+// account from the earlier grant of the two to the later write: both
+// operations, every holder that came between them, and the moment each
+// lease ran out before its holder wrote. It prefers a loss whose late writer
+// paused past its lease, the case the demo stages.
 func printLostUpdate(w io.Writer, log *eventLog, ttl time.Duration) {
 	log.mu.Lock()
 	events := slices.Clone(log.events)
 	log.mu.Unlock()
 	slices.SortStableFunc(events, func(a, b workload.Event) int { return int(a.At - b.At) })
 
+	longPause := map[int64]bool{} // operations that paused past the lease
+	grant := map[int64]workload.Event{}
+	for _, e := range events {
+		switch {
+		case e.Kind == workload.Paused && e.Pause > ttl:
+			longPause[e.Op] = true
+		case e.Kind == workload.Acquired:
+			grant[e.Op] = e
+		}
+	}
 	type slot struct {
 		resource string
 		n        int64
 	}
-	first := map[slot]int64{}
-	var opA, opB int64
+	first := map[slot]workload.Event{}
+	var a, b workload.Event // b's write undid a's increment
+	found := false
 	for _, e := range events {
 		if e.Kind != workload.Written {
 			continue
 		}
 		k := slot{e.Resource, e.State.N}
-		if op, ok := first[k]; ok {
-			opA, opB = op, e.Op
-			break
+		prev, ok := first[k]
+		if !ok {
+			first[k] = e
+			continue
 		}
-		first[k] = e.Op
+		if !found || longPause[e.Op] {
+			a, b, found = prev, e, true
+			if longPause[e.Op] {
+				break
+			}
+		}
 	}
-	if opA == 0 {
+	if !found {
 		fmt.Fprintln(w, "No lost update was caught in this run's timeline.")
 		fmt.Fprintln(w)
 		return
 	}
-	var steps []workload.Event
+
+	start := min(grant[a.Op].At, grant[b.Op].At)
+	shown := map[int64]bool{}
 	for _, e := range events {
-		if e.Op == opA || e.Op == opB {
-			steps = append(steps, e)
+		if e.Resource == a.Resource && e.At >= start && e.At <= b.At {
+			shown[e.Op] = true
 		}
 	}
-	t0 := steps[0].At
-	fmt.Fprintln(w, "One lost update as it happened with the lock alone:")
-	for _, e := range steps {
-		fmt.Fprintf(w, "  %+8.1fms  worker %-2d token %-4d %s\n", ms(e.At-t0), e.Worker, e.Token, describe(e, ttl))
+	var steps []workload.Event
+	overwritten := b.State.N - 1 // the balance b's write replaced
+	for _, e := range events {
+		if !shown[e.Op] || e.Resource != a.Resource {
+			continue
+		}
+		steps = append(steps, e)
+		if e.Kind == workload.Written && e.Op != b.Op && e.At < b.At {
+			overwritten = e.State.N
+		}
+		// A holder that writes after its lease ran out: show the moment.
+		if (e.Kind == workload.Written || e.Kind == workload.Refused) && e.At > grant[e.Op].At+ttl {
+			x := grant[e.Op]
+			x.Kind, x.At = leaseExpired, x.At+ttl
+			steps = append(steps, x)
+		}
 	}
-	fmt.Fprintln(w, "  Both wrote the same balance: one acknowledged increment is gone.")
-	fmt.Fprintln(w, "  With fencing, the paused worker's write carries the older token and is refused.")
+	slices.SortStableFunc(steps, func(a, b workload.Event) int { return int(a.At - b.At) })
+	t0 := steps[0].At
+	fmt.Fprintf(w, "One lost update as it happened with the lock alone (%s, every holder in between):\n", shortName(a.Resource))
+	for _, e := range steps {
+		fmt.Fprintf(w, "  %+8.1fms  worker %-2d token %-16d %s\n", ms(e.At-t0), e.Worker, e.Token, describe(e, ttl))
+	}
+	fmt.Fprintf(w, "  Worker %d computed balance %d from a read made while it held the lock, but wrote it after\n", b.Worker, b.State.N)
+	fmt.Fprintf(w, "  its lease ran out, over balance %d: %d acknowledged increment(s) gone. With fencing, storage\n",
+		overwritten, overwritten-b.State.N+1)
+	fmt.Fprintln(w, "  has admitted a newer token by then, so that late write is refused as stale.")
 	fmt.Fprintln(w)
+}
+
+// leaseExpired marks, in the timeline only, the moment a lease ran out.
+const leaseExpired workload.EventKind = -1
+
+// shortName drops the run's prefix from a resource name for display.
+func shortName(resource string) string {
+	if i := strings.LastIndex(resource, "-acct-"); i >= 0 {
+		return resource[i+1:]
+	}
+	return resource
 }
 
 func describe(e workload.Event, ttl time.Duration) string {
 	switch e.Kind {
+	case leaseExpired:
+		return fmt.Sprintf("(by now its %v lease has run out: the lock is free; its holder does not know)", ttl)
 	case workload.Acquired:
 		return "acquired the lock"
 	case workload.ReadDone:
