@@ -92,7 +92,7 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 
 	existing, chosen, err := r.read(ctx, pool, f)
 	if err != nil {
-		return r.refused(ctx, locker, inst, who, "read", err)
+		return r.refused(inst, who, "read", err)
 	}
 	if existing != 0 {
 		inst.Outcome = FoundExisting
@@ -119,7 +119,7 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 
 	inst.Outcome, err = r.record(ctx, pool, f, id, chosen)
 	if err != nil {
-		return r.refused(ctx, locker, inst, who, "write", err)
+		return r.refused(inst, who, "write", err)
 	}
 	switch inst.Outcome {
 	case Drew:
@@ -131,18 +131,15 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 }
 
 // refused reports a stale fence as the normal end of an instance that a
-// newer holder overtook, and advances the lock's counter past the mark in
-// case Redis lost it. Any other error is returned.
-func (r *race) refused(ctx context.Context, locker *lock.Locker, inst Instance, who, step string, err error) (Instance, error) {
+// newer holder overtook: its work is dropped, never retried with a newer
+// token. Any other error is returned.
+func (r *race) refused(inst Instance, who, step string, err error) (Instance, error) {
 	hw, ok := fence.HighWater(err)
 	if !errors.Is(err, fence.ErrStale) || !ok {
 		return inst, fmt.Errorf("instance %d: %s: %w", inst.ID, step, err)
 	}
 	inst.Outcome, inst.HighWater = RefusedStale, hw
 	r.log.printf("%s: its %s was refused as stale: a newer holder (token %d) took over; nothing written", who, step, hw.Token)
-	if err := locker.Advance(ctx, hw.Resource, hw.Token); err != nil {
-		return inst, fmt.Errorf("instance %d: %w", inst.ID, err)
-	}
 	return inst, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -27,7 +28,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	winners := fs.Int("winners", 5, "winners per draw")
 	ttl := fs.Duration("ttl", 500*time.Millisecond, "lease of each instance's lock")
 	pause := fs.Bool("pause", false, "make the first instance to win the lock pause past its lease before recording")
-	unfenced := fs.Bool("unfenced", false, "use the lock alone, without fencing (shows the failure; use a -day of its own)")
+	unfenced := fs.Bool("unfenced", false, "use the lock alone, without fencing, to show the failure (draws a day of its own unless -day is given)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,6 +36,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "lottery: -day %q is not a date of the form YYYY-MM-DD\n", *day)
 		return 2
+	}
+	daySet := false
+	fs.Visit(func(f *flag.Flag) { daySet = daySet || f.Name == "day" })
+	if *unfenced && !daySet {
+		// Today is most likely drawn already (by an earlier run), and a day
+		// that is drawn is left alone, so the lock alone would have nothing
+		// to get wrong. Draw a day of this run's own instead.
+		d = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, rand.IntN(365*100))
+		*day = d.Format(dayLayout)
+		fmt.Fprintf(stdout, "-unfenced draws a day no earlier run has drawn, %s, since a drawn day is left alone (-day picks one)\n", *day)
 	}
 	cfg := Config{
 		PostgresURL: *pgURL,
