@@ -15,6 +15,7 @@ import (
 type Lease struct {
 	l    *Locker
 	key  string
+	acq  string // this acquisition's id in an owner's hold record; "" without owner
 	f    fence.Fence
 	life life
 }
@@ -57,8 +58,8 @@ func (s *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
 	}
 	s.stopRenewal(true)
-	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder,
-		s.l.channel(s.f.Resource), s.l.sharded).Int64()
+	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key, s.l.holdKey(s.f.Resource)}, s.f.Holder,
+		s.l.channel(s.f.Resource), s.l.sharded, s.acq).Int64()
 	if err != nil {
 		err = translate(ctx, err, "release", s.f.Resource)
 		s.end(fmt.Errorf("%w: %w", s.releasedErr(), err), false)
@@ -89,8 +90,11 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, s.l.client, []string{s.key, s.l.TokenKey(s.f.Resource)},
-		s.f.Holder, ttl.Milliseconds(), s.l.retentionMS).Int64()
+	keys := []string{s.key, s.l.TokenKey(s.f.Resource)}
+	if s.acq != "" {
+		keys = append(keys, s.l.holdKey(s.f.Resource))
+	}
+	n, err := extendScript.Run(ctx, s.l.client, keys, s.f.Holder, ttl.Milliseconds(), s.l.retentionMS).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}

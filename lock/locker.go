@@ -113,6 +113,10 @@ func (l *Locker) ReleaseChannel(resource string) string {
 
 func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resource) }
 
+// holdKey is the hold record of a lock taken with an owner (see
+// acquire.lua); it expires with the lock.
+func (l *Locker) holdKey(resource string) string { return l.prefix + "{" + resource + "}:holds" }
+
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
 func checkCall(ctx context.Context, op, resource string) error {
@@ -188,42 +192,89 @@ func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Dur
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
+	// The holder id is fresh for every call. With an owner it also names
+	// this acquisition in the hold record, so a retried re-entry is
+	// recognised, and it becomes the holder only if this call takes the
+	// lock afresh.
 	holder := fence.NewHolder()
+	acq := ""
+	if cfg.owner != "" {
+		acq = holder
+	}
 	sent := time.Now()
 	lockKey := l.LockKey(resource)
-	res, err := acquireScript.Run(ctx, l.client,
-		[]string{lockKey, l.TokenKey(resource)}, holder, ttl.Milliseconds(), l.retentionMS).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("unexpected reply %v", res)
+	raw, err := acquireScript.Run(ctx, l.client,
+		[]string{lockKey, l.TokenKey(resource), l.holdKey(resource)},
+		holder, ttl.Milliseconds(), l.retentionMS, cfg.owner).Slice()
+	var kind, n int64
+	if err == nil {
+		kind, n, err = parseAcquire(raw, &holder)
 	}
 	if err != nil {
 		if !isReply(err) {
 			// The script may have run even though its reply was lost.
-			l.cleanup(ctx, resource, holder)
+			l.cleanup(ctx, resource, holder, acq)
 		}
 		return nil, translate(ctx, err, "acquire", resource)
 	}
-	if res[0] == 0 {
-		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(res[1]) * time.Millisecond}
+	if kind == 0 {
+		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(n) * time.Millisecond}
 	}
-	if res[1] < 1 {
+	if n < 1 {
 		// A retried grant whose token state vanished in between: its token
 		// is unknown, so it cannot be used.
-		l.cleanup(ctx, resource, holder)
+		l.cleanup(ctx, resource, holder, acq)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	lease := &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(res[1]), Holder: holder}}
-	lease.start(sent, ttl, true)
+	lease := &Lease{l: l, key: lockKey, acq: acq, f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
+	// An owner's holds share the lock and each may extend it, so only a
+	// renewed one can tell from the clock that it ran out.
+	lease.start(sent, ttl, cfg.owner == "" || cfg.autoRenew)
 	if cfg.autoRenew {
 		lease.startRenewal(ttl)
 	}
 	return lease, nil
 }
 
-func (l *Locker) cleanup(ctx context.Context, resource, holder string) {
+// parseAcquire reads acquire.lua's reply: {0, remaining ms}, {1, token} or
+// {2, token, holder} (a re-entry, whose holder replaces *holder).
+func parseAcquire(raw []any, holder *string) (kind, n int64, err error) {
+	bad := fmt.Errorf("unexpected reply %v", raw)
+	if len(raw) < 2 {
+		return 0, 0, bad
+	}
+	kind, ok1 := raw[0].(int64)
+	n, ok2 := raw[1].(int64)
+	if !ok1 || !ok2 {
+		return 0, 0, bad
+	}
+	if kind == 2 {
+		if len(raw) != 3 {
+			return 0, 0, bad
+		}
+		cur, ok := raw[2].(string)
+		if !ok {
+			return 0, 0, bad
+		}
+		*holder = cur
+		return kind, n, nil
+	}
+	if len(raw) != 2 || kind > 1 {
+		return 0, 0, bad
+	}
+	return kind, n, nil
+}
+
+// cleanup releases what an acquisition whose reply was lost may have
+// taken: the grant of holder, or with an owner the hold acq.
+func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.client, []string{l.LockKey(resource)}, holder, l.channel(resource), l.sharded).Err()
+	if acq != "" {
+		holder = "" // a re-entry's holder is the one the hold record names
+	}
+	_ = releaseScript.Run(ctx, l.client, []string{l.LockKey(resource), l.holdKey(resource)},
+		holder, l.channel(resource), l.sharded, acq).Err()
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until

@@ -1,0 +1,192 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// An owner re-enters the lock it holds with the same fence and one more
+// hold; the lock stays held until the last hold is released; other owners
+// and owner-less callers are refused throughout.
+func TestOwnerReentry(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	refused := func(when string) {
+		t.Helper()
+		for _, opts := range [][]lock.AcquireOption{{lock.Owner("job-2")}, nil} {
+			if _, err := l.TryAcquire(ctx, "re", time.Second, opts...); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("%s: TryAcquire(%d options) = %v, want ErrNotAcquired", when, len(opts), err)
+			}
+		}
+	}
+
+	a, err := l.TryAcquire(ctx, "re", 10*time.Second, lock.Owner("job-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.TryAcquire(ctx, "re", 10*time.Second, lock.Owner("job-1"))
+	if err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if a.Fence() != b.Fence() {
+		t.Fatalf("re-entry fence %v, first %v", b.Fence(), a.Fence())
+	}
+	refused("two holds")
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(a.Done(), 0) || closedWithin(b.Done(), 0) {
+		t.Fatal("Done must close for the released hold only")
+	}
+	refused("one hold left")
+	if err := a.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("second release of one hold = %v, want ErrNotHeld", err)
+	}
+	refused("after releasing one hold twice")
+	if err := b.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend of the remaining hold: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, l.LockKey("re")).Result(); err != nil || n != 0 {
+		t.Fatalf("lock key exists (%d, %v) after the last hold was released", n, err)
+	}
+	// The next owner gets a new grant with a higher token.
+	d, err := l.TryAcquire(ctx, "re", time.Second, lock.Owner("job-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Token() <= a.Token() || d.Holder() == a.Holder() {
+		t.Fatalf("next grant %v after %v", d.Fence(), a.Fence())
+	}
+	// Without Owner, a holder never re-enters, not even the same owner-less
+	// Locker.
+	if err := d.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := mustAcquire(t, l, "re", time.Second)
+	if _, err := l.TryAcquire(ctx, "re", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("owner-less re-entry = %v, want ErrNotAcquired", err)
+	}
+	if _, err := l.TryAcquire(ctx, "re", time.Second, lock.Owner("job-1")); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("owner entering an owner-less lock = %v, want ErrNotAcquired", err)
+	}
+	if err := e.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client retry of a re-entry (or of a hold's release) whose first run
+// happened counts once: after the two holds are released the lock is free.
+func TestOwnerReentryRetriedCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	replay := &testenv.Replay{}
+	c.AddHook(replay)
+	l := newLocker(t, c)
+	// Load the scripts, so that each replayed command is the script itself
+	// and not a NOSCRIPT refusal.
+	warm, err := l.TryAcquire(ctx, "warm", time.Second, lock.Owner("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := l.TryAcquire(ctx, "retried", 10*time.Second, lock.Owner("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay.Arm(0)
+	b, err := l.TryAcquire(ctx, "retried", 10*time.Second, lock.Owner("job"))
+	if err != nil {
+		t.Fatalf("replayed re-entry: %v", err)
+	}
+	if b.Fence() != a.Fence() {
+		t.Fatalf("replayed re-entry fence %v, first %v", b.Fence(), a.Fence())
+	}
+	replay.Arm(0)
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("replayed release of a hold: %v", err)
+	}
+	if _, err := l.TryAcquire(ctx, "retried", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("after one of two holds was released (its release replayed): %v, want ErrNotAcquired", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.TryAcquire(ctx, "retried", time.Second)
+	if err != nil {
+		t.Fatalf("after both holds were released: %v", err)
+	}
+	_ = f.Release(ctx)
+}
+
+// Holds of an owner that are renewed keep the lock; the lock is freed (and
+// a waiter woken) only when the last one is released.
+func TestOwnerLastReleaseWakesWaiter(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	a, err := l.TryAcquire(ctx, "wake", 30*time.Second, lock.Owner("job"), lock.AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(ctx, "wake", 30*time.Second, lock.Owner("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, "wake", time.Second)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	waitSubscribed(t, c, l.ReleaseChannel("wake"), 1)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("waiter got the lock while a hold remained (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10s of the last hold's release (the lease had 30s)")
+	}
+}
+
+func TestOwnerInvalid(t *testing.T) {
+	l := newLocker(t, testenv.Redis(t))
+	for _, id := range []string{"", strings.Repeat("o", lock.MaxOwnerLen+1)} {
+		if _, err := l.TryAcquire(context.Background(), "r", time.Second, lock.Owner(id)); !errors.Is(err, lock.ErrInvalid) {
+			t.Fatalf("Owner(%d bytes) = %v, want ErrInvalid", len(id), err)
+		}
+	}
+}
