@@ -8,8 +8,9 @@
 //
 //	go run ./examples/migrate [-redis 127.0.0.1:6379]
 //
-// It writes only keys under "fencekit:example:migrate:" and exits with
-// status 2 when Redis is unreachable.
+// Each run writes keys under "fencekit:example:migrate:<run>:" only, and
+// deletes them when it ends, so every run starts its counts from zero. It
+// exits with status 2 when Redis is unreachable.
 package main
 
 import (
@@ -29,11 +30,15 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
-	redisstore "github.com/fencekit/fencekit/storage/redis"
+	fkredis "github.com/fencekit/fencekit/storage/redis"
 )
 
-// prefix puts every key the example writes under one name; tests change it.
-var prefix = "fencekit:example:migrate:"
+// prefix puts every key the example writes under one name, one per run;
+// tests change it.
+var prefix = "fencekit:example:migrate:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+
+// cleanup deletes the run's keys; set once Redis is reachable.
+var cleanup = func() {}
 
 func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
@@ -48,13 +53,15 @@ func main() {
 	}
 	client := redis.NewClient(&redis.Options{Addr: *addr})
 	defer client.Close()
+	cleanup = func() { deleteRun(client) }
+	defer cleanup()
 
 	// Added by the migration: a Locker for tokens, a store that checks them.
 	locker, err := lock.New(client, lock.WithPrefix(prefix))
 	if err != nil {
 		fail(err)
 	}
-	store, err := redisstore.New(client, redisstore.WithPrefix(prefix+"data:"))
+	store, err := fkredis.New(client, fkredis.WithPrefix(prefix+"data:"))
 	if err != nil {
 		fail(err)
 	}
@@ -77,11 +84,11 @@ func redsyncBefore(ctx context.Context, rs *redsync.Redsync, client *redis.Clien
 	}
 	defer mutex.UnlockContext(ctx)
 
-	return plainIncrement(ctx, client, "redsync-count")
+	return plainIncrement(ctx, client, "redsync-unfenced-count")
 }
 
 // redsyncAfter: the same lock, plus FenceLock and a fenced read and write.
-func redsyncAfter(ctx context.Context, rs *redsync.Redsync, locker *lock.Locker, store *redisstore.Store) error {
+func redsyncAfter(ctx context.Context, rs *redsync.Redsync, locker *lock.Locker, store *fkredis.Store) error {
 	mutex := rs.NewMutex(prefix+"redsync-lock", redsync.WithExpiry(10*time.Second))
 	if err := mutex.LockContext(ctx); err != nil {
 		return err
@@ -92,7 +99,7 @@ func redsyncAfter(ctx context.Context, rs *redsync.Redsync, locker *lock.Locker,
 	if err != nil {
 		return err
 	}
-	return increment(ctx, store, f, "redsync-count")
+	return increment(ctx, store, f, "redsync-fenced-count")
 }
 
 // redislockBefore: lock, read, write, release.
@@ -103,12 +110,12 @@ func redislockBefore(ctx context.Context, rl *redislock.Client, client *redis.Cl
 	}
 	defer lk.Release(ctx)
 
-	return plainIncrement(ctx, client, "redislock-count")
+	return plainIncrement(ctx, client, "redislock-unfenced-count")
 }
 
 // redislockAfter: the same lock, plus FenceLock and a fenced read and write.
 // redislock stores its token followed by its metadata: both are the value.
-func redislockAfter(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *redisstore.Store) error {
+func redislockAfter(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *fkredis.Store) error {
 	lk, err := rl.Obtain(ctx, prefix+"redislock-lock", 10*time.Second, nil)
 	if err != nil {
 		return err
@@ -119,7 +126,7 @@ func redislockAfter(ctx context.Context, rl *redislock.Client, locker *lock.Lock
 	if err != nil {
 		return err
 	}
-	return increment(ctx, store, f, "redislock-count")
+	return increment(ctx, store, f, "redislock-fenced-count")
 }
 
 // plainIncrement is a read, then a write of the read value plus one, with
@@ -132,14 +139,14 @@ func plainIncrement(ctx context.Context, client *redis.Client, key string) error
 	if err := client.Set(ctx, prefix+"plain:"+key, n+1, 0).Err(); err != nil {
 		return err
 	}
-	fmt.Printf("  %s = %d (unfenced)\n", key, n+1)
+	fmt.Printf("  %s = %d: a plain GET and SET, which nothing stops after the lease ends\n", key, n+1)
 	return nil
 }
 
 // increment is a fenced read, then a fenced write of the read value plus
 // one. Both must be fenced: the read keeps an older holder from writing
 // between them.
-func increment(ctx context.Context, store *redisstore.Store, f fence.Fence, key string) error {
+func increment(ctx context.Context, store *fkredis.Store, f fence.Fence, key string) error {
 	v, err := store.Get(ctx, f, key)
 	if err != nil && !errors.Is(err, fence.ErrNotFound) {
 		return err
@@ -147,14 +154,14 @@ func increment(ctx context.Context, store *redisstore.Store, f fence.Fence, key 
 	n, _ := strconv.Atoi(string(v.Data)) // a missing value counts as 0
 	_, err = store.Set(ctx, f, key, []byte(strconv.Itoa(n+1)))
 	if err == nil {
-		fmt.Printf("  %s = %d (token %d)\n", key, n+1, f.Token)
+		fmt.Printf("  %s = %d: a fenced Get and Set with token %d, refused once a newer holder is admitted\n", key, n+1, f.Token)
 	}
 	return err
 }
 
 // pausedHolder: A is fenced, then pauses past its 100ms lease; B takes the
 // lock and increments; A's late write is refused as stale.
-func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *redisstore.Store) error {
+func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *fkredis.Store) error {
 	key := prefix + "paused-lock"
 	a, err := rl.Obtain(ctx, key, 100*time.Millisecond, nil)
 	if err != nil {
@@ -186,7 +193,7 @@ func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker
 	if !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("the paused holder's write was not refused: %v", err)
 	}
-	fmt.Printf("  A's late write refused: %v\n", err)
+	fmt.Printf("  holder A (token %d) paused past its lease, holder B (token %d) incremented; A's late write is refused:\n    %v\n", fa.Token, fb.Token, err)
 	return nil
 }
 
@@ -199,5 +206,16 @@ func run(name string, step func() error) {
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "migrate:", err)
+	cleanup()
 	os.Exit(1)
+}
+
+// deleteRun deletes every key this run wrote.
+func deleteRun(client *redis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := client.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		client.Del(ctx, iter.Val())
+	}
 }

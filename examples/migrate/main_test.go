@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testenv"
 	"github.com/fencekit/fencekit/lock"
-	redisstore "github.com/fencekit/fencekit/storage/redis"
+	fkredis "github.com/fencekit/fencekit/storage/redis"
 )
 
 // TestExampleSteps runs every before and after step of the example against
@@ -24,7 +24,7 @@ func TestExampleSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := redisstore.New(client, redisstore.WithPrefix(prefix+"data:"))
+	store, err := fkredis.New(client, fkredis.WithPrefix(prefix+"data:"))
 	if err != nil {
 		t.Fatal(err)
 	}
