@@ -25,7 +25,37 @@
 // "p{r}:lock" and the token state in "p{r}:token". Both share the hash tag
 // {r}, so they sit in one Redis Cluster slot and one script can touch both.
 // The lock key's value is the holder id, so only the holder can release
-// ([Lease.Release]) or extend ([Lease.Extend]) its lease.
+// ([Lease.Release]) or extend ([Lease.Extend]) its lease. A lock taken with
+// [Owner] also has a hold record, "p{r}:holds", which expires with the lock.
+// Releases are announced on the channel "p{r}:released"
+// ([Locker.ReleaseChannel]), sharded on a cluster, in the same slot.
+//
+// # Waiting, renewal and loss
+//
+// [Locker.Acquire] waits for a release announcement rather than polling: it
+// subscribes before the try it waits after, so it cannot miss a release,
+// and it also tries again when the current lease runs out. A Locker's
+// waiters share one subscription connection (on a *redis.ClusterClient one
+// per hash slot with waiters, using SSUBSCRIBE), and each release wakes one
+// of them. If the subscription fails, waiters retry on a timed backoff,
+// never sleeping past the current lease, until it is back; [WithWait] makes
+// Acquire poll instead. Call [Locker.Close] when done with a Locker: it
+// stops the subscription and every renewal.
+//
+// [AutoRenew] keeps a lease held until it is released, extending it every
+// third of its TTL; [Locker.Do] renews by default for as long as its
+// function runs. [Lease.Done] closes when a lease ends, on release or as
+// soon as it is known lost (a renewal refused, Redis unreachable until the
+// lease ran out, [Lease.Extend] or [Lease.TTL] finding it gone), and
+// [Lease.Err] says why. Do cancels its function's context at that moment.
+// None of this makes a paused holder safe: a holder that does not run
+// cannot see Done close, which is why storage checks the fence.
+//
+// With [Owner], an acquisition is re-entrant for the named owner: the same
+// fence and one more hold, the lock freed with the last hold. Every script
+// recognises a client retry of a run that already happened (go-redis
+// retries after a lost reply), so a retried re-entry or hold release never
+// counts twice.
 //
 // # Token state lives only while a resource is active
 //
@@ -84,7 +114,8 @@
 // # Errors
 //
 // [ErrNotAcquired] (as a [*NotAcquiredError] that says how long the current
-// lease has left), [ErrNotHeld] when a lease was already lost, [ErrInvalid] for
+// lease has left), [ErrNotHeld] when a lease was already lost (and, with
+// [ErrReleased], from [Lease.Err] after a release), [ErrInvalid] for
 // rejected arguments (nothing is sent), [ErrWrongType] when a key of another
 // type is in the way (it is left as it was), [ErrTokensExhausted] at the top of
 // the token space. Calls whose context ends return an
