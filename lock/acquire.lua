@@ -1,7 +1,7 @@
 -- Grant the lock and issue its fencing token in one step. Runs after
 -- tokenstate.lua.
--- KEYS[1] lock key, KEYS[2] token state, KEYS[3] hold record (all with the
--- same hash tag, so in the same slot)
+-- KEYS[1] lock key, KEYS[2] token state, KEYS[3] hold record (only with an
+-- owner; all with the same hash tag, so in the same slot)
 -- ARGV[1] holder id, ARGV[2] lease in ms, ARGV[3] token retention in ms,
 -- ARGV[4] owner id ('' for none)
 -- Returns {1, token} when granted, {0, remaining ms of the current holder}

@@ -58,11 +58,15 @@ func (s *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
 	}
 	s.stopRenewal(true)
-	n, err := releaseScript.Run(ctx, s.l.client, []string{s.key, s.l.holdKey(s.f.Resource)}, s.f.Holder,
+	keys := []string{s.key}
+	if s.acq != "" {
+		keys = append(keys, s.l.holdKey(s.f.Resource))
+	}
+	n, err := releaseScript.Run(ctx, s.l.client, keys, s.f.Holder,
 		s.l.channel(s.f.Resource), s.l.sharded, s.acq).Int64()
 	if err != nil {
 		err = translate(ctx, err, "release", s.f.Resource)
-		s.end(fmt.Errorf("%w: %w", s.releasedErr(), err), false)
+		s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
 		return err
 	}
 	if n == 0 {
@@ -70,7 +74,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		s.end(err, true)
 		return err
 	}
-	s.end(s.releasedErr(), true)
+	s.end(releasedError{}, true)
 	return nil
 }
 

@@ -9,33 +9,59 @@ import (
 
 // life is what a process knows about whether its lease is still held: it
 // ends once, on release or on the first sign of loss, and then stays ended.
+// Its channel and expiry timer are made only when someone watches (Done,
+// Do, renewal), so a lease that is only acquired and released pays for
+// neither.
 type life struct {
 	mu       sync.Mutex
-	done     chan struct{} // closed when the lease ends
+	ended    bool
 	err      error         // why it ended; nil while held
 	released bool          // a release reached Redis and the hold is gone
+	done     chan struct{} // made on first watch; closed when the lease ends
 	deadline time.Time     // known expiry; zero when none is tracked
-	expiry   *time.Timer   // ends the lease at deadline
+	expiry   *time.Timer   // ends the lease at deadline; armed on first watch
 	onEnd    map[*func(error)]struct{}
 
 	stopOnce  sync.Once
-	stop      chan struct{} // closed to stop renewal
+	stop      chan struct{} // closed to stop renewal; nil without renewal
 	renewDone chan struct{} // closed when renewal has stopped; nil without renewal
 }
 
-// start arms the lease's lifecycle. A lease that tracks its expiry ends on
-// its own once start+ttl has passed without a successful extension: start is
+// closedChan is the Done channel of a lease that ended before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// releasedError is Err after a release: it matches ErrNotHeld and
+// ErrReleased, and costs nothing to return.
+type releasedError struct{}
+
+func (releasedError) Error() string { return "lock: lease released" }
+
+func (releasedError) Is(target error) bool { return target == ErrNotHeld || target == ErrReleased }
+
+// start records the lease's known expiry. A lease that tracks it ends on its
+// own once sent+ttl has passed without a successful extension: sent is
 // taken before the grant was sent, so that moment is never later than the
 // one at which Redis lets the lock go.
 func (s *Lease) start(sent time.Time, ttl time.Duration, trackExpiry bool) {
-	s.life.done = make(chan struct{})
-	s.life.stop = make(chan struct{})
 	if trackExpiry {
-		s.life.mu.Lock()
 		s.life.deadline = sent.Add(ttl)
-		s.life.expiry = time.AfterFunc(ttl-time.Since(sent), s.expired)
-		s.life.mu.Unlock()
 	}
+}
+
+// watch makes the done channel and arms the expiry timer; the caller holds
+// s.life.mu.
+func (s *Lease) watch() chan struct{} {
+	if s.life.done == nil {
+		if s.life.ended {
+			s.life.done = closedChan
+		} else {
+			s.life.done = make(chan struct{})
+			if !s.life.deadline.IsZero() {
+				s.life.expiry = time.AfterFunc(time.Until(s.life.deadline), s.expired)
+			}
+		}
+	}
+	return s.life.done
 }
 
 func (s *Lease) expired() {
@@ -52,11 +78,13 @@ func (s *Lease) expired() {
 func (s *Lease) extended(sent time.Time, ttl time.Duration) {
 	s.life.mu.Lock()
 	defer s.life.mu.Unlock()
-	if s.life.err != nil || s.life.expiry == nil {
+	if s.life.ended || s.life.deadline.IsZero() {
 		return
 	}
 	s.life.deadline = sent.Add(ttl)
-	s.life.expiry.Reset(time.Until(s.life.deadline))
+	if s.life.expiry != nil {
+		s.life.expiry.Reset(time.Until(s.life.deadline))
+	}
 }
 
 // end records why the lease ended, closes Done and stops renewal. Only the
@@ -64,24 +92,25 @@ func (s *Lease) extended(sent time.Time, ttl time.Duration) {
 // this lease released it.
 func (s *Lease) end(err error, released bool) {
 	s.life.mu.Lock()
-	if s.life.err != nil {
-		if released {
-			s.life.released = true
-		}
+	if released {
+		s.life.released = true
+	}
+	if s.life.ended {
 		s.life.mu.Unlock()
 		return
 	}
-	s.life.err = err
-	s.life.released = released
+	s.life.ended, s.life.err = true, err
 	if s.life.expiry != nil {
 		s.life.expiry.Stop()
 	}
-	fns := make([]func(error), 0, len(s.life.onEnd))
+	if s.life.done != nil {
+		close(s.life.done)
+	}
+	var fns []func(error)
 	for f := range s.life.onEnd {
 		fns = append(fns, *f)
 	}
 	s.life.onEnd = nil
-	close(s.life.done)
 	s.life.mu.Unlock()
 	s.stopRenewal(false)
 	for _, f := range fns {
@@ -93,7 +122,9 @@ func (s *Lease) end(err error, released bool) {
 // it has), unless the returned function is called first.
 func (s *Lease) whenEnded(f func(error)) (stop func()) {
 	s.life.mu.Lock()
-	if err := s.life.err; err != nil {
+	s.watch()
+	if s.life.ended {
+		err := s.life.err
 		s.life.mu.Unlock()
 		f(err)
 		return func() {}
@@ -114,8 +145,11 @@ func (s *Lease) whenEnded(f func(error)) (stop func()) {
 // stopRenewal stops the renewal goroutine, if any; with wait it also waits
 // for it to return.
 func (s *Lease) stopRenewal(wait bool) {
+	if s.life.stop == nil {
+		return
+	}
 	s.life.stopOnce.Do(func() { close(s.life.stop) })
-	if wait && s.life.renewDone != nil {
+	if wait {
 		<-s.life.renewDone
 	}
 }
@@ -144,7 +178,11 @@ func (s *Lease) lost(err error) {
 // A lease acquired with [Owner] and without [AutoRenew] shares its lock with
 // the owner's other holds, which may extend it; it does not end by the clock,
 // only on Release or when Redis reports it not held.
-func (s *Lease) Done() <-chan struct{} { return s.life.done }
+func (s *Lease) Done() <-chan struct{} {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return s.watch()
+}
 
 // Err returns nil while the lease is held. Once it was lost, it returns an
 // error matching [ErrNotHeld] that says how. After [Lease.Release], it
@@ -152,10 +190,11 @@ func (s *Lease) Done() <-chan struct{} { return s.life.done }
 // lease had been lost before (then the loss is reported).
 func (s *Lease) Err() error {
 	s.life.mu.Lock()
-	defer s.life.mu.Unlock()
-	return s.life.err
-}
-
-func (s *Lease) releasedErr() error {
-	return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, s.f.Resource, s.f.Token, ErrReleased)
+	ended, err, deadline := s.life.ended, s.life.err, s.life.deadline
+	s.life.mu.Unlock()
+	if !ended && !deadline.IsZero() && time.Until(deadline) <= 0 {
+		s.expired()
+		return s.Err()
+	}
+	return err
 }

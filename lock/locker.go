@@ -203,12 +203,28 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	}
 	sent := time.Now()
 	lockKey := l.LockKey(resource)
-	raw, err := acquireScript.Run(ctx, l.client,
-		[]string{lockKey, l.TokenKey(resource), l.holdKey(resource)},
-		holder, ttl.Milliseconds(), l.retentionMS, cfg.owner).Slice()
-	var kind, n int64
-	if err == nil {
-		kind, n, err = parseAcquire(raw, &holder)
+	var (
+		kind, n int64
+		err     error
+	)
+	if cfg.owner == "" {
+		var res []int64
+		res, err = acquireScript.Run(ctx, l.client, []string{lockKey, l.TokenKey(resource)},
+			holder, ttl.Milliseconds(), l.retentionMS, "").Int64Slice()
+		if err == nil && (len(res) != 2 || res[0] > 1) {
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		if err == nil {
+			kind, n = res[0], res[1]
+		}
+	} else {
+		var raw []any
+		raw, err = acquireScript.Run(ctx, l.client,
+			[]string{lockKey, l.TokenKey(resource), l.holdKey(resource)},
+			holder, ttl.Milliseconds(), l.retentionMS, cfg.owner).Slice()
+		if err == nil {
+			kind, n, err = parseAcquire(raw, &holder)
+		}
 	}
 	if err != nil {
 		if !isReply(err) {
@@ -270,11 +286,12 @@ func parseAcquire(raw []any, holder *string) (kind, n int64, err error) {
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	keys := []string{l.LockKey(resource)}
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
+		keys = append(keys, l.holdKey(resource))
 	}
-	_ = releaseScript.Run(ctx, l.client, []string{l.LockKey(resource), l.holdKey(resource)},
-		holder, l.channel(resource), l.sharded, acq).Err()
+	_ = releaseScript.Run(ctx, l.client, keys, holder, l.channel(resource), l.sharded, acq).Err()
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until

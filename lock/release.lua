@@ -1,6 +1,7 @@
 -- Delete the lock only if this grant still holds it, and announce the
 -- release to waiters in the same step.
--- KEYS[1] lock key, KEYS[2] hold record (see acquire.lua); ARGV[1] holder
+-- KEYS[1] lock key, KEYS[2] hold record (see acquire.lua; only with an
+-- acquisition id); ARGV[1] holder
 -- id ('' with an acquisition id: the holder the hold record names),
 -- ARGV[2] release channel (same hash tag), ARGV[3] '1' to publish on the
 -- sharded channel (SPUBLISH, cluster), ARGV[4] acquisition id of an

@@ -9,12 +9,16 @@ import (
 // startRenewal runs the lease's renewal in a goroutine that returns when the
 // lease ends, when its release begins, or when the Locker closes.
 func (s *Lease) startRenewal(ttl time.Duration) {
+	s.life.stop = make(chan struct{})
 	s.life.renewDone = make(chan struct{})
+	s.life.mu.Lock()
+	done := s.watch() // the expiry timer ends the lease even while a renewal hangs
+	s.life.mu.Unlock()
 	s.l.renewers.Add(1)
 	go func() {
 		defer s.l.renewers.Done()
 		defer close(s.life.renewDone)
-		s.renew(ttl)
+		s.renew(ttl, done)
 	}()
 }
 
@@ -22,7 +26,7 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 // lease (extend does that); a failure is retried sooner, and if failures
 // last until the known expiry, the expiry timer ends the lease even while a
 // renewal call is still hanging.
-func (s *Lease) renew(ttl time.Duration) {
+func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
 	period := max(ttl/3, time.Millisecond)
 	t := time.NewTimer(period)
 	defer t.Stop()
@@ -30,7 +34,7 @@ func (s *Lease) renew(ttl time.Duration) {
 		select {
 		case <-s.life.stop:
 			return
-		case <-s.life.done:
+		case <-done:
 			return
 		case <-s.l.closing:
 			return
