@@ -279,3 +279,45 @@ func TestCloseStopsSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// On a cluster each hash slot with waiters has a sharded subscription of
+// its own; waiters on resources in different slots are all woken by their
+// releases.
+func TestAcquireWakesAcrossSlots(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedisCluster(t).ClusterClient()
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	const ttl = 30 * time.Second
+	resources := []string{"a", "b", "c"} // three different slots
+	holders := make([]*lock.Lease, len(resources))
+	got := make(chan error, len(resources))
+	for i, r := range resources {
+		holders[i] = mustAcquire(t, l, r, ttl)
+		go func() {
+			lease, err := l.Acquire(ctx, r, ttl)
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	for _, r := range resources {
+		waitSubscribed(t, c, l.ReleaseChannel(r), 1)
+	}
+	for _, h := range holders {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range resources {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(ttl / 3):
+			t.Fatalf("a waiter was not woken within %v (the leases had %v)", ttl/3, ttl)
+		}
+	}
+}
