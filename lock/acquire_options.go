@@ -34,7 +34,8 @@ func newAcquireConfig(opts []AcquireOption) (acquireConfig, error) {
 // out, measured on the local clock from before that renewal was sent, so the
 // lease is never believed held after Redis may have let it go. Either way
 // [Lease.Done] closes and [Lease.Err] says why. [Locker.Close] stops every
-// renewal of the Locker's leases; they then run out their TTL.
+// renewal of the Locker's leases, and leases acquired after it are not
+// renewed; they run out their TTL.
 //
 // Renewal keeps the lock while the holder is alive and connected; it does
 // not make a paused holder safe. Keep presenting the fence to storage.

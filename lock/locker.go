@@ -34,6 +34,8 @@ type Locker struct {
 	hub       *hub // nil when Acquire polls (WithWait)
 	closing   chan struct{}
 	closeOnce sync.Once
+	renewMu   sync.Mutex // orders renewers.Add against Close's Wait
+	closed    bool
 	renewers  sync.WaitGroup
 }
 
@@ -70,6 +72,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // leases; Acquire then waits by timed retries. Close is idempotent.
 func (l *Locker) Close() {
 	l.closeOnce.Do(func() {
+		l.renewMu.Lock()
+		l.closed = true
+		l.renewMu.Unlock()
 		close(l.closing)
 		if l.hub != nil {
 			l.hub.close()

@@ -9,6 +9,16 @@ import (
 // startRenewal runs the lease's renewal in a goroutine that returns when the
 // lease ends, when its release begins, or when the Locker closes.
 func (s *Lease) startRenewal(ttl time.Duration) {
+	s.l.renewMu.Lock()
+	defer s.l.renewMu.Unlock()
+	if s.l.closed {
+		// The Locker is closed: no goroutine may start. The lease runs out
+		// its TTL, and Done closes then.
+		s.life.mu.Lock()
+		s.watch()
+		s.life.mu.Unlock()
+		return
+	}
 	s.life.stop = make(chan struct{})
 	s.life.renewDone = make(chan struct{})
 	s.life.mu.Lock()
