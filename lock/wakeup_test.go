@@ -321,3 +321,70 @@ func TestAcquireWakesAcrossSlots(t *testing.T) {
 		}
 	}
 }
+
+// A release wakes one of a Locker's waiters, not all of them: with 8
+// waiters on a lock held for 30s, the release and the winner's try are the
+// only scripts run until the winner lets go.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	hook := &testenv.Commands{}
+	c.AddHook(hook)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	const ttl = 30 * time.Second
+	holder := mustAcquire(t, l, "herd", ttl)
+
+	const waiters = 8
+	won := make(chan *lock.Lease, waiters)
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if lease, err := l.Acquire(ctx, "herd", ttl); err == nil {
+				won <- lease
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+	// Every waiter tries once, and once more when the shared subscription is
+	// confirmed; then, with 30s left on the lease, they all wait quietly.
+	deadline := time.Now().Add(10 * time.Second)
+	for last := -1; ; {
+		n := hook.Len()
+		if n >= waiters && n == last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters still trying after 10s (%d commands)", n)
+		}
+		last = n
+		time.Sleep(200 * time.Millisecond)
+	}
+	hook.Take()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var winner *lock.Lease
+	select {
+	case winner = <-won:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no waiter got the lock within 10s of the release")
+	}
+	// Give a herd time to show itself.
+	time.Sleep(300 * time.Millisecond)
+	if cmds := hook.Take(); len(cmds) > 3 {
+		t.Fatalf("one release of %d waiters led to %d commands %v; want the release and one try", waiters, len(cmds), cmds)
+	}
+	if err := winner.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
