@@ -45,8 +45,14 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // apart would cost a record per release for the client's retry window;
 // nothing a caller does next depends on the difference.)
 //
-// The same script announces the release on the resource's
-// [Locker.ReleaseChannel], which wakes a waiting [Locker.Acquire]. Release
+// For a lease acquired with [Owner], Release gives up this acquisition's
+// hold only; the lock is freed with the owner's last hold. A client retry
+// of a hold's release that is not the last one is recognised and reports
+// success.
+//
+// The release that frees the lock announces it on the resource's
+// [Locker.ReleaseChannel], in the same script, which wakes a waiting
+// [Locker.Acquire]. Release
 // stops the lease's renewal, if any, and closes [Lease.Done], whatever its
 // outcome; releasing a lease again after a release that reached Redis
 // returns ErrNotHeld without a round trip.
