@@ -53,12 +53,19 @@ func ExampleLocker_Do_lost() {
 	}
 	defer locker.Close()
 
+	entries := []string{"a", "b", "c"}
 	err = locker.Do(ctx, "ledger", 5*time.Second, func(ctx context.Context, f fence.Fence) error {
-		// Pass ctx to every storage call: they stop once the lease is lost.
-		<-ctx.Done()
-		return context.Cause(ctx) // matches lock.ErrNotHeld
+		for range entries {
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // the lease was lost: matches lock.ErrNotHeld
+			}
+			// A fenced write of the entry with f, passing ctx, goes here.
+		}
+		return nil
 	})
-	fmt.Println(errors.Is(err, lock.ErrNotHeld))
+	if errors.Is(err, lock.ErrNotHeld) {
+		fmt.Println("the lease was lost; the entries written so far were fenced")
+	}
 }
 
 // Owner makes acquisitions re-entrant for one unit of work: code that
