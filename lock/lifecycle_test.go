@@ -236,6 +236,29 @@ func TestLeaseEndsWhenTTLRunsOut(t *testing.T) {
 	}
 }
 
+// Err alone, without anyone watching Done, reports a lease whose TTL has
+// run out on the local clock.
+func TestErrReportsTTLRunOut(t *testing.T) {
+	l := newLocker(t, testenv.Redis(t))
+	lease := mustAcquire(t, l, "short-err", 50*time.Millisecond)
+	if err := lease.Err(); err != nil {
+		t.Fatalf("Err = %v right after the grant", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for lease.Err() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Err still nil 5s after a 50ms lease")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := lease.Err(); !errors.Is(err, lock.ErrNotHeld) || errors.Is(err, lock.ErrReleased) {
+		t.Fatalf("Err = %v, want ErrNotHeld and not ErrReleased", err)
+	}
+	if !closedWithin(lease.Done(), 0) {
+		t.Fatal("Done open after Err reported the lease lost")
+	}
+}
+
 // A panic in Do's fn releases the lease and stops its renewal, then goes on
 // with its original value.
 func TestDoPanicReleases(t *testing.T) {
