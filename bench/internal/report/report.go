@@ -1,0 +1,224 @@
+// Package report turns the suite's results into REPORT.md and its charts.
+package report
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/bench/internal/suite"
+)
+
+// Colors of the contenders in every chart.
+var colors = map[string]string{
+	suite.Fencekit:        "#d62728",
+	suite.FencekitPolling: "#ff9896",
+	suite.Redislock:       "#1f77b4",
+	suite.Redsync:         "#2ca02c",
+	suite.Rueidislock:     "#9467bd",
+	suite.Floor:           "#7f7f7f",
+}
+
+// Chart file names, relative to the report.
+const (
+	GrantsChart = "charts/grants.svg"
+	P50Chart    = "charts/handoff-p50.svg"
+	P99Chart    = "charts/handoff-p99.svg"
+)
+
+// Write writes REPORT.md and the charts into dir.
+func Write(dir string, r *suite.Results, command string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "charts"), 0o755); err != nil {
+		return err
+	}
+	for file, c := range charts(r) {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.SVG()), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "REPORT.md"), []byte(Markdown(r, command)), 0o644)
+}
+
+func charts(r *suite.Results) map[string]Chart {
+	x := make([]string, len(r.Config.Waiters))
+	for i, w := range r.Config.Waiters {
+		x[i] = fmt.Sprint(w)
+	}
+	out := map[string]Chart{}
+	mk := func(title, ylabel string, log bool, val func(suite.Handoff) float64) Chart {
+		c := Chart{Title: title, XLabel: "waiters (solid: 1 Locker, dashed: 4 Lockers)", YLabel: ylabel, X: x, LogY: log}
+		for _, lk := range r.Config.Lockers {
+			for _, name := range suite.Handoffers {
+				s := Series{Name: fmt.Sprintf("%s ×%d", name, lk), Color: colors[name], Dashed: lk > 1}
+				for _, w := range r.Config.Waiters {
+					h, ok := r.Find(name, w, lk)
+					v := math.NaN()
+					if ok {
+						v = val(h)
+					}
+					s.Y = append(s.Y, v)
+				}
+				c.Series = append(c.Series, s)
+			}
+		}
+		return c
+	}
+	g := mk("Grants per second, one resource, hold 1 ms, work 5 ms", "grants/s", false, func(h suite.Handoff) float64 { return h.GrantsPS })
+	capS := Series{Name: "capacity 1/(hold+RTT)", Color: "#000000", Dashed: true}
+	for range r.Config.Waiters {
+		capS.Y = append(capS.Y, 1/(suite.Hold+r.RTT).Seconds())
+	}
+	g.Series = append(g.Series, capS)
+	out[GrantsChart] = g
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	out[P50Chart] = mk("Hand-off p50: Release called → next grant", "µs (log scale)", true, func(h suite.Handoff) float64 { return us(h.P50) })
+	out[P99Chart] = mk("Hand-off p99: Release called → next grant", "µs (log scale)", true, func(h suite.Handoff) float64 { return us(h.P99) })
+	return out
+}
+
+func µs(d time.Duration) string {
+	v := float64(d) / 1e3
+	switch {
+	case v >= 10000:
+		return fmt.Sprintf("%.0f ms", v/1e3)
+	case v >= 1000:
+		return fmt.Sprintf("%.1f ms", v/1e3)
+	case v >= 100:
+		return fmt.Sprintf("%.0f µs", v)
+	}
+	return fmt.Sprintf("%.1f µs", v)
+}
+
+func ratio(a, b float64) string {
+	if b == 0 || math.IsNaN(a/b) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// Target is one of the issue's must-show figures.
+type Target struct {
+	What     string
+	Goal     string
+	Measured string
+	Met      bool
+}
+
+// Targets evaluates the issue's targets on r.
+func Targets(r *suite.Results) []Target {
+	var ts []Target
+	add := func(what, goal, measured string, met bool) {
+		ts = append(ts, Target{what, goal, measured, met})
+	}
+	for _, u := range r.Uncontended {
+		fk := u.Mean[suite.Fencekit]
+		worst, slowestPeer := "", time.Duration(math.MaxInt64)
+		for _, p := range []string{suite.Redislock, suite.Redsync, suite.Rueidislock} {
+			if u.Mean[p] < slowestPeer {
+				slowestPeer, worst = u.Mean[p], p
+			}
+		}
+		add("uncontended, "+u.Name, "≤ every peer", fmt.Sprintf("%s vs fastest peer %s %s (%s)", µs(fk), worst, µs(slowestPeer), ratio(float64(fk), float64(slowestPeer))), fk <= slowestPeer)
+		fl := u.Mean[suite.Floor]
+		add("uncontended, "+u.Name, "≤ 1.10× floor", fmt.Sprintf("%s vs %s: %s", µs(fk), µs(fl), ratio(float64(fk), float64(fl))), float64(fk) <= 1.10*float64(fl))
+	}
+	if h8, ok := r.Find(suite.Fencekit, 8, 1); ok {
+		if p, ok := r.Find(suite.Rueidislock, 8, 1); ok {
+			add("8 waiters, 1 Locker", "≥ 1.2× rueidislock grants/s", fmt.Sprintf("%.0f vs %.0f: %s", h8.GrantsPS, p.GrantsPS, ratio(h8.GrantsPS, p.GrantsPS)), h8.GrantsPS >= 1.2*p.GrantsPS)
+		}
+		for _, peer := range []string{suite.Redislock, suite.Redsync} {
+			if p, ok := r.Find(peer, 8, 1); ok {
+				add("8 waiters, 1 Locker", "≥ 3× "+peer+" grants/s", fmt.Sprintf("%.0f vs %.0f: %s", h8.GrantsPS, p.GrantsPS, ratio(h8.GrantsPS, p.GrantsPS)), h8.GrantsPS >= 3*p.GrantsPS)
+			}
+		}
+		add("8 waiters, 1 Locker", "≥ 85% of 1/(hold + RTT)", fmt.Sprintf("%.0f of %.0f: %.0f%% (%.0f%% against the hold as measured, %s)",
+			h8.GrantsPS, h8.Capacity(), 100*h8.GrantsPS/h8.Capacity(), 100*h8.GrantsPS/h8.HeldCapacity(), µs(h8.MeanHold)), h8.GrantsPS >= 0.85*h8.Capacity())
+		add("8 waiters, 1 Locker", "hand-off p50 < 200 µs", µs(h8.P50), h8.P50 < 200*time.Microsecond)
+		if h128, ok := r.Find(suite.Fencekit, 128, 1); ok {
+			add("128 waiters, 1 Locker", "grants/s ≥ 80% of 8 waiters'", fmt.Sprintf("%.0f vs %.0f: %.0f%%", h128.GrantsPS, h8.GrantsPS, 100*h128.GrantsPS/h8.GrantsPS), h128.GrantsPS >= 0.8*h8.GrantsPS)
+			add("128 waiters, 1 Locker", "≤ 4 Redis commands per grant", fmt.Sprintf("%.2f", h128.Cmds), h128.Cmds <= 4)
+		}
+	}
+	for _, p := range r.Storage {
+		add(p.Name, "≤ 1.15× plain", fmt.Sprintf("%s vs %s: %s", µs(p.FencedMean), µs(p.PlainMean), ratio(float64(p.FencedMean), float64(p.PlainMean))), p.Ratio() <= 1.15)
+	}
+	return ts
+}
+
+// Markdown renders the report.
+func Markdown(r *suite.Results, command string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# fencekit performance report\n\n")
+	p("Produced by `%s` (in `bench/`; from the repository root, `go run ./bench/cmd/report`), %s, in %s.\n",
+		command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
+	p("%s, %s, GOMAXPROCS %d, Redis %s on loopback (a private `redis-server` without persistence), median PING round trip %s. ",
+		runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, runtime.GOMAXPROCS(0), r.Redis, µs(r.RTT))
+	p("Every ratio compares figures from the same run, in which the contenders were interleaved: operation by operation for the uncontended and storage figures, run by run (each case %d times, the median kept) for the hand-off.\n\n", r.Config.HandoffReps)
+	p("Contenders: fencekit (this repository), [bsm/redislock](https://github.com/bsm/redislock) v0.9.4, [go-redsync/redsync](https://github.com/go-redsync/redsync) v4.18.1 (go-redis v9 pool), [rueidislock](https://github.com/redis/rueidis) v1.0.79 (KeyMajority 1, NoLoopTracking), and the floor: `SET NX PX` then `DEL` as plain commands.\n\n")
+
+	p("## Targets\n\n| workload | target | measured | met |\n|---|---|---|---|\n")
+	for _, t := range Targets(r) {
+		met := "no"
+		if t.Met {
+			met = "**yes**"
+		}
+		p("| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, met)
+	}
+
+	p("\n## Uncontended acquire + release\n\n")
+	p("One `TryAcquire` (or the peer's one-shot attempt) and one release, %d operations per contender and goroutine. Mean time per operation; the ratios are of means.\n\n", r.Config.UncontendedOps)
+	p("| workload | contender | mean | p50 | fencekit / this | this / floor |\n|---|---|---|---|---|---|\n")
+	for _, u := range r.Uncontended {
+		for _, name := range suite.Uncontenders {
+			p("| %s | %s | %s | %s | %s | %s |\n", u.Name, name, µs(u.Mean[name]), µs(u.P50[name]),
+				ratio(float64(u.Mean[suite.Fencekit]), float64(u.Mean[name])), ratio(float64(u.Mean[name]), float64(u.Mean[suite.Floor])))
+		}
+	}
+	p("\n### Cost per operation outside the clock\n\n")
+	p("Each contender alone, %d acquire+release of one resource: heap allocations in the process (`runtime.MemStats`, the library's background goroutines included; the suite's adapter adds one for redsync, rueidislock and the floor), commands the client sent, and the Redis server's time (`INFO commandstats`, whose calls include the commands scripts make).\n\n", r.Config.CostOps)
+	p("| contender | allocs/op | commands sent/op | Redis µs/op | Redis calls/op |\n|---|---|---|---|---|\n")
+	for _, name := range suite.Uncontenders {
+		c := r.Costs[name]
+		p("| %s | %.1f | %.2f | %.1f | %s |\n", name, c.Allocs, c.ClientCmds, c.ServerUs, suite.FormatCalls(c.ServerCalls))
+	}
+
+	p("\n## Contended hand-off on one resource\n\n")
+	p("Waiters on one resource, each holding the lock %v and then working %v outside it, over 1 Locker or 4 (each with its own client). ", suite.Hold, suite.Work)
+	p("Hand-off is the time from a holder calling release to the next grant of a waiter that was already waiting. ")
+	p("Capacity is 1/(hold + one round trip) = %.0f grants/s; \"held\" capacity uses the hold as measured, since a 1 ms sleep runs longer on a loaded machine. ", 1/(suite.Hold+r.RTT).Seconds())
+	p("Commands per grant count what the clients sent (scripts count once) plus subscribe and unsubscribe commands counted by the server. ")
+	p("fencekit polls with `WithWait(Backoff(1ms, 64ms))`; redislock retries with `LinearBackoff(100ms)` as its README does; redsync and rueidislock run at their defaults.\n\n")
+	p("![grants per second](%s)\n\n![hand-off p50](%s)\n\n![hand-off p99](%s)\n\n", GrantsChart, P50Chart, P99Chart)
+	p("| Lockers | waiters | contender | grants/s | fencekit / this | capacity | held capacity | hand-off p50 | p99 | commands/grant |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, lk := range r.Config.Lockers {
+		for _, w := range r.Config.Waiters {
+			fk, _ := r.Find(suite.Fencekit, w, lk)
+			for _, name := range suite.Handoffers {
+				h, ok := r.Find(name, w, lk)
+				if !ok {
+					continue
+				}
+				extra := ""
+				if h.Errors > 0 {
+					extra = fmt.Sprintf(" (%d failed tries)", h.Errors)
+				}
+				p("| %d | %d | %s | %.0f%s | %s | %.0f%% | %.0f%% | %s | %s | %.2f |\n", lk, w, name, h.GrantsPS, extra,
+					ratio(fk.GrantsPS, h.GrantsPS), 100*h.GrantsPS/h.Capacity(), 100*h.GrantsPS/h.HeldCapacity(), µs(h.P50), µs(h.P99), h.Cmds)
+			}
+		}
+	}
+
+	p("\n## Fenced storage against plain commands\n\n")
+	p("Fenced and plain operations alternate one by one, %d of each; a 32-byte value in Redis; in PostgreSQL one row updated per operation (the plain UPDATE on a row of its own).\n\n", r.Config.StorageOps)
+	p("| workload | fenced | plain | fenced mean | plain mean | fenced / plain | fenced p50 | plain p50 | allocs fenced | allocs plain |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Storage {
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", s.Name, s.Fenced, s.Plain, µs(s.FencedMean), µs(s.PlainMean),
+			ratio(float64(s.FencedMean), float64(s.PlainMean)), µs(s.FencedP50), µs(s.PlainP50), s.FencedAllocs, s.PlainAllocs)
+	}
+	return b.String()
+}
