@@ -4,12 +4,14 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP proxy between clients and one server, for tests that need
 // real network faults: a reply lost on a connection that then breaks (what
 // makes go-redis retry a command the server already ran), a network that
-// stops carrying traffic, and connections cut all at once.
+// stops carrying traffic, a slow network, and connections cut all at once
+// or refused for a while.
 //
 // Every connection accepted on [Proxy.Addr] is forwarded to the target over
 // a connection of its own. The proxy is closed, with every connection, when
@@ -26,6 +28,8 @@ type Proxy struct {
 	armed  bool
 	gate   chan struct{} // non-nil while blocked; closed by Unblock
 	closed bool
+	delay  time.Duration // added to every chunk, each way (SetLatency)
+	refuse time.Time     // new connections are reset until then (CutFor)
 }
 
 // link is one client connection and its server connection.
@@ -137,6 +141,28 @@ func (p *Proxy) CutAll() {
 	}
 }
 
+// SetLatency delays every chunk of bytes, in each direction, by d from
+// the moment the proxy read it, as a slow link would: a request and its
+// reply arrive 2·d late. Bytes of one direction stay in order, and a chunk
+// read while an earlier one waits waits behind it. d = 0 ends the delay
+// (chunks already waiting still wait out theirs).
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.delay = max(d, 0)
+	p.mu.Unlock()
+}
+
+// CutFor cuts every open connection, as [Proxy.CutAll] does, and for d
+// afterwards closes each new connection as soon as it is accepted, as a
+// peer that resets connections would: clients see errors at once, not
+// timeouts.
+func (p *Proxy) CutFor(d time.Duration) {
+	p.mu.Lock()
+	p.refuse = time.Now().Add(d)
+	p.mu.Unlock()
+	p.CutAll()
+}
+
 func (p *Proxy) close() {
 	p.mu.Lock()
 	p.closed = true
@@ -160,6 +186,14 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 			_ = c.Close()
 			return
+		}
+		if time.Now().Before(p.refuse) {
+			p.mu.Unlock()
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // a reset, not an orderly close
+			}
+			_ = c.Close()
+			continue
 		}
 		p.links[l] = struct{}{}
 		p.wg.Add(1)
@@ -207,7 +241,7 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.wait(l) {
+			if !p.sleep(l, time.Now()) || !p.wait(l) {
 				return
 			}
 			if fromServer {
@@ -237,6 +271,25 @@ func (p *Proxy) takeLose() (func(), bool) {
 	then := p.lose
 	p.lose, p.armed = nil, false
 	return then, true
+}
+
+// sleep waits out the latency of a chunk read at read; it reports false
+// once l is cut.
+func (p *Proxy) sleep(l *link, read time.Time) bool {
+	p.mu.Lock()
+	d := p.delay
+	p.mu.Unlock()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(time.Until(read.Add(d)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.done:
+		return false
+	}
 }
 
 // wait returns once the proxy is not blocked, true, or once l is cut, false.

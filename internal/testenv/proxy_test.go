@@ -156,3 +156,62 @@ func TestProxyCutAll(t *testing.T) {
 		t.Fatalf("new connection after CutAll: %q, %v", got, err)
 	}
 }
+
+// TestProxyLatency checks that a round trip takes at least twice the
+// latency (once each way) and that clearing it restores the link.
+func TestProxyLatency(t *testing.T) {
+	target, _ := echoServer(t)
+	p := StartProxy(t, target)
+	c := dial(t, p.Addr())
+	const d = 50 * time.Millisecond
+	p.SetLatency(d)
+	start := time.Now()
+	if got, err := roundTrip(c, "slow"); err != nil || got != "slow" {
+		t.Fatalf("round trip with latency: %q, %v", got, err)
+	}
+	if took := time.Since(start); took < 2*d {
+		t.Fatalf("round trip took %v; want at least %v", took, 2*d)
+	}
+	p.SetLatency(0)
+	if got, err := roundTrip(c, "fast"); err != nil || got != "fast" {
+		t.Fatalf("round trip after SetLatency(0): %q, %v", got, err)
+	}
+}
+
+// TestProxyCutFor checks that open connections are cut, new ones are
+// closed while the window lasts, and forwarded again after it.
+func TestProxyCutFor(t *testing.T) {
+	target, _ := echoServer(t)
+	p := StartProxy(t, target)
+	c := dial(t, p.Addr())
+	if _, err := roundTrip(c, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.CutFor(200 * time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after CutFor: %v; want the connection closed", err)
+	}
+	try := func(msg string) (string, error) {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			return "", err // reset while connecting
+		}
+		defer c.Close()
+		return roundTrip(c, msg)
+	}
+	if _, err := try("refused"); err == nil {
+		t.Fatal("a new connection was forwarded during the cut")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := try("back")
+		if err == nil && got == "back" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection forwarded 5s after the cut: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
