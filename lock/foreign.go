@@ -59,6 +59,9 @@ func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floo
 }
 
 func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
+	if err := l.refuseRedlock("FenceLock"); err != nil {
+		return fence.Fence{}, err
+	}
 	switch {
 	case lockKey == "":
 		return fence.Fence{}, fmt.Errorf("%w: empty lock key", ErrInvalid)

@@ -64,6 +64,9 @@ func (s *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
 	}
 	s.stopRenewal(true)
+	if s.l.red != nil {
+		return s.redlockRelease(ctx)
+	}
 	keys := []string{s.key}
 	if s.acq != "" {
 		keys = append(keys, s.l.holdKey(s.f.Resource))
@@ -99,6 +102,9 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
+	if s.l.red != nil {
+		return s.redlockExtend(ctx, ttl)
+	}
 	sent := time.Now()
 	keys := []string{s.key, s.l.TokenKey(s.f.Resource)}
 	if s.acq != "" {
@@ -123,6 +129,9 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := checkCall(ctx, "ttl", s.f.Resource); err != nil {
 		return 0, err
+	}
+	if s.l.red != nil {
+		return s.redlockTTL(ctx)
 	}
 	ms, err := ttlScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
 	if err != nil {

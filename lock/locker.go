@@ -31,6 +31,8 @@ type Locker struct {
 	retentionMS int64
 	sharded     string // "1" when releases publish with SPUBLISH
 
+	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
+
 	hub       *hub // nil when Acquire polls (WithWait)
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -54,6 +56,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		if err := o(&c); err != nil {
 			return nil, err
 		}
+	}
+	if c.perNode != 0 {
+		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrInvalid)
 	}
 	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{})}
 	if _, ok := client.(*redis.ClusterClient); ok {
@@ -197,6 +202,9 @@ func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Dur
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
+	if l.red != nil {
+		return l.redlockAcquire(ctx, resource, ttl, cfg)
+	}
 	// The holder id is fresh for every call. With an owner it also names
 	// this acquisition in the hold record, so a retried re-entry is
 	// recognised, and it becomes the holder only if this call takes the
@@ -342,6 +350,9 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	}
 	if err := checkCall(ctx, "advance", resource); err != nil {
 		return err
+	}
+	if l.red != nil {
+		return l.redlockAdvance(ctx, resource, atLeast)
 	}
 	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
 	return translate(ctx, err, "advance", resource)

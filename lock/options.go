@@ -20,6 +20,7 @@ type config struct {
 	wait      WaitStrategy
 	poll      bool
 	retention time.Duration
+	perNode   time.Duration
 }
 
 // DefaultTokenRetention is how long a resource's token state outlives its

@@ -1,0 +1,535 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redlock: one lease held on a quorum of independent Redis masters.
+//
+// Every node runs the same scripts as a single Redis deployment does
+// (acquire.lua, release.lua, extend.lua, ttl.lua), so each node that grants
+// also issues its own clock-anchored token; the lease's token is the largest
+// of them, and redlock_raise.lua then lifts the granting nodes' token state
+// to it. Every call to the nodes goes out in parallel and is bounded by the
+// node timeout, whatever the client's own timeouts are: a node that has not
+// answered by then counts as failed and the call goes on without it.
+
+//go:embed redlock_raise.lua
+var redlockRaiseLua string
+
+var redlockRaiseScript = redis.NewScript(tokenStateLua + redlockRaiseLua)
+
+// DefaultNodeTimeout is how long a Redlock [Locker] waits for each node when
+// no [WithNodeTimeout] option is given.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
+// ErrNoQuorum means a Redlock call reached fewer nodes than its quorum
+// needs: too many nodes were down, unreachable or slower than the node
+// timeout, or (for an acquisition) took so long that no validity was left.
+// Errors that match it are a [*QuorumError]; when some node had the lock
+// granted to another holder, the error also matches [ErrNotAcquired], and
+// [Locker.Acquire] keeps trying.
+var ErrNoQuorum = errors.New("lock: no quorum of Redlock nodes")
+
+// WithNodeTimeout sets how long a Locker made by [NewRedlock] waits for each
+// node's reply to one call. default: [DefaultNodeTimeout].
+//
+// Keep it far below the leases you take: an acquisition's validity is its
+// TTL less the time it took, so a node timeout near the TTL lets one slow
+// node make every acquisition fail. d must be between 1ms and [MaxTTL].
+// [New] refuses this option: a single deployment has no node to give up on.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d > MaxTTL {
+			return fmt.Errorf("%w: node timeout %v is outside [1ms, %v]", ErrInvalid, d, MaxTTL)
+		}
+		c.perNode = d
+		return nil
+	}
+}
+
+// redlock is the node set of a Locker made by NewRedlock.
+type redlock struct {
+	nodes   []redlockNode
+	quorum  int
+	timeout time.Duration
+}
+
+type redlockNode struct {
+	client  redis.UniversalClient
+	sharded string // "1" when releases publish with SPUBLISH
+}
+
+// NewRedlock returns a Locker that holds each lease on a quorum of
+// independent Redis masters, as the Redlock algorithm describes: the same
+// [Locker] type, methods and [Lease] as [New] gives, so code switches by
+// changing its constructor. clients are one client per master (each may
+// itself be a cluster client); they must not share a server, or a node
+// would vote twice. The quorum is len(clients)/2+1: 2 of 3, 3 of 5, and
+// with an even count more than half (3 of 4), so two holders can never both
+// have one.
+//
+// An acquisition sends acquire to every node in parallel, each bounded by
+// the node timeout ([WithNodeTimeout]). It holds the lease only if a quorum
+// granted it and time is left: validity = ttl − elapsed − drift, where
+// drift = ttl/100 + 2ms allows for clocks running at different rates. The
+// lease is then known held until that validity runs out (see
+// [Lease.Validity]); [Lease.Done] closes then unless the lease is extended.
+// When the quorum fails, the attempt releases what it took on every node,
+// not only those that answered, before returning a [*QuorumError].
+// [Locker.Acquire] retries after a random delay ([Backoff], or the
+// [WithWait] strategy) while some node reports another holder, rather than
+// waiting for release announcements, so contending clients do not retry in
+// step and split the vote; it stops at once when too many nodes failed.
+//
+// Release and Extend go to every node. Extend keeps the lease only when a
+// quorum extended it with validity left; a lease that a quorum no longer
+// holds is lost ([ErrNotHeld], and Done closes). [Lease.TTL] reports the
+// time for which a quorum still holds the lock. [Locker.Advance] raises
+// the token state on every node and succeeds once a quorum has it.
+// [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
+// be counted per node, so a re-entry could land on a different quorum than
+// the grant, and a foreign lock is fenced on one of its servers with [New].
+//
+// # Tokens
+//
+// Every granting node issues its own token (its server clock in
+// microseconds, or its previous token plus one), and the lease's token is
+// the largest of them. The granting nodes' token state is then raised to
+// that token, so a later grant, whose quorum shares at least one node with
+// this one, gets a higher token while that state lives, and a client retry
+// of a node's acquisition returns the lease's token.
+//
+// This token is not a consensus value. Nodes do not agree on it; a node that
+// restarts empty, a lagging clock, or a grant whose quorum overlaps the last
+// one only on a node that lost its state can issue a token lower than an
+// earlier lease's. Redlock itself can also admit two holders at once, after
+// a pause, a clock jump or a node restart. None of this loses an update,
+// because safety never comes from the lock: storage admits a fenced read or
+// write only if its token is not below the highest it has admitted, in the
+// same atomic step as the operation (see package fence). A low token is
+// refused as stale, which costs progress, never data.
+//
+// Each Redlock call costs one round trip per node, sent in parallel; an
+// acquisition adds a second one to raise the token state on the nodes whose
+// token was below the largest. Acquire polls; no subscription is opened.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if len(clients) == 0 {
+		return nil, fmt.Errorf("%w: Redlock needs at least one Redis client", ErrInvalid)
+	}
+	seen := make(map[any]int, len(clients))
+	nodes := make([]redlockNode, len(clients))
+	for i, c := range clients {
+		if isNil(c) {
+			return nil, fmt.Errorf("%w: Redlock client %d is nil", ErrInvalid, i)
+		}
+		for _, id := range nodeIDs(c) {
+			if j, dup := seen[id]; dup {
+				return nil, fmt.Errorf("%w: Redlock clients %d and %d reach the same server (%v): it would vote twice", ErrInvalid, j, i, id)
+			}
+			seen[id] = i
+		}
+		nodes[i].client = c
+		if _, ok := c.(*redis.ClusterClient); ok {
+			nodes[i].sharded = "1"
+		}
+	}
+	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	if c.perNode == 0 {
+		c.perNode = DefaultNodeTimeout
+	}
+	return &Locker{
+		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}),
+		red: &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
+	}, nil
+}
+
+// nodeIDs names what makes two clients the same voter: the client itself,
+// and for a plain client its server address and database.
+func nodeIDs(c redis.UniversalClient) []any {
+	ids := []any{c}
+	if cl, ok := c.(*redis.Client); ok {
+		o := cl.Options()
+		ids = append(ids, fmt.Sprintf("%s/%d", o.Addr, o.DB))
+	}
+	return ids
+}
+
+// Quorum returns how many nodes must agree for a lease to be held: 1 for a
+// Locker made by [New], len(clients)/2+1 for one made by [NewRedlock].
+func (l *Locker) Quorum() int {
+	if l.red == nil {
+		return 1
+	}
+	return l.red.quorum
+}
+
+// drift is Redlock's allowance for clocks running at different rates.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// QuorumError is a Redlock call that fewer nodes than its quorum answered as
+// asked. It matches [ErrNoQuorum], and also [ErrNotAcquired] when some node
+// had the lock granted to another holder (then [Locker.Acquire] tries
+// again).
+type QuorumError struct {
+	Op       string // "acquire", "release", "extend", "ttl" or "advance"
+	Resource string
+	Nodes    int // nodes asked
+	Quorum   int // nodes needed
+	OK       int // nodes that did as asked
+	Held     int // nodes where another holder has the lock (acquire)
+	// Remaining is the shortest remaining lease among the other holder's
+	// nodes, or negative when unknown.
+	Remaining time.Duration
+	// Elapsed is how long the call took.
+	Elapsed time.Duration
+	// Err joins the failures of the nodes that did not answer, or nil.
+	Err error
+}
+
+// Error says how many nodes did what and why the rest did not.
+func (e *QuorumError) Error() string {
+	s := fmt.Sprintf("lock: %s %q: %d of %d Redlock nodes, %d needed", e.Op, e.Resource, e.OK, e.Nodes, e.Quorum)
+	if e.Held > 0 {
+		s += fmt.Sprintf("; %d held by another holder", e.Held)
+	}
+	if e.OK >= e.Quorum {
+		s += fmt.Sprintf("; no validity left after %v", e.Elapsed.Round(time.Microsecond))
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns [ErrNoQuorum], a [*NotAcquiredError] when another holder
+// was seen or the acquisition ran out of validity (both worth retrying),
+// and the nodes' failures.
+func (e *QuorumError) Unwrap() []error {
+	errs := []error{ErrNoQuorum}
+	if e.Op == "acquire" && (e.Held > 0 || e.OK >= e.Quorum) {
+		errs = append(errs, &NotAcquiredError{Resource: e.Resource, Remaining: e.Remaining})
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// nodeReply is one node's answer to one call.
+type nodeReply[T any] struct {
+	v   T
+	err error // nil, a reply or network error, or errNodeTimeout
+}
+
+var errNodeTimeout = errors.New("no reply within the node timeout")
+
+// fanOut runs call on each of the nodes at idx (every node when idx is nil)
+// in parallel and returns their replies, in node order, once all have
+// answered, the node timeout has passed or ctx has ended; nodes without an
+// answer by then have errNodeTimeout (or ctx's error). A call that answers
+// after fanOut returned is handed to late, if not nil, from its goroutine.
+func fanOut[T any](ctx context.Context, r *redlock, idx []int,
+	call func(ctx context.Context, n redlockNode) (T, error), late func(node int, v T, err error)) []nodeReply[T] {
+	if idx == nil {
+		idx = make([]int, len(r.nodes))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	out := make([]nodeReply[T], len(r.nodes))
+	var (
+		mu      sync.Mutex
+		done    bool
+		pending = len(idx)
+		all     = make(chan struct{})
+	)
+	for _, i := range idx {
+		out[i].err = errNodeTimeout
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, r.timeout)
+			v, err := call(nctx, r.nodes[i])
+			cancel()
+			mu.Lock()
+			if done {
+				mu.Unlock()
+				if late != nil {
+					late(i, v, err)
+				}
+				return
+			}
+			out[i] = nodeReply[T]{v: v, err: err}
+			if pending--; pending == 0 {
+				close(all)
+			}
+			mu.Unlock()
+		}()
+	}
+	timer := time.NewTimer(r.timeout)
+	defer timer.Stop()
+	select {
+	case <-all:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	done = true
+	res := slices.Clone(out)
+	if ctx.Err() != nil {
+		for _, i := range idx {
+			if res[i].err == errNodeTimeout {
+				res[i].err = ctx.Err()
+			}
+		}
+	}
+	return res
+}
+
+// redlockAcquire is tryAcquire on a Redlock Locker.
+func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
+	if cfg.owner != "" {
+		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", ErrInvalid, resource)
+	}
+	r := l.red
+	holder := fence.NewHolder()
+	lockKey, tokenKey := l.LockKey(resource), l.TokenKey(resource)
+	keys := []string{lockKey, tokenKey}
+	releaseNode := func(n redlockNode) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, l.channel(resource), n.sharded, "").Err()
+	}
+	releaseAll := func() {
+		fanOut(context.WithoutCancel(ctx), r, nil, func(_ context.Context, n redlockNode) (struct{}, error) {
+			releaseNode(n)
+			return struct{}{}, nil
+		}, nil)
+	}
+
+	sent := time.Now()
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) ([]int64, error) {
+		res, err := acquireScript.Run(ctx, n.client, keys, holder, ttl.Milliseconds(), l.retentionMS, "").Int64Slice()
+		if err == nil && (len(res) != 2 || res[0] > 1) {
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		return res, err
+	}, func(node int, res []int64, err error) {
+		// An answer after the attempt gave up on this node: a grant, or a
+		// run whose reply was lost, is released here, since the attempt's
+		// own release may have reached the node first.
+		if (err == nil && res[0] == 1) || (err != nil && !isReply(err)) {
+			releaseNode(r.nodes[node])
+		}
+	})
+	elapsed := time.Since(sent)
+
+	var (
+		granted   []int
+		token     int64
+		held      int
+		remaining = time.Duration(-1)
+		errs      []error
+		wrongType error
+	)
+	for i, rep := range replies {
+		switch {
+		case rep.err != nil:
+			if e := translate(ctx, rep.err, "acquire", resource); errors.Is(e, ErrWrongType) || errors.Is(e, ErrTokensExhausted) {
+				wrongType = e
+			}
+			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+		case rep.v[0] == 0:
+			held++
+			if rem := time.Duration(rep.v[1]) * time.Millisecond; rem >= 0 && (remaining < 0 || rem < remaining) {
+				remaining = rem
+			}
+		case rep.v[1] < 1:
+			errs = append(errs, fmt.Errorf("node %d: the token state was lost during the grant", i))
+		default:
+			granted = append(granted, i)
+			token = max(token, rep.v[1])
+		}
+	}
+	if ctx.Err() != nil {
+		releaseAll()
+		return nil, translate(ctx, ctx.Err(), "acquire", resource)
+	}
+	validity := ttl - elapsed - drift(ttl)
+	if len(granted) < r.quorum || validity <= 0 {
+		releaseAll()
+		if wrongType != nil && len(granted) < r.quorum {
+			return nil, wrongType
+		}
+		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
+			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: errors.Join(errs...)}
+	}
+
+	// Lift the granting nodes whose own token was lower to the lease's.
+	var lower []int
+	for _, i := range granted {
+		if replies[i].v[1] < token {
+			lower = append(lower, i)
+		}
+	}
+	if len(lower) > 0 {
+		fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (struct{}, error) {
+			return struct{}{}, redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Err()
+		}, nil)
+	}
+	if ctx.Err() != nil || time.Since(sent) >= ttl-drift(ttl) {
+		releaseAll()
+		if err := ctx.Err(); err != nil {
+			return nil, translate(ctx, err, "acquire", resource)
+		}
+		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
+			OK: len(granted), Held: held, Remaining: remaining, Elapsed: time.Since(sent)}
+	}
+	lease := &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
+	lease.start(sent, ttl-drift(ttl), true)
+	if cfg.autoRenew {
+		lease.startRenewal(ttl)
+	}
+	return lease, nil
+}
+
+// redlockRelease is Release on a Redlock Locker; renewal has been stopped.
+func (s *Lease) redlockRelease(ctx context.Context) error {
+	l := s.l
+	start := time.Now()
+	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return releaseScript.Run(ctx, n.client, []string{s.key}, s.f.Holder, l.channel(s.f.Resource), n.sharded, "").Int64()
+	}, nil)
+	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
+	switch {
+	case ok >= l.red.quorum:
+		s.end(releasedError{}, true)
+		return nil
+	case notHeld > len(replies)-l.red.quorum:
+		// Too few nodes still held it for the lease to have been held.
+		err := fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.end(err, true)
+		return err
+	}
+	err := translate(ctx, &QuorumError{Op: "release", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs}, "release", s.f.Resource)
+	s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
+	return err
+}
+
+// redlockExtend is extend on a Redlock Locker.
+func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
+	l := s.l
+	sent := time.Now()
+	keys := []string{s.key, l.TokenKey(s.f.Resource)}
+	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return extendScript.Run(ctx, n.client, keys, s.f.Holder, ttl.Milliseconds(), l.retentionMS).Int64()
+	}, nil)
+	elapsed := time.Since(sent)
+	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
+	switch {
+	case ok >= l.red.quorum && elapsed < ttl-drift(ttl):
+		s.extended(sent, ttl-drift(ttl))
+		return nil
+	case notHeld > len(replies)-l.red.quorum:
+		err := fmt.Errorf("%w: extend %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.lost(err)
+		return err
+	}
+	return translate(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: elapsed, Err: errs}, "extend", s.f.Resource)
+}
+
+// redlockTTL is TTL on a Redlock Locker: the time for which a quorum of
+// nodes still holds the lock, less the drift allowance.
+func (s *Lease) redlockTTL(ctx context.Context) (time.Duration, error) {
+	l := s.l
+	start := time.Now()
+	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return ttlScript.Run(ctx, n.client, []string{s.key}, s.f.Holder).Int64()
+	}, nil)
+	ok, notHeld, errs := count(replies, func(ms int64) bool { return ms != -3 })
+	switch {
+	case ok >= l.red.quorum:
+		var left []int64
+		for _, rep := range replies {
+			if rep.err == nil && rep.v != -3 {
+				left = append(left, rep.v)
+			}
+		}
+		slices.Sort(left)
+		slices.Reverse(left)
+		// The quorum-th longest: the lock is held while that many nodes hold it.
+		d := time.Duration(left[l.red.quorum-1])*time.Millisecond - drift(time.Duration(left[0])*time.Millisecond)
+		return max(d, 0), nil
+	case notHeld > len(replies)-l.red.quorum:
+		err := fmt.Errorf("%w: ttl %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
+		s.lost(err)
+		return 0, err
+	}
+	return 0, translate(ctx, &QuorumError{Op: "ttl", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs}, "ttl", s.f.Resource)
+}
+
+// redlockAdvance is Advance on a Redlock Locker: it succeeds once a quorum
+// has the raised state, since every later grant's quorum includes one of
+// those nodes.
+func (l *Locker) redlockAdvance(ctx context.Context, resource string, atLeast fence.Token) error {
+	start := time.Now()
+	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (struct{}, error) {
+		return struct{}{}, advanceScript.Run(ctx, n.client, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
+	}, nil)
+	ok, _, errs := count(replies, func(struct{}) bool { return true })
+	if ok >= l.red.quorum {
+		return nil
+	}
+	for _, rep := range replies {
+		if e := translate(ctx, rep.err, "advance", resource); errors.Is(e, ErrWrongType) {
+			return e
+		}
+	}
+	return translate(ctx, &QuorumError{Op: "advance", Resource: resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs}, "advance", resource)
+}
+
+// count sorts replies into those that did as asked, those that answered
+// otherwise, and the failures, joined.
+func count[T any](replies []nodeReply[T], good func(T) bool) (ok, other int, errs error) {
+	var all []error
+	for i, rep := range replies {
+		switch {
+		case rep.err != nil:
+			all = append(all, fmt.Errorf("node %d: %w", i, rep.err))
+		case good(rep.v):
+			ok++
+		default:
+			other++
+		}
+	}
+	return ok, other, errors.Join(all...)
+}
+
+// refuseRedlock is the error of a call that a Redlock Locker does not offer.
+func (l *Locker) refuseRedlock(op string) error {
+	if l.red == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is not offered by a Redlock Locker; fence a foreign lock on one of its servers with a Locker from New", ErrInvalid, op)
+}

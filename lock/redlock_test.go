@@ -1,0 +1,487 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// redlockNodes is a set of private Redis servers for Redlock tests. The
+// first proxied ones are reached through a TCP proxy each, so that a test
+// can slow them down or black-hole them; direct clients see every server
+// as it is.
+type redlockNodes struct {
+	srvs    []*testenv.RedisServer
+	proxies []*testenv.Proxy // nil for a node reached directly
+	clients []redis.UniversalClient
+	direct  []*redis.Client
+}
+
+func startNodes(t *testing.T, n, proxied int) *redlockNodes {
+	t.Helper()
+	ns := &redlockNodes{}
+	for i := range n {
+		srv := testenv.StartRedis(t)
+		ns.srvs = append(ns.srvs, srv)
+		ns.direct = append(ns.direct, srv.Client())
+		if i < proxied {
+			p := testenv.StartProxy(t, srv.Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			ns.proxies = append(ns.proxies, p)
+			ns.clients = append(ns.clients, c)
+		} else {
+			ns.proxies = append(ns.proxies, nil)
+			ns.clients = append(ns.clients, srv.Client())
+		}
+	}
+	return ns
+}
+
+func newRedlock(t *testing.T, ns *redlockNodes, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	l, err := lock.NewRedlock(ns.clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// lockValues returns the lock key's value on every node whose server runs
+// ("" where there is none), skipping the nodes in stopped.
+func (ns *redlockNodes) lockValues(t *testing.T, l *lock.Locker, resource string, stopped ...int) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	for i, c := range ns.direct {
+		if contains(stopped, i) {
+			continue
+		}
+		v, err := c.Get(context.Background(), l.LockKey(resource)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// acquireScript is the package's acquisition script, as each Redlock node
+// runs it.
+func acquireScript(t *testing.T) *redis.Script {
+	t.Helper()
+	var src []byte
+	for _, name := range []string{"tokenstate.lua", "acquire.lua"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	return redis.NewScript(string(src))
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRedlockFiveNodesTwoStopped: with two of five masters killed, the three
+// left are a quorum. The lease holds on each of them, its token is the
+// largest they issued and every one of them was raised to it, the next
+// grant's token is higher, and a release clears all three.
+func TestRedlockFiveNodesTwoStopped(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 0)
+	l := newRedlock(t, ns)
+	if l.Quorum() != 3 {
+		t.Fatalf("quorum of 5 = %d, want 3", l.Quorum())
+	}
+	stopped := []int{1, 3}
+	for _, i := range stopped {
+		ns.srvs[i].Kill()
+	}
+	var last fence.Token
+	for range 20 {
+		lease, err := l.TryAcquire(ctx, "orders", 5*time.Second)
+		if err != nil {
+			t.Fatalf("TryAcquire with 3 of 5 nodes up: %v", err)
+		}
+		if lease.Token() <= last {
+			t.Fatalf("token %d after %d", lease.Token(), last)
+		}
+		last = lease.Token()
+		for i, v := range ns.lockValues(t, l, "orders", stopped...) {
+			if v != lease.Holder() {
+				t.Fatalf("node %d holds %q, want the lease's holder", i, v)
+			}
+			n, g, h := tokenState(t, ns.direct[i], l, "orders")
+			if n != lease.Token() || g != lease.Token() || h != lease.Holder()[:8] {
+				t.Fatalf("node %d token state %d %d %q; want the lease's token %d on every granting node", i, n, g, h, lease.Token())
+			}
+			// What a client retry of this node's acquisition gets back.
+			res, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey("orders"), l.TokenKey("orders")},
+				lease.Holder(), 5000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
+			if err != nil || len(res) != 2 || res[0] != 1 || fence.Token(res[1]) != lease.Token() {
+				t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, res, err, lease.Token())
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range ns.lockValues(t, l, "orders", stopped...) {
+			if v != "" {
+				t.Fatalf("node %d still holds %q after the release", i, v)
+			}
+		}
+	}
+}
+
+// TestRedlockThreeStoppedRefuses: with three of five masters killed no
+// quorum can be had. TryAcquire and Acquire both refuse at once with
+// ErrNoQuorum (no other holder was seen, so waiting would not help), and
+// the two live nodes hold no lock afterwards.
+func TestRedlockThreeStoppedRefuses(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 0)
+	l := newRedlock(t, ns)
+	stopped := []int{0, 2, 4}
+	for _, i := range stopped {
+		ns.srvs[i].Kill()
+	}
+	_, err := l.TryAcquire(ctx, "orders", 5*time.Second)
+	var qe *lock.QuorumError
+	if !errors.Is(err, lock.ErrNoQuorum) || !errors.As(err, &qe) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with 2 of 5 nodes: %v; want ErrNoQuorum and not ErrNotAcquired", err)
+	}
+	if qe.OK != 2 || qe.Quorum != 3 || qe.Nodes != 5 {
+		t.Fatalf("quorum error %+v; want 2 of 5 granted, 3 needed", qe)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := l.Acquire(actx, "orders", 5*time.Second); !errors.Is(err, lock.ErrNoQuorum) || actx.Err() != nil {
+		t.Fatalf("Acquire with 2 of 5 nodes: %v; want ErrNoQuorum at once", err)
+	}
+	for i, v := range ns.lockValues(t, l, "orders", stopped...) {
+		if v != "" {
+			t.Fatalf("live node %d holds %q after a failed quorum", i, v)
+		}
+	}
+}
+
+// TestRedlockFailedQuorumLeavesNoLock: two nodes down and another holder on
+// a third leave two grants, one short of the quorum. The attempt reports
+// ErrNotAcquired (worth waiting for), releases its two grants, and leaves
+// the other holder's lock alone.
+func TestRedlockFailedQuorumLeavesNoLock(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 0)
+	l := newRedlock(t, ns)
+	stopped := []int{0, 1}
+	for _, i := range stopped {
+		ns.srvs[i].Kill()
+	}
+	if err := ns.direct[2].Set(ctx, l.LockKey("orders"), "rival", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.TryAcquire(ctx, "orders", 5*time.Second)
+	var na *lock.NotAcquiredError
+	if !errors.Is(err, lock.ErrNoQuorum) || !errors.As(err, &na) || na.Remaining <= 0 {
+		t.Fatalf("TryAcquire one grant short: %v; want ErrNoQuorum and a NotAcquiredError with the rival's remaining lease", err)
+	}
+	for i, v := range ns.lockValues(t, l, "orders", stopped...) {
+		if want := map[bool]string{true: "rival", false: ""}[i == 2]; v != want {
+			t.Fatalf("node %d holds %q after the failed quorum; want %q", i, v, want)
+		}
+	}
+}
+
+// TestRedlockValidityShrinks: the lease's validity is its TTL less the time
+// the acquisition took and the drift allowance. Three of five nodes sit
+// behind 100ms of latency each way, so a quorum takes at least 200ms, and
+// the lease starts with that much less. When the acquisition takes longer
+// than the TTL, no validity is left and it is refused and released.
+func TestRedlockValidityShrinks(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 3)
+	l := newRedlock(t, ns, lock.WithNodeTimeout(2*time.Second))
+	const ttl = 3 * time.Second
+	drift := ttl/100 + 2*time.Millisecond
+
+	fast, err := l.TryAcquire(ctx, "fast", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := fast.Validity(); v > ttl-drift || v < ttl-drift-time.Second {
+		t.Fatalf("validity of a fast acquisition %v; want just under %v", v, ttl-drift)
+	}
+
+	const latency = 100 * time.Millisecond
+	for _, p := range ns.proxies[:3] {
+		p.SetLatency(latency)
+	}
+	before := time.Now()
+	slow, err := l.TryAcquire(ctx, "slow", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := slow.Validity()
+	took := time.Since(before)
+	if v > ttl-drift-2*latency {
+		t.Fatalf("validity %v after an acquisition through %v of latency each way; want at most %v", v, latency, ttl-drift-2*latency)
+	}
+	if v < ttl-drift-took {
+		t.Fatalf("validity %v; want at least ttl - drift - %v (the time the call took)", v, took)
+	}
+
+	// A lease shorter than the acquisition: granted by a quorum, but
+	// already run out, so refused, and released on every node.
+	_, err = l.TryAcquire(ctx, "too-slow", 150*time.Millisecond)
+	var qe *lock.QuorumError
+	if !errors.As(err, &qe) || qe.OK < 3 || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("acquisition slower than its TTL: %v; want a quorum error with the grants but no validity", err)
+	}
+	for i, v := range ns.lockValues(t, l, "too-slow") {
+		if v != "" {
+			t.Fatalf("node %d holds %q after the refused acquisition", i, v)
+		}
+	}
+}
+
+// TestRedlockFailedQuorumReturnsWithinNodeTimeout: three of five nodes are
+// black-holed (their connections stay open and carry nothing), so their
+// replies never come. The attempt gives up on them after the node timeout,
+// whatever the clients' own read timeouts (3s here), and returns within a
+// small multiple of it: one timeout for the acquisition, one for the
+// release it sends to every node. The two live nodes hold no lock.
+func TestRedlockFailedQuorumReturnsWithinNodeTimeout(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 3)
+	const nodeTimeout = 100 * time.Millisecond
+	l := newRedlock(t, ns, lock.WithNodeTimeout(nodeTimeout))
+	// Warm every connection so the black hole catches commands, not dials.
+	lease, err := l.TryAcquire(ctx, "orders", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ns.proxies[:3] {
+		p.Block()
+	}
+	start := time.Now()
+	_, err = l.TryAcquire(ctx, "orders", 5*time.Second)
+	took := time.Since(start)
+	if !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("TryAcquire with 3 of 5 nodes black-holed: %v; want ErrNoQuorum", err)
+	}
+	if took < nodeTimeout || took > 10*nodeTimeout {
+		t.Fatalf("a failed quorum took %v; want between one and ten node timeouts (%v)", took, nodeTimeout)
+	}
+	t.Logf("failed quorum returned after %v (node timeout %v)", took, nodeTimeout)
+	for i := 3; i < 5; i++ {
+		if v := ns.lockValues(t, l, "orders")[i]; v != "" {
+			t.Fatalf("live node %d holds %q after the failed quorum", i, v)
+		}
+	}
+}
+
+// TestRedlockExtendAndLoss: Extend and TTL need a quorum. With one node
+// down the lease extends; with three down Extend fails without declaring
+// the lease lost (nodes did not answer); once the lease has run out on the
+// live nodes Extend reports ErrNotHeld and Done closes.
+func TestRedlockExtendAndLoss(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 0)
+	l := newRedlock(t, ns)
+	lease, err := l.TryAcquire(ctx, "orders", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.srvs[0].Kill()
+	if err := lease.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Extend with 4 of 5 nodes: %v", err)
+	}
+	if d, err := lease.TTL(ctx); err != nil || d < 4*time.Second || d > 5*time.Second {
+		t.Fatalf("TTL after Extend = %v, %v; want about 5s", d, err)
+	}
+	if v := lease.Validity(); v < 4*time.Second {
+		t.Fatalf("validity after Extend %v; want about 5s", v)
+	}
+	ns.srvs[1].Kill()
+	ns.srvs[2].Kill()
+	if err := lease.Extend(ctx, 5*time.Second); !errors.Is(err, lock.ErrNoQuorum) || errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Extend with 2 of 5 nodes: %v; want ErrNoQuorum, not ErrNotHeld", err)
+	}
+	if lease.Err() != nil {
+		t.Fatalf("the lease ended on unanswered nodes: %v", lease.Err())
+	}
+
+	ns3 := startNodes(t, 3, 0)
+	l3 := newRedlock(t, ns3)
+	short, err := l3.TryAcquire(ctx, "short", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held := 3; held >= l3.Quorum(); {
+		held = 0
+		for _, v := range ns3.lockValues(t, l3, "short") {
+			if v != "" {
+				held++
+			}
+		}
+		if held >= l3.Quorum() && time.Now().After(deadline) {
+			t.Fatal("the lease did not run out within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := short.Extend(ctx, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Extend after the lease ran out on a quorum: %v; want ErrNotHeld", err)
+	}
+	if !closedWithin(short.Done(), time.Second) || !errors.Is(short.Err(), lock.ErrNotHeld) {
+		t.Fatalf("Done not closed after a refused extension; Err = %v", short.Err())
+	}
+}
+
+// TestRedlockAutoRenewAndDo: a renewed lease outlives its TTL while a
+// quorum answers, and ends (Done closes) once a quorum is gone; Do runs
+// with a Redlock Locker as with one Redis, and a waiting Acquire gets the
+// lock once it is released.
+func TestRedlockAutoRenewAndDo(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 3, 0)
+	l := newRedlock(t, ns)
+	const ttl = 150 * time.Millisecond
+	lease, err := l.TryAcquire(ctx, "renewed", ttl, lock.AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if closedWithin(lease.Done(), 3*ttl) {
+		t.Fatalf("renewed lease ended: %v", lease.Err())
+	}
+	ns.srvs[0].Kill()
+	ns.srvs[1].Kill()
+	if !closedWithin(lease.Done(), 10*ttl) || !errors.Is(lease.Err(), lock.ErrNotHeld) {
+		t.Fatalf("lease on 1 of 3 nodes not ended; Err = %v", lease.Err())
+	}
+
+	l2 := newRedlock(t, startNodes(t, 3, 0))
+	holder, err := l2.TryAcquire(ctx, "job", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- l2.Do(ctx, "job", time.Second, func(ctx context.Context, f fence.Fence) error {
+			if f.Token <= holder.Token() {
+				t.Errorf("Do's token %d not above the previous holder's %d", f.Token, holder.Token())
+			}
+			ran.Store(true)
+			return nil
+		})
+	}()
+	if ran.Load() {
+		t.Fatal("Do ran while another lease held the lock")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil || !ran.Load() {
+			t.Fatalf("Do after the release: %v (ran %v)", err, ran.Load())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not get the lock within 10s of its release")
+	}
+}
+
+// TestRedlockInput: bad node lists and options are refused before
+// anything is sent, and calls a Redlock Locker does not offer say so.
+func TestRedlockInput(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 2, 0)
+	same := redis.NewClient(&redis.Options{Addr: ns.srvs[0].Addr()})
+	t.Cleanup(func() { _ = same.Close() })
+	var nilClient *redis.Client
+	for _, tc := range []struct {
+		name    string
+		clients []redis.UniversalClient
+		opts    []lock.Option
+	}{
+		{"no clients", nil, nil},
+		{"nil interface", []redis.UniversalClient{ns.clients[0], nil}, nil},
+		{"nil pointer", []redis.UniversalClient{ns.clients[0], nilClient}, nil},
+		{"the same client twice", []redis.UniversalClient{ns.clients[0], ns.clients[1], ns.clients[0]}, nil},
+		{"two clients of one server", []redis.UniversalClient{ns.clients[0], same}, nil},
+		{"zero node timeout", ns.clients, []lock.Option{lock.WithNodeTimeout(0)}},
+	} {
+		if _, err := lock.NewRedlock(tc.clients, tc.opts...); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", tc.name, err)
+		}
+	}
+	if _, err := lock.New(ns.clients[0], lock.WithNodeTimeout(time.Millisecond)); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("New with WithNodeTimeout: %v; want ErrInvalid", err)
+	}
+	four := newRedlock(t, startNodes(t, 4, 0))
+	if four.Quorum() != 3 {
+		t.Errorf("quorum of 4 = %d, want 3", four.Quorum())
+	}
+	l := newRedlock(t, ns)
+	if l.Quorum() != 2 {
+		t.Errorf("quorum of 2 = %d, want 2", l.Quorum())
+	}
+	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("job")); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Owner on Redlock: %v; want ErrInvalid", err)
+	}
+	if _, err := l.FenceLock(ctx, "k", "v"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("FenceLock on Redlock: %v; want ErrInvalid", err)
+	}
+	for i, v := range ns.lockValues(t, l, "r") {
+		if v != "" {
+			t.Errorf("node %d holds %q after refused calls", i, v)
+		}
+	}
+}
+
+// TestRedlockAdvance: Advance raises a quorum's token state, so the next
+// grant's token is above the mark.
+func TestRedlockAdvance(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 3, 0)
+	l := newRedlock(t, ns)
+	lease, err := l.TryAcquire(ctx, "r", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark := lease.Token() + 1e12 // far ahead of every node's clock
+	ns.srvs[2].Kill()
+	if err := l.Advance(ctx, "r", mark); err != nil {
+		t.Fatalf("Advance on 2 of 3 nodes: %v", err)
+	}
+	next, err := l.TryAcquire(ctx, "r", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= mark {
+		t.Fatalf("token %d after Advance to %d", next.Token(), mark)
+	}
+}
