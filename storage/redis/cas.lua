@@ -34,7 +34,7 @@ end
 local retention, window = tonumber(ARGV[5]), tonumber(ARGV[7])
 
 if op == 'set' then
-  return remember(key, s, wid, window, write_value(key, s, ARGV[3], tonumber(ARGV[4]), retention, {}))
+  return write_value(key, s, ARGV[3], tonumber(ARGV[4]), retention, {}, wid, window)
 end
 
 -- del: a missing value stays missing and keeps its version.

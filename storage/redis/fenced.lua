@@ -64,8 +64,7 @@ end
 local window = tonumber(ARGV[10])
 
 if op == 'set' then
-  local reply = write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, {'tok', tok, 'hold', hold, 'res', res})
-  return remember(key, s, wid, window, reply)
+  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, {'tok', tok, 'hold', hold, 'res', res}, wid, window)
 end
 
 if op == 'del' and s.live then
