@@ -29,6 +29,8 @@ type RedisServer struct {
 	dir     string
 	port    int
 	cluster bool
+	member  bool     // a node of a multi-node cluster: slots come from redis-cli
+	extra   []string // more redis-server arguments
 
 	mu     sync.Mutex
 	proc   *os.Process
@@ -45,6 +47,11 @@ func StartRedisCluster(t testing.TB) *RedisServer { return startRedis(t, true) }
 
 func startRedis(t testing.TB, cluster bool) *RedisServer {
 	t.Helper()
+	return startRedisWith(t, cluster, false, nil)
+}
+
+func startRedisWith(t testing.TB, cluster, member bool, extra []string) *RedisServer {
+	t.Helper()
 	bin := os.Getenv("FENCEKIT_REDIS_SERVER")
 	if bin == "" {
 		bin = "redis-server"
@@ -57,12 +64,12 @@ func startRedis(t testing.TB, cluster bool) *RedisServer {
 	if err != nil {
 		t.Fatalf("testenv: free port: %v", err)
 	}
-	s := &RedisServer{t: t, bin: path, dir: t.TempDir(), port: port, cluster: cluster}
+	s := &RedisServer{t: t, bin: path, dir: t.TempDir(), port: port, cluster: cluster, member: member, extra: extra}
 	if err := s.start(); err != nil {
 		t.Fatalf("testenv: start redis-server: %v", err)
 	}
 	t.Cleanup(func() { s.Kill() })
-	if cluster {
+	if cluster && !member {
 		s.assignSlots()
 	}
 	return s
@@ -113,7 +120,7 @@ func (s *RedisServer) Restart() {
 		s.t.Errorf("testenv: restart redis-server: %v", err)
 		return
 	}
-	if s.cluster {
+	if s.cluster && !s.member {
 		s.assignSlots()
 	}
 }
@@ -141,6 +148,7 @@ func (s *RedisServer) start() error {
 		_ = os.Remove(s.dir + "/nodes.conf")
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", s.dir+"/nodes.conf")
 	}
+	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
