@@ -13,11 +13,12 @@ import (
 // A Lease is safe for concurrent use. [Lease.Done] and [Lease.Err] say when
 // and why it ended.
 type Lease struct {
-	l    *Locker
-	key  string
-	acq  string // this acquisition's id in an owner's hold record; "" without owner
-	f    fence.Fence
-	life life
+	l       *Locker
+	key     string
+	acq     string    // this acquisition's id in an owner's hold record; "" without owner
+	granted time.Time // when the grant was sent, for the hold-time metric
+	f       fence.Fence
+	life    life
 }
 
 // Resource returns the locked resource's name.
@@ -56,10 +57,12 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // stops the lease's renewal, if any, and closes [Lease.Done], whatever its
 // outcome; releasing a lease again after a release that reached Redis
 // returns ErrNotHeld without a round trip.
-func (s *Lease) Release(ctx context.Context) error {
+func (s *Lease) Release(ctx context.Context) (err error) {
 	if err := checkCall(ctx, "release", s.f.Resource); err != nil {
 		return err
 	}
+	ctx, span := s.l.tel.startLeaseOp(ctx, "fencekit.lock.release", s.f)
+	defer func() { s.l.tel.endLeaseOp(span, err) }()
 	if s.gone() {
 		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
 	}
@@ -98,7 +101,10 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
 		return err
 	}
-	return s.extend(ctx, ttl)
+	ctx, span := s.l.tel.startLeaseOp(ctx, "fencekit.lock.extend", s.f)
+	err := s.extend(ctx, ttl)
+	s.l.tel.endLeaseOp(span, err)
+	return err
 }
 
 func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {

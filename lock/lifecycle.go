@@ -100,6 +100,7 @@ func (s *Lease) end(err error, released bool) {
 		return
 	}
 	s.life.ended, s.life.err = true, err
+	s.l.tel.ended(s.granted, err)
 	if s.life.expiry != nil {
 		s.life.expiry.Stop()
 	}

@@ -33,7 +33,8 @@ type Locker struct {
 
 	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
 
-	hub       *hub // nil when Acquire polls (WithWait)
+	hub       *hub         // nil when Acquire polls (WithWait)
+	tel       *instruments // OpenTelemetry instruments; nil records nothing
 	closing   chan struct{}
 	closeOnce sync.Once
 	renewMu   sync.Mutex // orders renewers.Add against Close's Wait
@@ -60,7 +61,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if c.perNode != 0 {
 		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrInvalid)
 	}
-	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{})}
+	tel, err := c.instruments()
+	if err != nil {
+		return nil, err
+	}
+	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		l.sharded = "1"
 	}
@@ -183,7 +188,11 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		return nil, err
 	}
-	return l.tryAcquire(ctx, resource, ttl, cfg)
+	start := time.Now()
+	ctx, span := l.tel.startAcquire(ctx, "fencekit.lock.try_acquire", resource, false)
+	lease, err := l.tryAcquire(ctx, resource, ttl, cfg)
+	l.tel.endAcquire(ctx, span, start, false, lease, err)
+	return lease, err
 }
 
 // checkAcquire refuses invalid arguments before anything is sent.
@@ -255,7 +264,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		l.cleanup(ctx, resource, holder, acq)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	lease := &Lease{l: l, key: lockKey, acq: acq, f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
+	lease := &Lease{l: l, key: lockKey, acq: acq, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
 	// An owner's holds share the lock and each may extend it, so only a
 	// renewed one can tell from the clock that it ran out.
 	lease.start(sent, ttl, cfg.owner == "" || cfg.autoRenew)
@@ -328,7 +337,11 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	return l.acquireWaiting(ctx, resource, ttl, cfg)
+	start := time.Now()
+	ctx, span := l.tel.startAcquire(ctx, "fencekit.lock.acquire", resource, true)
+	lease, err := l.acquireWaiting(ctx, resource, ttl, cfg)
+	l.tel.endAcquire(ctx, span, start, true, lease, err)
+	return lease, err
 }
 
 // Advance raises resource's token counter to at least atLeast and never

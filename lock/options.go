@@ -2,6 +2,9 @@ package lock
 
 import (
 	"fmt"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -21,6 +24,47 @@ type config struct {
 	poll      bool
 	retention time.Duration
 	perNode   time.Duration
+	meters    metric.MeterProvider
+	tracers   trace.TracerProvider
+}
+
+// instruments makes the Locker's OpenTelemetry instruments on the chosen
+// providers, the global ones by default.
+func (c config) instruments() (*instruments, error) {
+	mp, tp := c.meters, c.tracers
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return newInstruments(mp, tp)
+}
+
+// WithMeterProvider sets where the Locker's metrics go. default: the global
+// provider (otel.GetMeterProvider), so a program that installs an
+// OpenTelemetry SDK gets them with no option and one that does not pays
+// next to nothing. See the package doc for the instruments.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalid)
+		}
+		c.meters = mp
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the Locker's spans go. default: the global
+// provider (otel.GetTracerProvider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrInvalid)
+		}
+		c.tracers = tp
+		return nil
+	}
 }
 
 // DefaultTokenRetention is how long a resource's token state outlives its
@@ -36,7 +80,7 @@ const DefaultTokenRetention = 10 * time.Minute
 // The retention is therefore how far back the clock may step (an NTP step,
 // a restored VM) while a resource is idle without its next token being
 // refused by storage; safety never depends on it, since storage refuses an
-// older token whatever happens. Longer retention costs memory: about 100
+// older token whatever happens. Longer retention costs memory: about 170
 // bytes per resource locked within the window. d must be between 1ms and
 // [MaxTTL].
 func WithTokenRetention(d time.Duration) Option {

@@ -402,7 +402,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
 			OK: len(granted), Held: held, Remaining: remaining, Elapsed: time.Since(sent)}
 	}
-	lease := &Lease{l: l, key: lockKey, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
+	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)
 	if cfg.autoRenew {
 		lease.startRenewal(ttl)

@@ -56,6 +56,7 @@ func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := s.extend(ctx, ttl)
 		cancel()
+		s.l.tel.renewed(err)
 		if errors.Is(err, ErrNotHeld) {
 			return
 		}

@@ -39,6 +39,13 @@ type Statement struct {
 // batch is not sent, the connection goes back to its pool and the panic
 // continues.
 func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
+	ctx, span := startSpan(ctx, "fencekit.postgres.exec", &f)
+	tags, err := exec(ctx, db, f, stmts...)
+	endSpan(ctx, span, err)
+	return tags, err
+}
+
+func exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return nil, err
 	}
@@ -109,6 +116,13 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 // and lets the panic continue with its original value. The guard's mark
 // raise has already run by then and commits like any admitted read's.
 func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.query", &f)
+	err := query(ctx, db, f, stmt, fn)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}

@@ -54,6 +54,13 @@ RETURNING true`
 // The guard table's marks protect only what is fenced through it; row-level
 // marks kept by a [Table] are separate, and neither checks the other.
 func Guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.guard", &f)
+	err := guardChecked(ctx, tx, f)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardChecked(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
@@ -88,6 +95,13 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 // first stale fence it returns that fence's [*fence.StaleError]; marks raised
 // before it are part of tx, which the caller must roll back.
 func GuardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.guard_all", nil)
+	err := guardAll(ctx, tx, fences...)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}

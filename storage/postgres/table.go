@@ -160,6 +160,13 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // them apart takes a second statement, only when no row was updated. ctx
 // bounds the statements.
 func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.table_update", &f)
+	err := t.update(ctx, db, f, key, values...)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -196,6 +203,13 @@ func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, v
 // mark admits f. A refused f returns a [*fence.StaleError] carrying the
 // row's mark, and nothing changed. ctx bounds the statements.
 func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.table_upsert", &f)
+	err := t.upsert(ctx, db, f, key, values...)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -268,6 +282,13 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 // is NULL can never match and returns an error matching [ErrNullVersion]
 // instead of a conflict. ctx bounds the statements.
 func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+	ctx, span := startSpan(ctx, "fencekit.postgres.table_update_version", nil)
+	next, err := t.updateVersion(ctx, db, key, version, values...)
+	endSpan(ctx, span, err)
+	return next, err
+}
+
+func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
 	}

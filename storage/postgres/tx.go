@@ -35,7 +35,14 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // If fn panics, InTx rolls the transaction back (releasing the guard row and
 // returning the connection to its pool) and lets the panic continue with its
 // original value.
-func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) (err error) {
+func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) error {
+	ctx, span := startSpan(ctx, "fencekit.postgres.in_tx", &f)
+	err := inTx(ctx, db, opts, f, fn)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) (err error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}

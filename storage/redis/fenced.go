@@ -130,10 +130,12 @@ func (s *Store) Update(ctx context.Context, f fence.Fence, key string, fn func(o
 
 // fenced runs the fenced script: op is "get", "set" or "del"; expected is
 // the version to require, or -1 for none.
-func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string, data []byte, cfg writeConfig, expected int64) (reply, error) {
+func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string, data []byte, cfg writeConfig, expected int64) (_ reply, err error) {
 	if err := checkFenced(ctx, f, key); err != nil {
 		return reply{}, err
 	}
+	ctx, span := s.tel.start(ctx, op, key, &f)
+	defer func() { s.tel.end(ctx, span, err) }()
 	exp, wid := "", ""
 	if expected >= 0 {
 		exp = strconv.FormatInt(expected, 10)

@@ -42,10 +42,12 @@ func (s *Store) HighWater(ctx context.Context, key string) (fence.Fence, error) 
 	return r.mark, nil
 }
 
-func (s *Store) load(ctx context.Context, key string) (reply, error) {
+func (s *Store) load(ctx context.Context, key string) (_ reply, err error) {
 	if err := check(ctx, key); err != nil {
 		return reply{}, err
 	}
+	ctx, span := s.tel.start(ctx, "load", key, nil)
+	defer func() { s.tel.end(ctx, span, err) }()
 	// EVALSHA, not EVALSHA_RO: the read-only form needs Redis 7, and embedded
 	// test servers such as miniredis refuse TIME in it.
 	return decode(ctx, "load", key, loadScript.Run(ctx, s.client, []string{s.redisKey(key)}))
@@ -82,13 +84,19 @@ func (s *Store) CompareAndDelete(ctx context.Context, key string, expected int64
 	return r.version, err
 }
 
-func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []byte, cfg writeConfig) (reply, error) {
+func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []byte, cfg writeConfig) (_ reply, err error) {
 	if err := check(ctx, key); err != nil {
 		return reply{}, err
 	}
 	if expected < 0 {
 		return reply{}, fmt.Errorf("%w: negative expected version %d", ErrInvalidOption, expected)
 	}
+	spanOp := "cas-set"
+	if op == "del" {
+		spanOp = "cas-del"
+	}
+	ctx, span := s.tel.start(ctx, spanOp, key, nil)
+	defer func() { s.tel.end(ctx, span, err) }()
 	cmd := casScript.Run(ctx, s.client, []string{s.redisKey(key)},
 		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention), s.writeID(), millis(s.retryWindow))
 	r, err := decode(ctx, "compare-and-"+op, key, cmd)

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"reflect"
 	"strconv"
 	"strings"
@@ -55,6 +57,10 @@ type Store struct {
 	// outcome instead of running again.
 	writeIDs string // random per Store
 	writeSeq atomic.Uint64
+
+	meters  metric.MeterProvider
+	tracers trace.TracerProvider
+	tel     *instruments
 }
 
 // Value is the state of one key as a store operation saw it.
@@ -182,6 +188,11 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 		// it, before their retries stopped coming.
 		return nil, fmt.Errorf("%w: mark retention %v is shorter than the retry window %v", ErrInvalidOption, s.retention, s.retryWindow)
 	}
+	tel, err := newInstruments(s.meters, s.tracers)
+	if err != nil {
+		return nil, err
+	}
+	s.tel = tel
 	return s, nil
 }
 
