@@ -7,13 +7,26 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
-// TestCluster runs the operations against a real (one-node) Redis Cluster,
-// which checks every script's keys for cross-slot access, and checks that a
-// caller's hash tag decides the slot of the stored key.
+// TestCluster runs the operations against real Redis Clusters, one node and
+// three masters with a replica each, which check every script's keys for
+// cross-slot access, and checks that a caller's hash tag decides the slot
+// of the stored key.
 func TestCluster(t *testing.T) {
-	cc := testenv.StartRedisCluster(t).ClusterClient()
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) *redis.ClusterClient
+	}{
+		{"one node", func(t *testing.T) *redis.ClusterClient { return testenv.StartRedisCluster(t).ClusterClient() }},
+		{"three masters with replicas", func(t *testing.T) *redis.ClusterClient { return testenv.StartCluster(t, 3, 1).Client() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { clusterOps(t, tc.client(t)) })
+	}
+}
+
+func clusterOps(t *testing.T, cc *redis.ClusterClient) {
 	s, err := New(cc)
 	if err != nil {
 		t.Fatal(err)
