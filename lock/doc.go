@@ -111,6 +111,16 @@
 // [Locker.FenceLockAbove] issues a token above a given mark for a clock that
 // stepped back.
 //
+// # Observability
+//
+// A Locker reports through OpenTelemetry: the metrics
+// fencekit.lock.acquire.duration (by outcome), fencekit.lock.hold.duration,
+// fencekit.lock.waiters, fencekit.lock.lost and fencekit.lock.renewals (by
+// outcome), and spans for TryAcquire, Acquire, Release and Extend carrying
+// the resource, the token and the outcome. It uses the global providers
+// unless [WithMeterProvider] or [WithTracerProvider] say otherwise; without
+// an SDK the instruments are no-ops.
+//
 // # Errors
 //
 // [ErrNotAcquired] (as a [*NotAcquiredError] that says how long the current

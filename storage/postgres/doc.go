@@ -87,6 +87,16 @@
 // panic (net/http recovers handler panics) leaves no guard row locked and no
 // connection checked out.
 //
+// # Observability
+//
+// Every exported call is a span (fencekit.postgres.exec, .query, .in_tx,
+// .guard, .guard_all, .table_update, .table_upsert,
+// .table_update_version) with the fence and the outcome, and every refusal
+// counts in fencekit.fence.rejections with storage="postgres" and reason
+// stale or conflict. The package's functions take no options, so they use
+// the global OpenTelemetry providers; instruments made before an SDK is
+// installed forward to it once it is.
+//
 // # Handles and names
 //
 // Functions take the narrowest interface they need: [Querier], [Beginner]

@@ -106,6 +106,15 @@
 // with an out-of-memory error instead, and nothing is lost), or use no
 // retention under a volatile-* policy.
 //
+// # Observability
+//
+// Every script call is a span (fencekit.redis.get, .set, .delete, .load,
+// .compare_and_set, .compare_and_delete) with the key, the fence and the
+// outcome, and every refusal counts in fencekit.fence.rejections with
+// storage="redis" and reason stale, conflict or resource_mismatch. The
+// global OpenTelemetry providers are used unless [WithMeterProvider] or
+// [WithTracerProvider] say otherwise.
+//
 // # Errors
 //
 // Stale fences get [fence.ErrStale], version mismatches [fence.ErrConflict],
