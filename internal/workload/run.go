@@ -15,10 +15,16 @@ import (
 
 // Config is one run of the workload.
 type Config struct {
-	Locker    *lock.Locker
-	Counter   Counter
-	Mode      Mode
-	Resources []string
+	Locker *lock.Locker
+	// LockerFor, when set, returns the Locker of worker w (1-based), so
+	// that some holders can reach Redis through a faulty network while
+	// others do not. default: Locker for every worker.
+	LockerFor func(w int) *lock.Locker
+	// AcquireOpts apply to every acquisition (for example lock.AutoRenew).
+	AcquireOpts []lock.AcquireOption
+	Counter     Counter
+	Mode        Mode
+	Resources   []string
 	// Workers per resource. default: 3
 	Workers int
 	// TTL is the lease of every grant. default: 20ms
@@ -173,10 +179,14 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			w := worker
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			st := stats[resource]
+			locker := c.Locker
+			if c.LockerFor != nil {
+				locker = c.LockerFor(w)
+			}
 			wg.Go(func() {
 				for runCtx.Err() == nil {
 					opStart := time.Since(start)
-					lease, err := c.Locker.Acquire(runCtx, resource, c.TTL)
+					lease, err := locker.Acquire(runCtx, resource, c.TTL, c.AcquireOpts...)
 					if err != nil {
 						if runCtx.Err() == nil {
 							lockErr.Add(1)
