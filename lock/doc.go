@@ -100,6 +100,21 @@
 // an evicted lock lets a second holder in (storage still refuses the older
 // one's writes), and evicted token state is healed by the clock as above.
 //
+// # Redlock and Redis Cluster
+//
+// On a *redis.ClusterClient every key and channel of a resource carries
+// the hash tag {resource}, so one resource lives on one master and its
+// scripts never cross slots; a failover of that master to an asynchronous
+// replica may lose locks and token state, which the clock-anchored tokens
+// heal as above. [NewRedlock] instead holds each lease on a quorum of
+// independent masters (the Redlock algorithm) with the same [Locker] and
+// [Lease] API: validity is the TTL less the acquisition time and a drift
+// allowance, a failed quorum is released on every node, and the token is
+// the largest of the granting nodes' tokens, with their token state raised
+// to it. That token is not a consensus value, and Redlock, like any Redis
+// lock, can admit two holders after a pause or a node restart; storage
+// admission is what keeps their writes apart.
+//
 // # Locks from other libraries
 //
 // [Locker.FenceLock] fences a lock that redsync, bsm/redislock or another

@@ -155,8 +155,12 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if c.perNode == 0 {
 		c.perNode = DefaultNodeTimeout
 	}
+	tel, err := c.instruments()
+	if err != nil {
+		return nil, err
+	}
 	return &Locker{
-		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}),
+		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
 		red: &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
 	}, nil
 }
