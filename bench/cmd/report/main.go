@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -30,6 +31,7 @@ func main() {
 	pg := flag.String("postgres", defaultPostgres(), "PostgreSQL URL; empty skips the PostgreSQL comparison")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	from := flag.String("from", "", "render the results.json of an earlier run instead of measuring")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -64,7 +66,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	r, err := suite.Run(ctx, cfg)
+	var r *suite.Results
+	var err error
+	if *from != "" {
+		r, err = load(*from)
+	} else {
+		r, err = suite.Run(ctx, cfg)
+	}
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,6 +87,9 @@ func main() {
 		f.Close()
 	}
 	if err := report.Write(dir, r, command); err != nil {
+		log.Fatal(err)
+	}
+	if err := save(filepath.Join(dir, "results.json"), r); err != nil {
 		log.Fatal(err)
 	}
 	for _, t := range report.Targets(r) {
@@ -106,4 +117,22 @@ func moduleDir() string {
 		return "bench"
 	}
 	return "."
+}
+
+// save keeps the raw results next to the report, for -from.
+func save(path string, r *suite.Results) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func load(path string) (*suite.Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := new(suite.Results)
+	return r, json.Unmarshal(b, r)
 }

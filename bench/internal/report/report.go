@@ -170,6 +170,7 @@ func Markdown(r *suite.Results, command string) string {
 		p("| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, met)
 	}
 
+	p("\n%s", notes)
 	p("\n## Uncontended acquire + release\n\n")
 	p("One `TryAcquire` (or the peer's one-shot attempt) and one release, %d operations per contender and goroutine. Mean time per operation; the ratios are of means.\n\n", r.Config.UncontendedOps)
 	p("| workload | contender | mean | p50 | fencekit / this | this / floor |\n|---|---|---|---|---|---|\n")
@@ -180,7 +181,7 @@ func Markdown(r *suite.Results, command string) string {
 		}
 	}
 	p("\n### Cost per operation outside the clock\n\n")
-	p("Each contender alone, %d acquire+release of one resource: heap allocations in the process (`runtime.MemStats`, the library's background goroutines included; the suite's adapter adds one for redsync, rueidislock and the floor), commands the client sent, and the Redis server's time (`INFO commandstats`, whose calls include the commands scripts make).\n\n", r.Config.CostOps)
+	p("Each contender alone, %d acquire+release of one resource: heap allocations in the process (`runtime.MemStats`, the library's background goroutines included; the suite's adapter adds one for redsync, rueidislock and the floor), commands the client sent, and the Redis server's time (`INFO commandstats` on the private server: the time of the scripts, which includes the commands they call, plus that of the plain commands the client sent; the calls column lists every command, those scripts make included).\n\n", r.Config.CostOps)
 	p("| contender | allocs/op | commands sent/op | Redis µs/op | Redis calls/op |\n|---|---|---|---|---|\n")
 	for _, name := range suite.Uncontenders {
 		c := r.Costs[name]
@@ -222,3 +223,13 @@ func Markdown(r *suite.Results, command string) string {
 	}
 	return b.String()
 }
+
+// notes says what bounds the figures that can miss their targets; the
+// profiles it names are the report command's -cpuprofile and -memprofile.
+const notes = `## What bounds the figures
+
+- **Uncontended, against the floor and the peers.** Every contender pays two round trips. fencekit's grant is one script that reads the token state, reads the server clock, takes the lock and writes the token state (4 calls inside Lua), and its release one that compares, deletes and announces the release (3 calls); redislock's and rueidislock's scripts make 1–2 calls, the floor none. The difference is the *Redis µs/op* column of the cost table below (script start-up plus those calls), plus the client's work for two script calls instead of two plain commands (the allocation column; ` + "`go tool pprof -sample_index=alloc_objects`" + ` on ` + "`-memprofile`" + ` puts most of them in go-redis's ` + "`Script.Run`" + ` argument boxing and reply parsing, the same for every script-based contender). The token needs the previous token and the clock, and a waiter needs the release announced, so those calls stay; on a 2-core machine shared with other work, one run's ranking among contenders within a few percent of each other is noise.
+- **Contended hand-off.** A hand-off is the release's way to the server, the release message's way to the waiting process, one goroutine wake-up and the next acquire's round trip: two round trips and two scheduler wake-ups at best. rueidislock's hand-off has the same shape (its waiters wake on a client-side-cache invalidation pushed on the connection they acquire on), so the two sit within noise of each other; 1.2× its grants/s would need a grant cycle shorter than hold + one round trip. The hold itself is a 1 ms sleep that lasts longer on a loaded machine (the *held capacity* column measures against the hold as it was). With 4 Lockers a release wakes one waiter in each Locker (each is a separate process as far as Redis knows), so commands per grant grow with the number of Lockers, not with the number of waiters.
+- **Fenced Redis Get and Set.** Each is one EVALSHA whose server time (admission, version, expiry and the retry record: 1 call inside Lua for a Get, 3 for a Set) is some µs against well under 1 µs for a plain GET or SET, plus the client's encoding of ten arguments and decoding of an array; with a loopback round trip of a few tens of µs the ratio cannot go below (round trip + script) / round trip.
+- **Fenced PostgreSQL write.** ` + "`Exec`" + ` sends guard and UPDATE in one round trip and one implicit transaction, so both sides pay one commit and one WAL flush; the fenced side also writes the guard row (a new row version and its WAL record) and runs the PL/pgSQL admission function. On this machine the commit's flush dominates and varies with the disk's other load.
+`

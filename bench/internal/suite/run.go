@@ -24,8 +24,8 @@ type Config struct {
 	Waiters        []int
 	Lockers        []int
 	StorageOps     int
-	PostgresURL    string // "" skips the PostgreSQL comparison
-	Log            io.Writer
+	PostgresURL    string    `json:"-"` // "" skips the PostgreSQL comparison
+	Log            io.Writer `json:"-"`
 }
 
 // Full is the configuration of the committed report.
@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	for _, name := range Uncontenders {
 		logf("cost: %s", name)
-		if r.Costs[name], err = MeasureCost(ctx, lockers[name], srv, cfg.CostOps, "cost"); err != nil {
+		if r.Costs[name], err = MeasureCost(ctx, name, lockers[name], srv, cfg.CostOps, "cost"); err != nil {
 			return nil, err
 		}
 	}
