@@ -12,6 +12,9 @@ type acquireConfig struct {
 }
 
 func newAcquireConfig(opts []AcquireOption) (acquireConfig, error) {
+	if len(opts) == 0 {
+		return acquireConfig{}, nil // c below escapes to the heap
+	}
 	var c acquireConfig
 	for _, o := range opts {
 		if o == nil {

@@ -15,10 +15,14 @@ import (
 type Lease struct {
 	l       *Locker
 	key     string
-	acq     string    // this acquisition's id in an owner's hold record; "" without owner
-	granted time.Time // when the grant was sent, for the hold-time metric
-	f       fence.Fence
-	life    life
+	keys    []string // lock key, token key[, hold record]: acquire.lua's keys; nil under Redlock
+	channel string   // the release channel; "" under Redlock
+	// holderArg is f.Holder as a script argument, converted once.
+	holderArg any
+	acq       string    // this acquisition's id in an owner's hold record; "" without owner
+	granted   time.Time // when the grant was sent, for the hold-time metric
+	f         fence.Fence
+	life      life
 }
 
 // Resource returns the locked resource's name.
@@ -70,12 +74,11 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 	if s.l.red != nil {
 		return s.redlockRelease(ctx)
 	}
-	keys := []string{s.key}
+	keys := s.keys[:1]
 	if s.acq != "" {
-		keys = append(keys, s.l.holdKey(s.f.Resource))
+		keys = []string{s.keys[0], s.keys[2]}
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, keys, s.f.Holder,
-		s.l.channel(s.f.Resource), s.l.sharded, s.acq).Int64()
+	n, err := releaseScript.Run(ctx, s.l.client, keys, s.holderArg, s.channel, s.l.sharded, s.acq).Int64()
 	if err != nil {
 		err = translate(ctx, err, "release", s.f.Resource)
 		s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
@@ -112,11 +115,7 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return s.redlockExtend(ctx, ttl)
 	}
 	sent := time.Now()
-	keys := []string{s.key, s.l.TokenKey(s.f.Resource)}
-	if s.acq != "" {
-		keys = append(keys, s.l.holdKey(s.f.Resource))
-	}
-	n, err := extendScript.Run(ctx, s.l.client, keys, s.f.Holder, ttl.Milliseconds(), s.l.retentionMS).Int64()
+	n, err := extendScript.Run(ctx, s.l.client, s.keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}
@@ -139,7 +138,7 @@ func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if s.l.red != nil {
 		return s.redlockTTL(ctx)
 	}
-	ms, err := ttlScript.Run(ctx, s.l.client, []string{s.key}, s.f.Holder).Int64()
+	ms, err := ttlScript.Run(ctx, s.l.client, s.keys[:1], s.holderArg).Int64()
 	if err != nil {
 		return 0, translate(ctx, err, "ttl", s.f.Resource)
 	}

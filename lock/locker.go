@@ -29,7 +29,10 @@ type Locker struct {
 	prefix      string
 	wait        WaitStrategy
 	retentionMS int64
-	sharded     string // "1" when releases publish with SPUBLISH
+	// The scripts' per-Locker arguments, converted to interface values once
+	// rather than on every call.
+	retentionArg any // retentionMS
+	sharded      any // "1" when releases publish with SPUBLISH, else ""
 
 	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
 
@@ -66,6 +69,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel}
+	l.retentionArg, l.sharded = l.retentionMS, ""
 	if _, ok := client.(*redis.ClusterClient); ok {
 		l.sharded = "1"
 	}
@@ -131,6 +135,37 @@ func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resou
 // holdKey is the hold record of a lock taken with an owner (see
 // acquire.lua); it expires with the lock.
 func (l *Locker) holdKey(resource string) string { return l.prefix + "{" + resource + "}:holds" }
+
+// resourceKeys returns resource's lock key and token key and, with hold,
+// its hold record, in the order the acquire and extend scripts take them,
+// and its release channel. All are cut from one string, so a grant pays one
+// allocation for them instead of one each.
+func (l *Locker) resourceKeys(resource string, hold bool) (keys []string, channel string) {
+	base := len(l.prefix) + len(resource) + 2
+	suffixes := [...]string{":lock", ":token", ":released", ":holds"}
+	n := len(suffixes)
+	if !hold {
+		n--
+	}
+	var b strings.Builder
+	b.Grow(n*base + len(":lock:token:released:holds"))
+	ends := make([]int, 0, len(suffixes))
+	for _, suffix := range suffixes[:n] {
+		b.WriteString(l.prefix)
+		b.WriteByte('{')
+		b.WriteString(resource)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+		ends = append(ends, b.Len())
+	}
+	all := b.String()
+	keys = make([]string, 0, 3)
+	keys = append(keys, all[:ends[0]], all[ends[0]:ends[1]])
+	if hold {
+		keys = append(keys, all[ends[2]:ends[3]])
+	}
+	return keys, all[ends[1]:ends[2]]
+}
 
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
@@ -223,16 +258,19 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if cfg.owner != "" {
 		acq = holder
 	}
+	// The keys, the channel and the boxed holder are kept in the Lease for
+	// its release, extensions and renewals.
+	keys, channel := l.resourceKeys(resource, cfg.owner != "")
+	var holderArg any = holder
 	sent := time.Now()
-	lockKey := l.LockKey(resource)
 	var (
 		kind, n int64
 		err     error
 	)
 	if cfg.owner == "" {
 		var res []int64
-		res, err = acquireScript.Run(ctx, l.client, []string{lockKey, l.TokenKey(resource)},
-			holder, ttl.Milliseconds(), l.retentionMS, "").Int64Slice()
+		res, err = acquireScript.Run(ctx, l.client, keys,
+			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
 		if err == nil && (len(res) != 2 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -241,11 +279,12 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 	} else {
 		var raw []any
-		raw, err = acquireScript.Run(ctx, l.client,
-			[]string{lockKey, l.TokenKey(resource), l.holdKey(resource)},
-			holder, ttl.Milliseconds(), l.retentionMS, cfg.owner).Slice()
+		raw, err = acquireScript.Run(ctx, l.client, keys,
+			holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
 		if err == nil {
-			kind, n, err = parseAcquire(raw, &holder)
+			if kind, n, err = parseAcquire(raw, &holder); kind == 2 {
+				holderArg = holder
+			}
 		}
 	}
 	if err != nil {
@@ -264,7 +303,8 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		l.cleanup(ctx, resource, holder, acq)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	lease := &Lease{l: l, key: lockKey, acq: acq, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
+	lease := &Lease{l: l, key: keys[0], keys: keys, channel: channel, holderArg: holderArg, acq: acq, granted: sent,
+		f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
 	// An owner's holds share the lock and each may extend it, so only a
 	// renewed one can tell from the clock that it ran out.
 	lease.start(sent, ttl, cfg.owner == "" || cfg.autoRenew)

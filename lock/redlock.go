@@ -160,7 +160,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		return nil, err
 	}
 	return &Locker{
-		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
+		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), retentionArg: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
 		red: &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
 	}, nil
 }
