@@ -15,8 +15,9 @@ import (
 type Lease struct {
 	l       *Locker
 	key     string
-	keys    []string // lock key, token key[, hold record]: acquire.lua's keys; nil under Redlock
-	channel string   // the release channel; "" under Redlock
+	keys    []string // lock key, token key[, hold record]: acquire.lua's keys, in keyBuf; nil under Redlock
+	keyBuf  [3]string
+	channel string // the release channel; "" under Redlock
 	// holderArg is f.Holder as a script argument, converted once.
 	holderArg any
 	acq       string    // this acquisition's id in an owner's hold record; "" without owner

@@ -136,11 +136,12 @@ func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resou
 // acquire.lua); it expires with the lock.
 func (l *Locker) holdKey(resource string) string { return l.prefix + "{" + resource + "}:holds" }
 
-// resourceKeys returns resource's lock key and token key and, with hold,
-// its hold record, in the order the acquire and extend scripts take them,
-// and its release channel. All are cut from one string, so a grant pays one
-// allocation for them instead of one each.
-func (l *Locker) resourceKeys(resource string, hold bool) (keys []string, channel string) {
+// resourceKeys writes resource's lock key and token key and, with hold,
+// its hold record to buf, and returns them as a slice of buf in the order
+// the acquire and extend scripts take them, with the release channel. All
+// are cut from one string, so a grant pays one allocation for them instead
+// of one each, and none for the slice.
+func (l *Locker) resourceKeys(buf *[3]string, resource string, hold bool) (keys []string, channel string) {
 	base := len(l.prefix) + len(resource) + 2
 	suffixes := [...]string{":lock", ":token", ":released", ":holds"}
 	n := len(suffixes)
@@ -149,20 +150,21 @@ func (l *Locker) resourceKeys(resource string, hold bool) (keys []string, channe
 	}
 	var b strings.Builder
 	b.Grow(n*base + len(":lock:token:released:holds"))
-	ends := make([]int, 0, len(suffixes))
-	for _, suffix := range suffixes[:n] {
+	var ends [len(suffixes)]int
+	for i, suffix := range suffixes[:n] {
 		b.WriteString(l.prefix)
 		b.WriteByte('{')
 		b.WriteString(resource)
 		b.WriteByte('}')
 		b.WriteString(suffix)
-		ends = append(ends, b.Len())
+		ends[i] = b.Len()
 	}
 	all := b.String()
-	keys = make([]string, 0, 3)
-	keys = append(keys, all[:ends[0]], all[ends[0]:ends[1]])
+	buf[0], buf[1] = all[:ends[0]], all[ends[0]:ends[1]]
+	keys = buf[:2]
 	if hold {
-		keys = append(keys, all[ends[2]:ends[3]])
+		buf[2] = all[ends[2]:ends[3]]
+		keys = buf[:3]
 	}
 	return keys, all[ends[1]:ends[2]]
 }
@@ -258,9 +260,10 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if cfg.owner != "" {
 		acq = holder
 	}
-	// The keys, the channel and the boxed holder are kept in the Lease for
-	// its release, extensions and renewals.
-	keys, channel := l.resourceKeys(resource, cfg.owner != "")
+	// The Lease is made first: it keeps the keys, the channel and the boxed
+	// holder for its release, extensions and renewals.
+	lease := &Lease{l: l, acq: acq}
+	keys, channel := l.resourceKeys(&lease.keyBuf, resource, cfg.owner != "")
 	var holderArg any = holder
 	sent := time.Now()
 	var (
@@ -303,8 +306,8 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		l.cleanup(ctx, resource, holder, acq)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	lease := &Lease{l: l, key: keys[0], keys: keys, channel: channel, holderArg: holderArg, acq: acq, granted: sent,
-		f: fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}}
+	lease.key, lease.keys, lease.channel, lease.holderArg, lease.granted = keys[0], keys, channel, holderArg, sent
+	lease.f = fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}
 	// An owner's holds share the lock and each may extend it, so only a
 	// renewed one can tell from the clock that it ran out.
 	lease.start(sent, ttl, cfg.owner == "" || cfg.autoRenew)
