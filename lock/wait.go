@@ -363,14 +363,13 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 			return true
 		default:
 		}
-		var ne net.Error
 		switch {
 		case err == nil:
 			pinged, *failures = false, 0
 			if c.handle(msg) {
 				return false
 			}
-		case errors.As(err, &ne) && ne.Timeout():
+		case isTimeout(err):
 			if c.retireIfIdle() {
 				return true
 			}
@@ -388,6 +387,14 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 			return false
 		}
 	}
+}
+
+// isTimeout reports whether err is a read that timed out. It is apart from
+// receive so that its net.Error, which errors.As moves to the heap, is
+// allocated only on an error, not for every message received.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // handle applies one received message; it reports whether the connection
