@@ -4,7 +4,8 @@
 -- owner; all with the same hash tag, so in the same slot)
 -- ARGV[1] holder id, ARGV[2] lease in ms, ARGV[3] token retention in ms,
 -- ARGV[4] owner id ('' for none)
--- Returns {1, token} when granted, {0, remaining ms of the current holder}
+-- Returns {1, token} when granted ({1, token, 1} when no token state was
+-- found, so the token came from the clock), {0, remaining ms of the current holder}
 -- when not (-1: the current holder set no expiry), {1, 0} for a grant of
 -- this holder whose token state was lost (the caller releases it), and
 -- {2, token, holder} when the owner re-enters the lock it holds.
@@ -77,5 +78,9 @@ if owner ~= '' then
   redis.call('DEL', KEYS[3])
   redis.call('HSET', KEYS[3], 'o', owner, 'h', ARGV[1], 't', num(token), 'n', 1, 'a:' .. ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[3], lease)
+end
+if n == 0 then
+  -- No token state was found: the token came from the clock alone.
+  return {1, token, 1}
 end
 return {1, token}

@@ -130,8 +130,10 @@
 //
 // A Locker reports through OpenTelemetry: the metrics
 // fencekit.lock.acquire.duration (by outcome), fencekit.lock.hold.duration,
-// fencekit.lock.waiters, fencekit.lock.lost and fencekit.lock.renewals (by
-// outcome), and spans for TryAcquire, Acquire, Release and Extend carrying
+// fencekit.lock.waiters, fencekit.lock.lost, fencekit.lock.renewals (by
+// outcome) and fencekit.lock.token_state.misses (grants that found no token
+// state: a resource's first grant within the retention, or state Redis
+// lost; counted by single-node Lockers), and spans for TryAcquire, Acquire, Release and Extend carrying
 // the resource, the token and the outcome. It uses the global providers
 // unless [WithMeterProvider] or [WithTracerProvider] say otherwise; without
 // an SDK the instruments are no-ops.

@@ -274,11 +274,14 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		var res []int64
 		res, err = acquireScript.Run(ctx, l.client, keys,
 			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
-		if err == nil && (len(res) != 2 || res[0] > 1) {
+		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
 		if err == nil {
 			kind, n = res[0], res[1]
+			if len(res) == 3 {
+				l.tel.stateMissed(ctx)
+			}
 		}
 	} else {
 		var raw []any
@@ -287,6 +290,8 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		if err == nil {
 			if kind, n, err = parseAcquire(raw, &holder); kind == 2 {
 				holderArg = holder
+			} else if err == nil && kind == 1 && len(raw) == 3 {
+				l.tel.stateMissed(ctx)
 			}
 		}
 	}
@@ -340,7 +345,7 @@ func parseAcquire(raw []any, holder *string) (kind, n int64, err error) {
 		*holder = cur
 		return kind, n, nil
 	}
-	if len(raw) != 2 || kind > 1 {
+	if len(raw) > 3 || kind > 1 || (len(raw) == 3 && kind != 1) {
 		return 0, 0, bad
 	}
 	return kind, n, nil

@@ -331,7 +331,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	sent := time.Now()
 	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) ([]int64, error) {
 		res, err := acquireScript.Run(ctx, n.client, keys, holder, ttl.Milliseconds(), l.retentionMS, "").Int64Slice()
-		if err == nil && (len(res) != 2 || res[0] > 1) {
+		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
 		return res, err

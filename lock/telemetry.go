@@ -34,13 +34,14 @@ type instruments struct {
 	waiters  metric.Int64UpDownCounter
 	lost     metric.Int64Counter
 	renewals metric.Int64Counter
+	misses   metric.Int64Counter
 }
 
 func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instruments, error) {
 	const scope = telemetry.ScopePrefix + "lock"
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
-	var errs [5]error
+	var errs [6]error
 	in.acquire, errs[0] = m.Float64Histogram(telemetry.AcquireDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time TryAcquire and Acquire took, waiting included, by outcome."))
 	in.hold, errs[1] = m.Float64Histogram(telemetry.HoldDuration, metric.WithUnit("s"),
@@ -51,6 +52,8 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 		metric.WithDescription("Leases found lost while held: expired, taken over, or refused on renewal."))
 	in.renewals, errs[4] = m.Int64Counter(telemetry.Renewals, metric.WithUnit("{renewal}"),
 		metric.WithDescription("Automatic renewals of leases, by outcome: renewed, refused (the lease was lost) or error."))
+	in.misses, errs[5] = m.Int64Counter(telemetry.TokenStateMisses, metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants that found no token state in Redis, so their token came from the server clock: a resource's first grant within the token retention, or state that Redis lost."))
 	return in, errors.Join(errs[:]...)
 }
 
@@ -113,6 +116,14 @@ func (in *instruments) ended(granted time.Time, err error) {
 	if !errors.Is(err, ErrReleased) {
 		in.lost.Add(ctx, 1)
 	}
+}
+
+// stateMissed records a grant that found no token state.
+func (in *instruments) stateMissed(ctx context.Context) {
+	if in == nil {
+		return
+	}
+	in.misses.Add(ctx, 1)
 }
 
 // renewed records one automatic renewal's outcome.

@@ -27,6 +27,8 @@ const (
 	Lost            = "fencekit.lock.lost"
 	Renewals        = "fencekit.lock.renewals"
 	Rejections      = "fencekit.fence.rejections"
+	// TokenStateMisses counts grants that found no token state.
+	TokenStateMisses = "fencekit.lock.token_state.misses"
 )
 
 // Attribute keys on metrics (low cardinality) and spans.

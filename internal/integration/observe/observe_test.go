@@ -339,3 +339,41 @@ func TestProvidersByOption(t *testing.T) {
 		t.Fatalf("fkredis.WithTracerProvider(nil) = %v", err)
 	}
 }
+
+// A grant that finds no token state counts as a miss: the first grant of a
+// resource, and the first after Redis lost the state. Grants that find it
+// do not.
+func TestLockCountsTokenStateMisses(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l, err := lock.New(c, lock.WithPrefix(testenv.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	grant := func(opts ...lock.AcquireOption) {
+		t.Helper()
+		lease, err := l.TryAcquire(ctx, "r", time.Second, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := count(t, "fencekit.lock.token_state.misses")
+	grant()
+	if got := count(t, "fencekit.lock.token_state.misses") - before; got != 1 {
+		t.Fatalf("first grant: %d misses, want 1", got)
+	}
+	grant()
+	grant(lock.Owner("job-1"))
+	if got := count(t, "fencekit.lock.token_state.misses") - before; got != 1 {
+		t.Fatalf("grants that found the state: %d misses in all, want still 1", got)
+	}
+	c.Del(ctx, l.TokenKey("r")) // as a FLUSHALL or a failover would
+	grant(lock.Owner("job-1"))
+	if got := count(t, "fencekit.lock.token_state.misses") - before; got != 2 {
+		t.Fatalf("grant after the state was lost: %d misses in all, want 2", got)
+	}
+}
