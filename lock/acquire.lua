@@ -1,14 +1,27 @@
 -- Grant the lock and issue its fencing token in one step. Runs after
 -- tokenstate.lua.
--- KEYS[1] lock key, KEYS[2] token state, KEYS[3] hold record (only with an
--- owner; all with the same hash tag, so in the same slot)
+-- KEYS[1] lock key, KEYS[2] token state, KEYS[3] hold record (with an
+-- owner or a queue), KEYS[4] wait queue and KEYS[5] waiter entries (only
+-- with a queue); all with the same hash tag, so in the same slot.
 -- ARGV[1] holder id, ARGV[2] lease in ms, ARGV[3] token retention in ms,
--- ARGV[4] owner id ('' for none)
+-- ARGV[4] owner id ('' for none), ARGV[5] (optional) how long in ms a queue
+-- entry lives without being refreshed: a caller that will wait gives it,
+-- and a refused call then queues (or refreshes) this holder for a grant by
+-- the release (see release.lua).
 -- Returns {1, token} when granted ({1, token, 1} when no token state was
 -- found, so the token came from the clock), {0, remaining ms of the current holder}
--- when not (-1: the current holder set no expiry), {1, 0} for a grant of
--- this holder whose token state was lost (the caller releases it), and
--- {2, token, holder} when the owner re-enters the lock it holds.
+-- when not (-1: the current holder set no expiry; a queued caller gets
+-- {0, remaining ms, refreshed µs}, naming its entry), {1, 0} for a grant of
+-- this holder whose token state was lost (the caller releases it),
+-- {2, token, holder} when the owner re-enters the lock it holds, and, for
+-- a queued caller, {3, token, remaining ms} when a release already granted
+-- it the lock.
+--
+-- The queue is a sorted set of holder ids, scored by the server clock (µs)
+-- of their first entry, so it is first come, first served; each holder's
+-- entry "<refreshed µs> <life ms> <lease ms> <owner>" is in the waiter
+-- entries hash. A refresh keeps the holder's place. Both keys outlive
+-- their longest-lived entry, by at most one more life.
 --
 -- With an owner, the hold record (a hash) names the owner (o), the grant's
 -- holder (h) and token (t), the number of holds (n), and each acquisition
@@ -21,34 +34,35 @@
 -- A second run for the same holder id (a client retrying after a lost reply)
 -- finds its own grant and returns it again instead of a refusal.
 -- Every check comes before the first write: a refused call changes nothing.
-local n, g, h = read_state(KEYS[2], 'token state')
-if not n then
-  return g
-end
+-- A refused call reads neither the token state nor the clock's token, so a
+-- wrong-typed token state is reported by the call that would grant.
 local owner = ARGV[4]
+local life = ARGV[5] and ARGV[5] ~= '' and tonumber(ARGV[5])
 if owner ~= '' then
   local holdType = redis.call('TYPE', KEYS[3]).ok
   if holdType ~= 'none' and holdType ~= 'hash' then
     return redis.error_reply('WRONGTYPE hold record ' .. KEYS[3] .. ' holds a ' .. holdType .. ', not a hash')
   end
 end
-local now = now_us()
-local token, err = next_token(n, now)
-if not token then
-  return err
-end
 local lease = tonumber(ARGV[2])
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
-  -- Held. Wrong-typed lock keys fail here, before any write.
-  local cur = redis.pcall('GET', KEYS[1])
-  if type(cur) == 'table' and cur.err then
-    return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' is not a string: ' .. cur.err)
-  end
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' and cur.err then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' is not a string: ' .. cur.err)
+end
+if cur then
+  -- Held: no token is needed, so the token state is not read.
   if cur == ARGV[1] then
-    if h == mark(ARGV[1]) then
-      return {1, g}
+    local n, g, h = read_state(KEYS[2], 'token state')
+    if not n then
+      return g
     end
-    return {1, 0}
+    if h ~= mark(ARGV[1]) then
+      return {1, 0}
+    end
+    if life then
+      return {3, g, redis.call('PTTL', KEYS[1])}
+    end
+    return {1, g}
   end
   if owner ~= '' then
     local rec = redis.call('HMGET', KEYS[3], 'o', 'h', 't', 'a:' .. ARGV[1])
@@ -70,13 +84,51 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
       return {2, tonumber(rec[3]), cur}
     end
   end
+  if life then
+    -- Queue this holder, or refresh its entry and keep its place. The
+    -- writes are the call's first: the entry is written first and undone
+    -- if the queue cannot take it, so a wrong-typed key changes nothing.
+    local t = redis.call('TIME')
+    local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    local r = redis.pcall('HSET', KEYS[5], ARGV[1], now .. ' ' .. ARGV[5] .. ' ' .. ARGV[2] .. ' ' .. owner)
+    if type(r) == 'table' and r.err then
+      return redis.error_reply('WRONGTYPE waiter entries ' .. KEYS[5] .. ' are not a hash: ' .. r.err)
+    end
+    r = redis.pcall('ZADD', KEYS[4], 'NX', now, ARGV[1])
+    if type(r) == 'table' and r.err then
+      redis.call('HDEL', KEYS[5], ARGV[1])
+      return redis.error_reply('WRONGTYPE wait queue ' .. KEYS[4] .. ' is not a sorted set: ' .. r.err)
+    end
+    if redis.call('PTTL', KEYS[5]) < life then
+      -- Twice the life, so that only one refresh in many pays for this.
+      redis.call('PEXPIRE', KEYS[5], 2 * life)
+      redis.call('PEXPIRE', KEYS[4], 2 * life)
+    end
+    return {0, redis.call('PTTL', KEYS[1]), tonumber(now)}
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('SET', KEYS[2], state(token, token, mark(ARGV[1])),
+local n, bad = read_state(KEYS[2], 'token state')
+if not n then
+  return bad
+end
+local now = now_us()
+local token, err = next_token(n, now)
+if not token then
+  return err
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
+if life then
+  -- Taken while free: this holder waits no more.
+  redis.pcall('HDEL', KEYS[5], ARGV[1])
+  redis.pcall('ZREM', KEYS[4], ARGV[1])
+end
+local ts = num(token)
+redis.call('SET', KEYS[2], state(token, token, mark(ARGV[1]), ts),
   'PX', keep_ms(token, now, lease, tonumber(ARGV[3])))
 if owner ~= '' then
   redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[3], 'o', owner, 'h', ARGV[1], 't', num(token), 'n', 1, 'a:' .. ARGV[1], '1')
+  redis.call('HSET', KEYS[3], 'o', owner, 'h', ARGV[1], 't', ts, 'n', 1, 'a:' .. ARGV[1], '1')
   redis.call('PEXPIRE', KEYS[3], lease)
 end
 if n == 0 then

@@ -27,20 +27,41 @@
 // The lock key's value is the holder id, so only the holder can release
 // ([Lease.Release]) or extend ([Lease.Extend]) its lease. A lock taken with
 // [Owner] also has a hold record, "p{r}:holds", which expires with the lock.
-// Releases are announced on the channel "p{r}:released"
-// ([Locker.ReleaseChannel]), sharded on a cluster, in the same slot.
+// While [Locker.Acquire] waits, the resource has a wait queue, "p{r}:queue"
+// (a sorted set of the waiters' holder ids, in arrival order) and
+// "p{r}:waiting" (a hash of their entries); both expire within seconds of
+// the last waiter leaving. Releases and grants are announced on the channel
+// "p{r}:released" ([Locker.ReleaseChannel]), sharded on a cluster, in the
+// same slot.
 //
 // # Waiting, renewal and loss
 //
-// [Locker.Acquire] waits for a release announcement rather than polling: it
-// subscribes before the try it waits after, so it cannot miss a release,
-// and it also tries again when the current lease runs out. A Locker's
-// waiters share one subscription connection (on a *redis.ClusterClient one
-// per hash slot with waiters, using SSUBSCRIBE), and each release wakes one
-// of them. If the subscription fails, waiters retry on a timed backoff,
-// never sleeping past the current lease, until it is back; [WithWait] makes
-// Acquire poll instead. Call [Locker.Close] when done with a Locker: it
-// stops the subscription and every renewal.
+// [Locker.Acquire] does not poll. Once subscribed to the resource's
+// channel, a waiter whose try is refused joins the resource's wait queue in
+// that same try, and the release that frees the lock grants it to the first
+// live waiter in the queue, in the release's own script: a new token, the
+// waiter's lease, and a message on the channel from which the waiter takes
+// its lease without a round trip of its own. So a contended grant costs two
+// commands (the try that queued, the release) and a hand-off costs the
+// release's way to Redis and the message's way back. Waiters are served in
+// arrival order, across processes. A release with no live waiter queued
+// announces that the lock is free, which wakes one waiter of each Locker to
+// try. A queued waiter refreshes its entry every second (by trying again),
+// and also tries when the current lease runs out (a holder that vanished);
+// an entry not refreshed for three seconds (a crashed process) is passed
+// over, so a waiter that vanished can cost the others at most one of its
+// own leases. A waiter that gives up leaves the queue, and gives back a
+// grant that reached it as it gave up, which goes to the next waiter.
+//
+// A Locker's waiters share one subscription connection (on a
+// *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). If
+// the subscription fails, waiters retry on a timed backoff, never sleeping
+// past the current lease, until it is back; a queued waiter's retry finds a
+// grant whose message it missed. [WithWait] makes Acquire poll instead;
+// polling waiters do not queue, so they take the lock only when it is free:
+// on a resource where other Lockers' waiters queue, that is when the queue
+// is empty or a lease runs out. Call [Locker.Close] when done with a
+// Locker: it stops the subscription and every renewal.
 //
 // [AutoRenew] keeps a lease held until it is released, extending it every
 // third of its TTL; [Locker.Do] renews by default for as long as its

@@ -15,8 +15,8 @@ import (
 type Lease struct {
 	l       *Locker
 	key     string
-	keys    []string // lock key, token key[, hold record]: acquire.lua's keys, in keyBuf; nil under Redlock
-	keyBuf  [3]string
+	keys    []string // the resource's keys (see resourceKeys), in keyBuf; nil under Redlock
+	keyBuf  [numKeys]string
 	channel string // the release channel; "" under Redlock
 	// holderArg is f.Holder as a script argument, converted once.
 	holderArg any
@@ -75,11 +75,7 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 	if s.l.red != nil {
 		return s.redlockRelease(ctx)
 	}
-	keys := s.keys[:1]
-	if s.acq != "" {
-		keys = []string{s.keys[0], s.keys[2]}
-	}
-	n, err := releaseScript.Run(ctx, s.l.client, keys, s.holderArg, s.channel, s.l.sharded, s.acq).Int64()
+	n, err := releaseScript.Run(ctx, s.l.client, s.keys, s.holderArg, s.channel, s.l.sharded, s.acq, s.l.retentionArg, "").Int64()
 	if err != nil {
 		err = translate(ctx, err, "release", s.f.Resource)
 		s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
@@ -116,7 +112,11 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return s.redlockExtend(ctx, ttl)
 	}
 	sent := time.Now()
-	n, err := extendScript.Run(ctx, s.l.client, s.keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
+	keys := s.keys[:keyHolds]
+	if s.acq != "" {
+		keys = s.keys[:keyQueue] // with the hold record
+	}
+	n, err := extendScript.Run(ctx, s.l.client, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}
@@ -139,7 +139,7 @@ func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if s.l.red != nil {
 		return s.redlockTTL(ctx)
 	}
-	ms, err := ttlScript.Run(ctx, s.l.client, s.keys[:1], s.holderArg).Int64()
+	ms, err := ttlScript.Run(ctx, s.l.client, s.keys[:keyToken], s.holderArg).Int64()
 	if err != nil {
 		return 0, translate(ctx, err, "ttl", s.f.Resource)
 	}

@@ -136,22 +136,37 @@ func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resou
 // acquire.lua); it expires with the lock.
 func (l *Locker) holdKey(resource string) string { return l.prefix + "{" + resource + "}:holds" }
 
-// resourceKeys writes resource's lock key and token key and, with hold,
-// its hold record to buf, and returns them as a slice of buf in the order
-// the acquire and extend scripts take them, with the release channel. All
-// are cut from one string, so a grant pays one allocation for them instead
-// of one each, and none for the slice.
-func (l *Locker) resourceKeys(buf *[3]string, resource string, hold bool) (keys []string, channel string) {
+// queueKey and waitingKey hold resource's wait queue: the holder ids of
+// the waiters in Acquire, first come first served, and each one's entry
+// (see acquire.lua). Both expire once no waiter refreshes them.
+func (l *Locker) queueKey(resource string) string { return l.prefix + "{" + resource + "}:queue" }
+
+func (l *Locker) waitingKey(resource string) string {
+	return l.prefix + "{" + resource + "}:waiting"
+}
+
+// Positions in the key slice of a resource (see resourceKeys).
+const (
+	keyLock = iota
+	keyToken
+	keyHolds
+	keyQueue
+	keyWaiting
+	numKeys
+)
+
+// resourceKeys writes resource's keys to buf, in the order the scripts
+// take them (lock, token state, hold record, wait queue, waiter entries),
+// and returns them as a slice of buf, with the release channel. All are
+// cut from one string, so a grant pays one allocation for them instead of
+// one each, and none for the slice.
+func (l *Locker) resourceKeys(buf *[numKeys]string, resource string) (keys []string, channel string) {
 	base := len(l.prefix) + len(resource) + 2
-	suffixes := [...]string{":lock", ":token", ":released", ":holds"}
-	n := len(suffixes)
-	if !hold {
-		n--
-	}
+	suffixes := [...]string{":lock", ":token", ":holds", ":queue", ":waiting", ":released"}
 	var b strings.Builder
-	b.Grow(n*base + len(":lock:token:released:holds"))
+	b.Grow(len(suffixes)*base + len(":lock:token:holds:queue:waiting:released"))
 	var ends [len(suffixes)]int
-	for i, suffix := range suffixes[:n] {
+	for i, suffix := range suffixes {
 		b.WriteString(l.prefix)
 		b.WriteByte('{')
 		b.WriteString(resource)
@@ -160,13 +175,12 @@ func (l *Locker) resourceKeys(buf *[3]string, resource string, hold bool) (keys 
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	buf[0], buf[1] = all[:ends[0]], all[ends[0]:ends[1]]
-	keys = buf[:2]
-	if hold {
-		buf[2] = all[ends[2]:ends[3]]
-		keys = buf[:3]
+	from := 0
+	for i := range numKeys {
+		buf[i] = all[from:ends[i]]
+		from = ends[i]
 	}
-	return keys, all[ends[1]:ends[2]]
+	return buf[:], all[from:]
 }
 
 // checkCall refuses a nil or finished context before anything is sent; op
@@ -227,7 +241,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	}
 	start := time.Now()
 	ctx, span := l.tel.startAcquire(ctx, "fencekit.lock.try_acquire", resource, false)
-	lease, err := l.tryAcquire(ctx, resource, ttl, cfg)
+	lease, err := l.tryAcquire(ctx, resource, ttl, cfg, &attempt{holder: fence.NewHolder()})
 	l.tel.endAcquire(ctx, span, start, false, lease, err)
 	return lease, err
 }
@@ -247,15 +261,31 @@ func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Dur
 	return cfg, checkCall(ctx, "acquire", resource)
 }
 
-func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
+// attempt is what the tries of one acquisition share: the holder id they
+// offer and, for a waiter in Acquire, its place in the resource's wait
+// queue.
+type attempt struct {
+	holder string
+	queue  bool // a refused try queues the holder (or refreshes its entry)
+	// ref and sent name the holder's queue entry as of the last refused
+	// try: the server clock (µs) the entry was refreshed at, and when that
+	// try was sent. ref is 0 until a try has queued the holder.
+	ref  int64
+	sent time.Time
+}
+
+// queued reports whether a try has put the holder in the queue.
+func (a *attempt) queued() bool { return a.ref != 0 }
+
+func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig, a *attempt) (*Lease, error) {
 	if l.red != nil {
 		return l.redlockAcquire(ctx, resource, ttl, cfg)
 	}
-	// The holder id is fresh for every call. With an owner it also names
-	// this acquisition in the hold record, so a retried re-entry is
+	// The holder id is fresh for every acquisition. With an owner it also
+	// names this acquisition in the hold record, so a retried re-entry is
 	// recognised, and it becomes the holder only if this call takes the
 	// lock afresh.
-	holder := fence.NewHolder()
+	holder := a.holder
 	acq := ""
 	if cfg.owner != "" {
 		acq = holder
@@ -263,16 +293,16 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	// The Lease is made first: it keeps the keys, the channel and the boxed
 	// holder for its release, extensions and renewals.
 	lease := &Lease{l: l, acq: acq}
-	keys, channel := l.resourceKeys(&lease.keyBuf, resource, cfg.owner != "")
+	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
 	var holderArg any = holder
 	sent := time.Now()
 	var (
-		kind, n int64
-		err     error
+		kind, n, third int64
+		err            error
 	)
-	if cfg.owner == "" {
+	if cfg.owner == "" && !a.queue {
 		var res []int64
-		res, err = acquireScript.Run(ctx, l.client, keys,
+		res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
 			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
 		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
@@ -285,12 +315,17 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 	} else {
 		var raw []any
-		raw, err = acquireScript.Run(ctx, l.client, keys,
-			holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
+		if a.queue {
+			raw, err = acquireScript.Run(ctx, l.client, keys,
+				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg).Slice()
+		} else {
+			raw, err = acquireScript.Run(ctx, l.client, keys[:keyQueue],
+				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
+		}
 		if err == nil {
-			if kind, n, err = parseAcquire(raw, &holder); kind == 2 {
+			if kind, n, third, err = parseAcquire(raw, &holder); kind == 2 {
 				holderArg = holder
-			} else if err == nil && kind == 1 && len(raw) == 3 {
+			} else if err == nil && kind == 1 && third == 1 {
 				l.tel.stateMissed(ctx)
 			}
 		}
@@ -298,87 +333,118 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		if !isReply(err) {
 			// The script may have run even though its reply was lost.
-			l.cleanup(ctx, resource, holder, acq)
+			l.cleanup(ctx, resource, a.holder, acq)
 		}
 		return nil, translate(ctx, err, "acquire", resource)
 	}
 	if kind == 0 {
+		if a.queue && third > 0 {
+			a.ref, a.sent = third, sent
+		}
 		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(n) * time.Millisecond}
 	}
 	if n < 1 {
 		// A retried grant whose token state vanished in between: its token
 		// is unknown, so it cannot be used.
-		l.cleanup(ctx, resource, holder, acq)
+		l.cleanup(ctx, resource, a.holder, acq)
 		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
 	}
-	lease.key, lease.keys, lease.channel, lease.holderArg, lease.granted = keys[0], keys, channel, holderArg, sent
-	lease.f = fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}
-	// An owner's holds share the lock and each may extend it, so only a
-	// renewed one can tell from the clock that it ran out.
-	lease.start(sent, ttl, cfg.owner == "" || cfg.autoRenew)
-	if cfg.autoRenew {
-		lease.startRenewal(ttl)
+	known := ttl
+	if kind == 3 {
+		// A release granted the lock to this queued holder earlier; the
+		// lease has what Redis says is left of it, counted from this try.
+		known = time.Duration(max(third, 0)) * time.Millisecond
 	}
+	l.grantLease(lease, keys, channel, holderArg, fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}, sent, known, ttl, cfg)
 	return lease, nil
 }
 
-// parseAcquire reads acquire.lua's reply: {0, remaining ms}, {1, token} or
-// {2, token, holder} (a re-entry, whose holder replaces *holder).
-func parseAcquire(raw []any, holder *string) (kind, n int64, err error) {
+// grantLease fills in lease for a grant of f that Redis holds for at least
+// known from start, on the local clock.
+func (l *Locker) grantLease(lease *Lease, keys []string, channel string, holderArg any, f fence.Fence, start time.Time, known, ttl time.Duration, cfg acquireConfig) {
+	lease.key, lease.keys, lease.channel, lease.holderArg, lease.granted = keys[keyLock], keys, channel, holderArg, start
+	lease.f = f
+	// An owner's holds share the lock and each may extend it, so only a
+	// renewed one can tell from the clock that it ran out.
+	lease.start(start, known, cfg.owner == "" || cfg.autoRenew)
+	if cfg.autoRenew {
+		lease.startRenewal(ttl)
+	}
+}
+
+// parseAcquire reads acquire.lua's reply: {0, remaining ms[, refreshed
+// µs]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose holder
+// replaces *holder) or {3, token, remaining ms}. third is the reply's
+// third number, 0 when it has none.
+func parseAcquire(raw []any, holder *string) (kind, n, third int64, err error) {
 	bad := fmt.Errorf("unexpected reply %v", raw)
-	if len(raw) < 2 {
-		return 0, 0, bad
+	if len(raw) < 2 || len(raw) > 3 {
+		return 0, 0, 0, bad
 	}
 	kind, ok1 := raw[0].(int64)
 	n, ok2 := raw[1].(int64)
-	if !ok1 || !ok2 {
-		return 0, 0, bad
+	if !ok1 || !ok2 || kind < 0 || kind > 3 {
+		return 0, 0, 0, bad
 	}
 	if kind == 2 {
 		if len(raw) != 3 {
-			return 0, 0, bad
+			return 0, 0, 0, bad
 		}
 		cur, ok := raw[2].(string)
 		if !ok {
-			return 0, 0, bad
+			return 0, 0, 0, bad
 		}
 		*holder = cur
-		return kind, n, nil
+		return kind, n, 0, nil
 	}
-	if len(raw) > 3 || kind > 1 || (len(raw) == 3 && kind != 1) {
-		return 0, 0, bad
+	if len(raw) == 3 {
+		if third, ok1 = raw[2].(int64); !ok1 {
+			return 0, 0, 0, bad
+		}
+	} else if kind == 3 {
+		return 0, 0, 0, bad
 	}
-	return kind, n, nil
+	return kind, n, third, nil
 }
 
 // cleanup releases what an acquisition whose reply was lost may have
-// taken: the grant of holder, or with an owner the hold acq.
+// taken: the grant of holder, or with an owner the hold acq. It also takes
+// holder out of the wait queue, and a grant a release made to it while it
+// was queued is released (and handed on) too.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	keys := []string{l.LockKey(resource)}
+	var buf [numKeys]string
+	keys, channel := l.resourceKeys(&buf, resource)
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
-		keys = append(keys, l.holdKey(resource))
 	}
-	_ = releaseScript.Run(ctx, l.client, keys, holder, l.channel(resource), l.sharded, acq).Err()
+	_ = releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
 // it succeeds or ctx ends.
 //
-// By default it waits for the release to be announced: it subscribes to
-// the resource's [Locker.ReleaseChannel] before the try that it waits
-// after, so it cannot miss the release, and it also tries again when the
-// current lease's remaining time runs out (a holder that vanished). The
+// By default it waits in the resource's queue: it subscribes to the
+// resource's [Locker.ReleaseChannel], and a try made once the subscription
+// is confirmed that is refused also queues it, so the release that frees
+// the lock grants it to this waiter (first come, first served, across
+// processes) and announces the grant on the channel, from which Acquire
+// returns the lease with no further round trip. The lease's [Lease.Validity]
+// is counted from no later than the grant. Acquire also tries again when
+// the current lease's remaining time runs out (a holder that vanished),
+// and at least every second, which keeps its queue entry alive. The
 // Locker's waiters share one subscription connection (on a cluster, one per
-// hash slot with waiters), and a release wakes one of them. If the
-// subscription fails, waiters retry on the timed [Backoff] schedule, never
-// sleeping past the current lease's remaining time, until it is back. With
-// [WithWait], Acquire polls on that strategy instead.
+// hash slot with waiters). If the subscription fails, waiters retry on the
+// timed [Backoff] schedule, never sleeping past the current lease's
+// remaining time, until it is back. With [WithWait], Acquire polls on that
+// strategy instead and does not queue. See the package doc for the queue's
+// keys and its treatment of waiters that vanish.
 //
 // ctx bounds the whole wait. When it ends, Acquire returns an error that
-// matches ctx.Err() and holds no lock. opts apply to the acquisition, as
+// matches ctx.Err() and holds no lock: it leaves the queue (one round trip,
+// bounded by its own short timeout), and a grant that reached it meanwhile
+// is released to the next waiter. opts apply to the acquisition, as
 // for [Locker.TryAcquire].
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)

@@ -107,10 +107,11 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithWait makes [Locker.Acquire] poll: after each refused attempt it
-// sleeps as w says, never past the current holder's remaining lease, and
-// it subscribes to nothing. default: wait for release announcements (pub/sub)
-// and retry on Backoff(time.Millisecond, 64*time.Millisecond) only while
-// the subscription is down.
+// sleeps as w says, never past the current holder's remaining lease; it
+// subscribes to nothing and does not join the wait queue, so it takes the
+// lock only when it is free. default: wait in the queue for a release's
+// grant (pub/sub) and retry on Backoff(time.Millisecond, 64*time.Millisecond)
+// only while the subscription is down.
 func WithWait(w WaitStrategy) Option {
 	return func(c *config) error {
 		if w == nil {

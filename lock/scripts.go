@@ -8,7 +8,8 @@ import (
 
 // Each script is loaded once per process and run by EVALSHA, falling back to
 // EVAL the first time a server has not seen it. The scripts that issue or
-// raise tokens start with the shared token-state helpers.
+// raise tokens (release does, when it hands the lock to a waiter) start with
+// the shared token-state helpers.
 var (
 	//go:embed tokenstate.lua
 	tokenStateLua string
@@ -19,7 +20,7 @@ var (
 
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = redis.NewScript(tokenStateLua + releaseLua)
 
 	//go:embed extend.lua
 	extendLua    string

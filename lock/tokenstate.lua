@@ -52,13 +52,14 @@ local function read_state(key, what)
   if not v then
     return 0, 0, false
   end
-  local n, g, h = string.match(v, '^(%d+) (%d+) (%S+)$')
+  -- The short form is the common one; the captures are digits already.
+  local n, h = string.match(v, '^(%d+) (%S+)$')
+  local g = n
   if not n then
-    n, h = string.match(v, '^(%d+) (%S+)$')
-    g = n
+    n, g, h = string.match(v, '^(%d+) (%d+) (%S+)$')
   end
   if not n then
-    n = v
+    n = v -- a bare counter: no grant recorded
   end
   if not is_token(n) or (g and not is_token(g)) then
     return nil, redis.error_reply('WRONGTYPE ' .. what .. ' ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a token state')
@@ -66,12 +67,14 @@ local function read_state(key, what)
   return tonumber(n), tonumber(g or '0'), h or false
 end
 
--- state writes token state: counter n, grant g, holder mark h.
-local function state(n, g, h)
+-- state writes token state: counter n, grant g, holder mark h; sn, when
+-- given, is n already written as a decimal.
+local function state(n, g, h, sn)
+  sn = sn or num(n)
   if n == g then
-    return num(n) .. ' ' .. h
+    return sn .. ' ' .. h
   end
-  return num(n) .. ' ' .. num(g) .. ' ' .. h
+  return sn .. ' ' .. num(g) .. ' ' .. h
 end
 
 -- next_token is the token after n: above n and not below the clock, or nil

@@ -6,25 +6,37 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/redis/go-redis/v9"
 )
 
-// Waiting for a release. A release publishes on the resource's channel in
-// the same script that deletes the lock. A Locker's waiters share one
-// subscription connection (one per hash slot on a cluster, where sharded
-// pub/sub is used; one per resource on a Ring). A channel is subscribed
-// when its first waiter arrives and unsubscribed when its last one leaves.
+// Waiting for a release. A waiter whose subscription to the resource's
+// channel is confirmed joins the resource's wait queue in Redis with the
+// try that is refused, and the release that frees the lock grants it to
+// the first live waiter in that queue in the same script, publishing the
+// grant (holder, token) on the channel: the waiter has the lock when the
+// message arrives, with no round trip of its own. A release that finds no
+// live waiter publishes an empty message, and each such message wakes one
+// waiter of the Locker to try. A Locker's waiters share one subscription
+// connection (one per hash slot on a cluster, where sharded pub/sub is
+// used; one per resource on a Ring). A channel is subscribed when its first
+// waiter arrives and unsubscribed when its last one leaves.
 //
 // A waiter counts as registered only once the server has confirmed the
-// subscription; only a try made after that is covered by the wake-up, so a
-// release can never slip between a refused try and the wait. Each message
-// wakes one waiter of the Locker. A waiter that took a wake-up and leaves
-// without the lock hands it on, so no wake-up is lost. While the
-// subscription is down, waiters retry on the Locker's wait strategy,
-// never sleeping past the current lease's remaining time.
+// subscription; only a try made after that is covered by the wake-up or
+// queues the waiter, so neither a release nor a grant can slip between a
+// refused try and the wait. A waiter that took a wake-up and leaves without
+// the lock hands it on, so no wake-up is lost; one that leaves the queue
+// takes its entry out, and gives back (hands on) a grant it got meanwhile.
+// A queued waiter refreshes its entry every queueRefresh, by trying again,
+// and an entry not refreshed for queueLife is skipped, so a waiter that
+// vanished is passed over. While the subscription is down, waiters retry on
+// the Locker's wait strategy, never sleeping past the current lease's
+// remaining time; a queued waiter's retry finds a grant made to it.
 
 const (
 	// healthEvery is how long a silent subscription connection waits before
@@ -36,7 +48,16 @@ const (
 	idleLinger = 30 * time.Second
 	// subWriteTimeout bounds one subscribe or unsubscribe write.
 	subWriteTimeout = 5 * time.Second
+	// queueRefresh is how often a queued waiter refreshes its entry; an
+	// entry not refreshed for queueLife is passed over. queueLife bounds how
+	// long a waiter that vanished (a crashed process) can still be granted
+	// the lock, which then stays taken until its lease runs out.
+	queueRefresh = time.Second
+	queueLife    = 3 * queueRefresh
 )
+
+// queueLifeArg is queueLife as a script argument, converted once.
+var queueLifeArg any = queueLife.Milliseconds()
 
 type subMode int
 
@@ -129,9 +150,40 @@ type topic struct {
 }
 
 type waiter struct {
-	t    *topic
-	wake chan struct{} // cap 1
-	owes bool          // took a wake-up and has not yet tried on it
+	t      *topic
+	holder string        // the holder id it queues under
+	wake   chan struct{} // cap 1
+	grant  chan grantMsg // cap 1: a release granted it the lock
+	owes   bool          // took a wake-up and has not yet tried on it
+}
+
+// grantMsg is a release's grant to a queued waiter: the token, and the
+// entry it was granted on (its last refresh, µs on the server clock) with
+// how long before the grant that refresh was.
+type grantMsg struct {
+	token int64
+	ref   int64
+	age   time.Duration
+}
+
+// parseGrant reads a release message "<holder> <token> <refreshed µs> <age
+// ms>"; ok is false for anything else (an empty message: the lock is free).
+func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
+	holder, rest, ok1 := strings.Cut(payload, " ")
+	tok, rest, ok2 := strings.Cut(rest, " ")
+	ref, age, ok3 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || !ok3 {
+		return "", g, false
+	}
+	var err1, err2, err3 error
+	g.token, err1 = strconv.ParseInt(tok, 10, 64)
+	g.ref, err2 = strconv.ParseInt(ref, 10, 64)
+	ms, err3 := strconv.ParseInt(age, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || g.token < 1 || ms < 0 {
+		return "", g, false
+	}
+	g.age = time.Duration(ms) * time.Millisecond
+	return holder, g, true
 }
 
 func newGen(ps *redis.PubSub) *psGen { return &psGen{ps: ps, written: make(chan struct{})} }
@@ -161,10 +213,23 @@ func (t *topic) wakeOne() {
 	}
 }
 
-// join registers a waiter on channel. With create false it only joins a
-// channel that already has waiters here, which costs no I/O; it returns nil
-// otherwise, and always after the hub was closed.
-func (h *hub) join(channel string, create bool) *waiter {
+// deliver passes grant g to the waiter queued as holder, if it is here.
+func (t *topic) deliver(holder string, g grantMsg) {
+	for _, w := range t.waiters {
+		if w.holder == holder {
+			select {
+			case w.grant <- g:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// join registers a waiter for holder on channel. With create false it only
+// joins a channel that already has waiters here, which costs no I/O; it
+// returns nil otherwise, and always after the hub was closed.
+func (h *hub) join(channel string, create bool, holder string) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -196,7 +261,7 @@ func (h *hub) join(channel string, create bool) *waiter {
 		c.pending[channel]++
 		c.enqueue(subOp{gen: c.gen, sub: true, channel: channel})
 	}
-	w := &waiter{t: t, wake: make(chan struct{}, 1)}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
 }
@@ -427,9 +492,16 @@ func (c *subConn) handle(msg any) (broken bool) {
 			}
 		}
 	case *redis.Message:
-		if t := c.topics[m.Channel]; t != nil {
-			t.wakeOne()
+		t := c.topics[m.Channel]
+		if t == nil {
+			break
 		}
+		holder, g, ok := parseGrant(m.Payload)
+		if !ok {
+			t.wakeOne() // free: one waiter tries
+			break
+		}
+		t.deliver(holder, g) // a grant to another process's waiter is no one's here
 	}
 	return false
 }
@@ -490,9 +562,11 @@ func (c *subConn) reset(failures int) bool {
 }
 
 // acquireWaiting is Acquire: it tries, and after each refusal waits for a
-// release message, the current lease's end, or (without a confirmed
-// subscription) the wait strategy's delay, whichever comes first.
+// grant or a release message, the current lease's end, the time to
+// refresh its queue entry, or (without a confirmed subscription) the wait
+// strategy's delay, whichever comes first.
 func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (lease *Lease, err error) {
+	a := attempt{holder: fence.NewHolder()}
 	var (
 		w       *waiter
 		channel string
@@ -501,9 +575,20 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		channel = l.channel(resource)
 		// Joining a channel that other waiters keep subscribed costs
 		// nothing and makes even the first try a registered one.
-		w = l.hub.join(channel, false)
+		w = l.hub.join(channel, false, a.holder)
 		defer func() { l.hub.leave(w, lease != nil) }()
 	}
+	defer func() {
+		if lease == nil && a.queued() {
+			// Out of the queue; a grant made to this holder meanwhile is
+			// given back and handed on.
+			acq := ""
+			if cfg.owner != "" {
+				acq = a.holder
+			}
+			l.cleanup(ctx, resource, a.holder, acq)
+		}
+	}()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -517,7 +602,11 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		if w != nil {
 			ready, lost, confirmed = w.state()
 		}
-		lease, err = l.tryAcquire(ctx, resource, ttl, cfg)
+		// Queue only on a try the subscription covers, so that the grant's
+		// message cannot be missed; once queued, every try refreshes the
+		// entry.
+		a.queue = w != nil && (confirmed || a.queued())
+		lease, err = l.tryAcquire(ctx, resource, ttl, cfg, &a)
 		var na *NotAcquiredError
 		if !errors.As(err, &na) {
 			return lease, err
@@ -526,25 +615,32 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			w.owes = false
 		}
 		if w == nil && l.hub != nil {
-			if w = l.hub.join(channel, true); w != nil {
+			if w = l.hub.join(channel, true, a.holder); w != nil {
 				if ready, lost, confirmed = w.state(); confirmed {
 					continue // someone else's subscription covers a try from now on
 				}
 			}
 		}
 		var d time.Duration
-		if confirmed && na.Remaining >= 0 {
-			d = na.Remaining
-		} else {
+		switch {
+		case confirmed:
+			d = queueRefresh
+			if na.Remaining >= 0 {
+				d = min(d, na.Remaining)
+			}
+		default:
 			d = l.wait.Delay(fallbacks, na.Remaining)
 			fallbacks++
 			if na.Remaining >= 0 && d > na.Remaining {
 				d = na.Remaining
 			}
 		}
-		var wake, edge <-chan struct{}
+		var (
+			wake, edge <-chan struct{}
+			granted    <-chan grantMsg
+		)
 		if w != nil {
-			wake = w.wake
+			wake, granted = w.wake, w.grant
 			if confirmed {
 				edge = lost // back to timed retries
 			} else {
@@ -563,6 +659,33 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		case <-wake:
 			w.owes = true
 		case <-edge:
+		case g := <-granted:
+			if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
+				return lease, nil
+			}
 		}
 	}
+}
+
+// handedOver is the lease a release granted to a's holder, as its message
+// g tells, or nil when g cannot be dated (the next try finds the grant).
+//
+// The grant came after the release read the holder's entry as refreshed at
+// g.ref, and g.age after that refresh on the server's clock; the try that
+// made that refresh was sent no later than it ran. So a.sent + g.age is no
+// later than the grant, and the lease is dated from there. A message about
+// an older entry than a's last refresh is stale: that refresh found the
+// lock in other hands, so the grant it names is gone.
+func (l *Locker) handedOver(resource string, ttl time.Duration, cfg acquireConfig, a *attempt, g grantMsg) *Lease {
+	if g.ref != a.ref {
+		return nil
+	}
+	acq := ""
+	if cfg.owner != "" {
+		acq = a.holder
+	}
+	lease := &Lease{l: l, acq: acq}
+	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
+	l.grantLease(lease, keys, channel, a.holder, fence.Fence{Resource: resource, Token: fence.Token(g.token), Holder: a.holder}, a.sent.Add(g.age), ttl, ttl, cfg)
+	return lease
 }

@@ -1,0 +1,493 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// queueKeys returns resource's wait queue and waiter entries keys, which
+// sit next to its lock key.
+func queueKeys(l *lock.Locker, resource string) (queue, waiting string) {
+	base := strings.TrimSuffix(l.LockKey(resource), ":lock")
+	return base + ":queue", base + ":waiting"
+}
+
+// waitQueued polls until resource's wait queue holds n waiters.
+func waitQueued(t *testing.T, c redis.UniversalClient, l *lock.Locker, resource string, n int64) {
+	t.Helper()
+	queue, _ := queueKeys(l, resource)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := c.ZCard(context.Background(), queue).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s: not %d waiters queued within 10s", queue, n)
+}
+
+type acquired struct {
+	name  string
+	lease *lock.Lease
+	err   error
+}
+
+// startWaiter runs Acquire in a goroutine and reports on got.
+func startWaiter(ctx context.Context, l *lock.Locker, name, resource string, ttl time.Duration, got chan<- acquired, opts ...lock.AcquireOption) {
+	go func() {
+		lease, err := l.Acquire(ctx, resource, ttl, opts...)
+		got <- acquired{name, lease, err}
+	}()
+}
+
+func receive(t *testing.T, got <-chan acquired, within time.Duration) acquired {
+	t.Helper()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.name, a.err)
+		}
+		return a
+	case <-time.After(within):
+		t.Fatalf("no grant within %v", within)
+	}
+	return acquired{}
+}
+
+// Waiters are granted the lock in the order they queued, across Lockers
+// (each with its own client, as separate processes would be), each by the
+// release before, with a higher token each time.
+func TestQueueGrantsInArrivalOrder(t *testing.T) {
+	ctx := context.Background()
+	const resource = "fifo"
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	var lockers []*lock.Locker
+	for range 3 {
+		cl := testenv.Redis(t)
+		l, err := lock.New(cl, lock.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		lockers = append(lockers, l)
+	}
+	const ttl = 30 * time.Second
+	holder := mustAcquire(t, lockers[0], resource, ttl)
+	got := make(chan acquired, 6)
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for i, name := range names {
+		startWaiter(ctx, lockers[i%3], name, resource, ttl, got)
+		waitQueued(t, c, lockers[0], resource, int64(i+1))
+	}
+	prev := holder
+	for _, want := range names {
+		if err := prev.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := receive(t, got, 5*time.Second)
+		if a.name != want {
+			t.Fatalf("granted to %s, want %s (arrival order)", a.name, want)
+		}
+		if a.lease.Token() <= prev.Token() {
+			t.Fatalf("token %d after %d", a.lease.Token(), prev.Token())
+		}
+		prev = a.lease
+	}
+	if err := prev.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queue, waiting := queueKeys(lockers[0], resource)
+	if n, err := c.Exists(ctx, queue, waiting, lockers[0].LockKey(resource)).Result(); err != nil || n != 0 {
+		t.Fatalf("%d of queue, entries and lock key left after the last release (%v)", n, err)
+	}
+}
+
+// The release grants the lock to the queued waiter in its own script: the
+// waiter sends nothing between queueing and having the lock, so a
+// contended grant costs two commands (the try that queued, the release).
+func TestHandOverCostsTheWaiterNoCommand(t *testing.T) {
+	ctx := context.Background()
+	const resource = "handover"
+	var hook testenv.Commands
+	wc := testenv.Redis(t)
+	wc.AddHook(&hook)
+	prefix := testenv.Prefix(t)
+	wl, err := lock.New(wc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	hc := testenv.Redis(t)
+	hl, err := lock.New(hc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hl.Close)
+
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, wl, "w", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	before := hook.Take()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, got, 5*time.Second)
+	if after := hook.Take(); len(after) != 0 {
+		t.Fatalf("the waiter sent %v after it was queued; want nothing", after)
+	}
+	t.Logf("the waiter sent %v to queue", before)
+	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || v != a.lease.Holder() {
+		t.Fatalf("lock key holds %q (%v), want the waiter's holder %q", v, err, a.lease.Holder())
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lease handed over by a release is never believed held longer than
+// Redis holds it, and is not needlessly short either: it is dated from the
+// waiter's last queue refresh plus the time the server says passed until
+// the grant.
+func TestHandedOverLeaseValidity(t *testing.T) {
+	ctx := context.Background()
+	const resource = "dated"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	const ttl = 2 * time.Second
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, l, "w", resource, ttl, got, lock.AutoRenew())
+	waitQueued(t, c, l, resource, 1)
+	time.Sleep(300 * time.Millisecond) // the entry ages before the grant
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, got, 5*time.Second)
+	validity := a.lease.Validity()
+	pttl, err := c.PTTL(ctx, l.LockKey(resource)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("validity %v, PTTL %v", validity, pttl)
+	if validity > pttl+time.Millisecond {
+		t.Fatalf("validity %v is beyond what Redis holds (%v)", validity, pttl)
+	}
+	if validity < ttl/2 {
+		t.Fatalf("validity %v of a %v lease just granted", validity, ttl)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A queue entry whose waiter stopped refreshing it (a crashed process) is
+// passed over; one that is still live is granted the lock, which then
+// waits out that grant's lease.
+func TestQueuePassesOverVanishedWaiters(t *testing.T) {
+	ctx := context.Background()
+	const resource = "vanished"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	queue, waiting := queueKeys(l, resource)
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+
+	tm, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := tm.UnixMicro()
+	// Two entries ahead of any real waiter: one 10s stale, one fresh, whose
+	// lease is 300ms.
+	stale, live := strings.Repeat("5", 32), strings.Repeat("6", 32)
+	if err := c.HSet(ctx, waiting,
+		stale, fmt.Sprintf("%d 3000 30000 ", now-10_000_000),
+		live, fmt.Sprintf("%d 3000 300 ", now)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, queue, redis.Z{Score: 1, Member: stale}, redis.Z{Score: 2, Member: live}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan acquired, 1)
+	startWaiter(ctx, l, "w", resource, 30*time.Second, got)
+	waitQueued(t, c, l, resource, 3)
+
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, l.LockKey(resource)).Result(); err != nil || v != live {
+		t.Fatalf("lock key holds %q (%v) after the release, want the live entry's holder", v, err)
+	}
+	a := receive(t, got, 5*time.Second)
+	waited := time.Since(released)
+	t.Logf("the real waiter got the lock %v after the release", waited)
+	if waited < 250*time.Millisecond {
+		t.Fatalf("granted after %v, before the live entry's 300ms lease could end", waited)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, queue, waiting).Result(); n != 0 {
+		t.Fatalf("%d queue keys left", n)
+	}
+}
+
+// A waiter that gives up takes its entry out of the queue, and a grant
+// that a release made to it while it was giving up is handed on, never
+// kept: the next waiter always gets the lock at once.
+func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	ctx := context.Background()
+	const resource = "giveup"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	queue, waiting := queueKeys(l, resource)
+
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := l.Acquire(wctx, resource, 30*time.Second)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire: %v, want the deadline", err)
+	}
+	if n, _ := c.ZCard(ctx, queue).Result(); n != 0 {
+		t.Fatalf("%d entries queued after the waiter gave up", n)
+	}
+	if n, _ := c.HLen(ctx, waiting).Result(); n != 0 {
+		t.Fatalf("%d waiter entries after the waiter gave up", n)
+	}
+
+	// The race: give up while the holder releases, many times.
+	for i := range 40 {
+		wctx, cancel := context.WithCancel(ctx)
+		first := make(chan acquired, 1)
+		startWaiter(wctx, l, "first", resource, 30*time.Second, first)
+		waitQueued(t, c, l, resource, 1)
+		second := make(chan acquired, 1)
+		startWaiter(ctx, l, "second", resource, 30*time.Second, second)
+		waitQueued(t, c, l, resource, 2)
+		go func() {
+			time.Sleep(time.Duration(i%8) * 50 * time.Microsecond)
+			cancel()
+		}()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f := <-first
+		if f.err == nil {
+			// It won the race: it holds the lock; release it to the second.
+			if err := f.lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		holder = receive(t, second, 5*time.Second).lease
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Wrong-typed queue keys left in Redis: a waiter's try is refused with an
+// error naming the key and changes nothing, and releases still free the
+// lock.
+func TestQueueKeysOfTheWrongType(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	for _, tc := range []struct {
+		name, key, want string
+	}{
+		{"queue", "queue", "wait queue"},
+		{"entries", "waiting", "waiter entries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resource := "wrongtype-" + tc.name
+			queue, waiting := queueKeys(l, resource)
+			key := queue
+			if tc.key == "waiting" {
+				key = waiting
+			}
+			if err := c.Set(ctx, key, "not mine", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			holder := mustAcquire(t, l, resource, 30*time.Second)
+			// Acquire queues once its subscription is confirmed.
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := l.Acquire(actx, resource, time.Second)
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Acquire: %v, want a WRONGTYPE error naming the %s", err, tc.want)
+			}
+			if v, err := c.Get(ctx, key).Result(); err != nil || v != "not mine" {
+				t.Fatalf("%s now holds %q (%v)", key, v, err)
+			}
+			other := queue
+			if key == queue {
+				other = waiting
+			}
+			if n, _ := c.Exists(ctx, other).Result(); n != 0 {
+				t.Fatalf("%s was written", other)
+			}
+			if err := holder.Release(ctx); err != nil {
+				t.Fatalf("release with a wrong-typed %s: %v", tc.want, err)
+			}
+			if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 0 {
+				t.Fatal("the lock is still held after the release")
+			}
+		})
+	}
+}
+
+// A waiter that names an owner is handed the lock with its hold record, so
+// it re-enters and releases as any owner's lease does.
+func TestHandOverToAnOwner(t *testing.T) {
+	ctx := context.Background()
+	const resource = "owned"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, l, "job", resource, 30*time.Second, got, lock.Owner("job-7"))
+	waitQueued(t, c, l, resource, 1)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := receive(t, got, 5*time.Second).lease
+	again, err := l.TryAcquire(ctx, resource, 30*time.Second, lock.Owner("job-7"))
+	if err != nil {
+		t.Fatalf("re-entry after a hand-over: %v", err)
+	}
+	if again.Fence() != first.Fence() {
+		t.Fatalf("re-entry fence %v, want %v", again.Fence(), first.Fence())
+	}
+	if _, err := l.TryAcquire(ctx, resource, time.Second, lock.Owner("job-8")); !errors.As(err, new(*lock.NotAcquiredError)) {
+		t.Fatalf("another owner: %v, want refused", err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 1 {
+		t.Fatal("the lock was freed with a hold left")
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 0 {
+		t.Fatal("the lock is held after the last hold was released")
+	}
+}
+
+// A grant whose message never reaches the waiter (its connections were
+// cut just before the release) is found by the waiter's next try, which
+// the lost subscription makes come soon.
+func TestHandOverSurvivesALostMessage(t *testing.T) {
+	ctx := context.Background()
+	const resource = "lostmsg"
+	srv := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	hc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = hc.Close() })
+	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(l.LockKey(resource), "{"+resource+"}:lock")))
+	t.Cleanup(hl.Close)
+
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, l, "w", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	proxy.CutAll() // the subscription with it: the grant's message is lost
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || len(v) != 32 {
+		t.Fatalf("lock key holds %q (%v) after the release, want the waiter's holder", v, err)
+	}
+	a := receive(t, got, 5*time.Second)
+	t.Logf("the waiter had its grant %v after the release", time.Since(released))
+	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || v != a.lease.Holder() {
+		t.Fatalf("lock key holds %q (%v), want %q", v, err, a.lease.Holder())
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The entry a waiter refreshes keeps its place, and an acquisition that is
+// retried by the client after a lost reply is queued once.
+func TestQueueRefreshKeepsPlace(t *testing.T) {
+	ctx := context.Background()
+	const resource = "refresh"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	queue, waiting := queueKeys(l, resource)
+	holder := mustAcquire(t, l, resource, 1500*time.Millisecond)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, l, "w", resource, 30*time.Second, got)
+	waitQueued(t, c, l, resource, 1)
+	first, err := c.ZRangeWithScores(ctx, queue, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := c.HGet(ctx, waiting, first[0].Member.(string)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter refreshes when the holder's lease would end (1.5s) or
+	// every second, whichever is first.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := c.HGet(ctx, waiting, first[0].Member.(string)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now != entry {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry was not refreshed within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	again, err := c.ZRangeWithScores(ctx, queue, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0] != first[0] {
+		t.Fatalf("queue after a refresh %v, want %v", again, first)
+	}
+	ref, _, _ := strings.Cut(entry, " ")
+	if _, err := strconv.ParseInt(ref, 10, 64); err != nil {
+		t.Fatalf("entry %q", entry)
+	}
+	if err := holder.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	a := receive(t, got, 5*time.Second)
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
