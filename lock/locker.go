@@ -83,7 +83,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // leases, and waits for their goroutines to return. It does not release any
 // lease: renewed leases run out their TTL (their [Lease.Done] closes then),
 // and a Lease can still be released. After Close the Locker still grants
-// leases; Acquire then waits by timed retries. Close is idempotent.
+// leases; Acquire then waits by timed retries (and no longer queues). On
+// a Locker made by [NewRedlock], Close also waits for the calls to its
+// nodes that are still in flight (a node's late answer to an acquisition
+// is released from its own goroutine); each ends within the node timeout,
+// or the client's read timeout for a node that does not answer, since
+// go-redis ignores context deadlines on reads unless its
+// ContextTimeoutEnabled option is set. Calls started after Close are not
+// waited for. Close is idempotent.
 func (l *Locker) Close() {
 	l.closeOnce.Do(func() {
 		l.renewMu.Lock()
@@ -94,6 +101,9 @@ func (l *Locker) Close() {
 			l.hub.close()
 		}
 		l.renewers.Wait()
+		if l.red != nil {
+			l.red.close() // after the renewals, whose extensions it waits for too
+		}
 	})
 }
 

@@ -62,6 +62,30 @@ type redlock struct {
 	nodes   []redlockNode
 	quorum  int
 	timeout time.Duration
+
+	mu     sync.Mutex // orders calls.Add against close
+	closed bool
+	calls  sync.WaitGroup // fanOut's goroutines, until close
+}
+
+// track counts n calls about to start, so that close waits for them; it
+// reports false (nothing counted) once close has begun.
+func (r *redlock) track(n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.calls.Add(n)
+	return true
+}
+
+// close waits for every call to a node that started before it.
+func (r *redlock) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.calls.Wait()
 }
 
 type redlockNode struct {
@@ -265,9 +289,13 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 		pending = len(idx)
 		all     = make(chan struct{})
 	)
+	tracked := r.track(len(idx))
 	for _, i := range idx {
 		out[i].err = errNodeTimeout
 		go func() {
+			if tracked {
+				defer r.calls.Done()
+			}
 			nctx, cancel := context.WithTimeout(ctx, r.timeout)
 			v, err := call(nctx, r.nodes[i])
 			cancel()
