@@ -146,14 +146,16 @@ func benchHandoff(b *testing.B, polling bool) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// holdFor holds for d as exactly as the machine allows: a 1ms sleep alone
-// runs about 0.2ms long on a loaded 2-core machine, which would be counted
-// against the lock. It sleeps until 0.4ms before the end, then yields.
+// holdFor holds for d as exactly as the machine allows. A sleep cannot:
+// on this VM any sleep under 1ms lasts about 1.09ms (the timer's
+// resolution), and a 1ms one about 1.1-1.3ms, which would be counted
+// against the lock. So it sleeps only for what exceeds 1.5ms and
+// yields for the rest, as a holder doing 1ms of work would.
 func holdFor(d time.Duration) {
-	const spin = 400 * time.Microsecond
+	const floor = 1500 * time.Microsecond
 	end := time.Now().Add(d)
-	if d > spin {
-		time.Sleep(d - spin)
+	if d > floor {
+		time.Sleep(d - floor)
 	}
 	for time.Now().Before(end) {
 		runtime.Gosched()

@@ -33,23 +33,26 @@ type Handoff struct {
 	Errors    int           // acquisitions that failed for a reason other than the end of the run
 }
 
-// HoldFor holds for d as exactly as the machine allows: a sleep alone
-// overshoots by a scheduler tick's worth (about 0.2 ms of a 1 ms hold on a
-// loaded 2-core machine), which would make every contender look slower
-// than its lock. It sleeps until holdSpin before the end, then yields until
-// the end; one holder at a time does so, since only one holds the lock.
+// HoldFor holds for d as exactly as the machine allows. A sleep cannot:
+// on a 2-core VM any sleep under 1ms can last about 1.09ms (the timer's
+// resolution there), and a 1ms one 1.1-1.3ms, which every contender would
+// pay and the capacity target would count against the lock. So it sleeps
+// only for what exceeds holdSleepFloor and yields for the rest, as a
+// holder doing 1ms of work would; one holder at a time does so, since
+// only one holds the lock.
 func HoldFor(d time.Duration) {
 	end := time.Now().Add(d)
-	if d > holdSpin {
-		time.Sleep(d - holdSpin)
+	if d > holdSleepFloor {
+		time.Sleep(d - holdSleepFloor)
 	}
 	for time.Now().Before(end) {
 		runtime.Gosched()
 	}
 }
 
-// holdSpin is how much of a hold HoldFor spends yielding rather than asleep.
-const holdSpin = 400 * time.Microsecond
+// holdSleepFloor is the part of a hold HoldFor spends yielding rather than
+// asleep.
+const holdSleepFloor = 1500 * time.Microsecond
 
 // Capacity is 1/(Hold + RTT): grants per second of a lock whose hand-off
 // costs exactly one round trip.
