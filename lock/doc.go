@@ -54,7 +54,10 @@
 // grant that reached it as it gave up, which goes to the next waiter.
 //
 // A Locker's waiters share one subscription connection (on a
-// *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). If
+// *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). A
+// resource's channel stays subscribed for two seconds after its last waiter
+// in the Locker left, so that the Locker's next Acquire of it queues with
+// its first try rather than subscribing again. If
 // the subscription fails, waiters retry on a timed backoff, never sleeping
 // past the current lease, until it is back; a queued waiter's retry finds a
 // grant whose message it missed. [WithWait] makes Acquire poll instead;

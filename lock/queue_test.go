@@ -491,3 +491,53 @@ func TestQueueRefreshKeepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A resource's channel stays subscribed for a while after its last waiter
+// in the Locker left: the Locker's next Acquire of it queues with its first
+// try, with no subscribe and no second try. Then the channel is dropped.
+func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
+	ctx := context.Background()
+	const resource = "linger"
+	var hook testenv.Commands
+	wc := testenv.Redis(t)
+	wc.AddHook(&hook)
+	prefix := testenv.Prefix(t)
+	wl, err := lock.New(wc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	hc := testenv.Redis(t)
+	hl, err := lock.New(hc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hl.Close)
+	channel := wl.ReleaseChannel(resource)
+
+	for round := range 2 {
+		holder := mustAcquire(t, hl, resource, 30*time.Second)
+		hook.Take()
+		got := make(chan acquired, 1)
+		startWaiter(ctx, wl, "w", resource, 30*time.Second, got)
+		waitQueued(t, hc, hl, resource, 1)
+		sent := hook.Take()
+		if round == 1 {
+			// The channel lingered from round 0: one try, which queued.
+			if len(sent) != 1 || sent[0] != "evalsha" {
+				t.Fatalf("the second Acquire sent %v before it was queued; want one evalsha", sent)
+			}
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := receive(t, got, 5*time.Second)
+		if err := a.lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitSubscribed(t, hc, channel, 1) // still subscribed after its waiter left
+	}
+	start := time.Now()
+	waitSubscribers(t, hc, channel, func(n int64) bool { return n == 0 })
+	t.Logf("unsubscribed %v after the last waiter left", time.Since(start))
+}

@@ -24,7 +24,9 @@ import (
 // waiter of the Locker to try. A Locker's waiters share one subscription
 // connection (one per hash slot on a cluster, where sharded pub/sub is
 // used; one per resource on a Ring). A channel is subscribed when its first
-// waiter arrives and unsubscribed when its last one leaves.
+// waiter arrives and unsubscribed topicLinger after its last one leaves, so
+// that a later Acquire of the resource in this process is covered (and
+// queues) from its first try.
 //
 // A waiter counts as registered only once the server has confirmed the
 // subscription; only a try made after that is covered by the wake-up or
@@ -54,6 +56,13 @@ const (
 	// the lock, which then stays taken until its lease runs out.
 	queueRefresh = time.Second
 	queueLife    = 3 * queueRefresh
+	// topicLinger is how long a channel stays subscribed after its last
+	// waiter here left, so that the next Acquire of the resource in this
+	// process is covered from its first try (which then queues) instead of
+	// paying a subscribe and a second try. At most maxLingering channels
+	// per connection linger; past that a channel is dropped at once.
+	topicLinger  = 2 * time.Second
+	maxLingering = 1024
 )
 
 // queueLifeArg is queueLife as a script argument, converted once.
@@ -125,6 +134,8 @@ type subConn struct {
 	quit      chan struct{} // closed to stop both goroutines
 	retired   bool
 	idleSince time.Time
+	lingering int       // topics without waiters, kept subscribed for topicLinger
+	swept     time.Time // when lingering topics were last looked at
 }
 
 // psGen is one PubSub; it is replaced, never reused, after a failure.
@@ -147,6 +158,7 @@ type topic struct {
 	lost    chan struct{} // closed when a confirmed subscription is lost
 	isReady bool
 	waiters []*waiter
+	idle    time.Time // when its last waiter left, while it lingers; zero otherwise
 }
 
 type waiter struct {
@@ -261,6 +273,10 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 		c.pending[channel]++
 		c.enqueue(subOp{gen: c.gen, sub: true, channel: channel})
 	}
+	if !t.idle.IsZero() {
+		t.idle = time.Time{}
+		c.lingering--
+	}
 	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
@@ -298,14 +314,46 @@ func (h *hub) leave(w *waiter, acquired bool) {
 		return
 	}
 	c := t.c
-	if c.topics[t.channel] == t {
-		delete(c.topics, t.channel)
-		if !c.retired {
-			c.unsubs[t.channel]++
-			c.enqueue(subOp{gen: c.gen, channel: t.channel})
-		}
-		if len(c.topics) == 0 {
-			c.idleSince = time.Now()
+	if c.topics[t.channel] != t {
+		return
+	}
+	if c.retired || c.lingering >= maxLingering {
+		c.drop(t)
+		return
+	}
+	t.idle = time.Now()
+	c.lingering++
+}
+
+// drop unsubscribes t, which has no waiter; the caller holds h.mu.
+func (c *subConn) drop(t *topic) {
+	delete(c.topics, t.channel)
+	if !t.idle.IsZero() {
+		t.idle = time.Time{}
+		c.lingering--
+	}
+	if !c.retired {
+		c.unsubs[t.channel]++
+		c.enqueue(subOp{gen: c.gen, channel: t.channel})
+	}
+	if len(c.topics) == 0 {
+		c.idleSince = time.Now()
+	}
+}
+
+// sweep drops the topics that have lingered for topicLinger, at most once
+// per healthEvery.
+func (c *subConn) sweep() {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	now := time.Now()
+	if c.lingering == 0 || now.Sub(c.swept) < healthEvery {
+		return
+	}
+	c.swept = now
+	for _, t := range c.topics {
+		if !t.idle.IsZero() && now.Sub(t.idle) >= topicLinger {
+			c.drop(t)
 		}
 	}
 }
@@ -428,6 +476,7 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 			return true
 		default:
 		}
+		c.sweep()
 		switch {
 		case err == nil:
 			pinged, *failures = false, 0
@@ -544,6 +593,12 @@ func (c *subConn) reset(failures int) bool {
 	if c.retired {
 		c.h.mu.Unlock()
 		return false
+	}
+	for ch, t := range c.topics {
+		if !t.idle.IsZero() { // lingering: not worth subscribing again
+			delete(c.topics, ch)
+			c.lingering--
+		}
 	}
 	if len(c.topics) == 0 {
 		g := c.retire()
