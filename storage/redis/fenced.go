@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fence"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Get is a fenced read: it admits f by the fence rule (f's token above the
@@ -146,9 +147,15 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	if data == nil {
 		data = []byte{}
 	}
-	cmd := fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
-		op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder,
-		data, millis(cfg.ttl), exp, millis(s.retention), wid, millis(s.retryWindow))
+	var cmd *goredis.Cmd
+	if op == "get" {
+		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
+			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention))
+	} else {
+		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
+			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention),
+			exp, data, millis(cfg.ttl), wid, millis(s.retryWindow))
+	}
 	r, err := decode(ctx, op, key, cmd)
 	if err != nil {
 		return r, err

@@ -6,12 +6,14 @@
 -- ARGV[2]  fence resource
 -- ARGV[3]  fence token (decimal, no leading zeros)
 -- ARGV[4]  fence holder
--- ARGV[5]  value bytes (set only)
--- ARGV[6]  value lifetime in milliseconds, 0 for none (set only)
--- ARGV[7]  expected version, "" for no version check
--- ARGV[8]  retention in milliseconds of a key holding no live value, 0 to keep it forever
--- ARGV[9]  write id, unique to the call ("set" and "del"); "" for "get"
+-- ARGV[5]  retention in milliseconds of a key holding no live value, 0 to keep it forever
+-- ARGV[6]  expected version, "" for no version check
+-- ARGV[7]  value bytes (set only)
+-- ARGV[8]  value lifetime in milliseconds, 0 for none (set only)
+-- ARGV[9]  write id, unique to the call ("set" and "del")
 -- ARGV[10] retry window in milliseconds: how long write records are kept
+-- A "get" passes ARGV[1] to ARGV[5] only: the fewer arguments, the cheaper
+-- the call.
 --
 -- A write whose id is recorded is a retry of a run that already happened: it
 -- gets that run's reply, before any check. Otherwise every check comes before
@@ -24,7 +26,7 @@
 
 local key = KEYS[1]
 local op, res, tok, hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local retention, wid = tonumber(ARGV[8]), ARGV[9]
+local retention, wid = tonumber(ARGV[5]), ARGV[9] or ''
 
 local s, refusal = read_value(key, wid)
 if not s then
@@ -56,7 +58,7 @@ if s.tok then
     return {'STALE', s.res or res, s.tok, s.hold or ''}
   end
 end
-if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= s.ver then
+if ARGV[6] and ARGV[6] ~= '' and tonumber(ARGV[6]) ~= s.ver then
   return {'CONFLICT', s.ver}
 end
 
@@ -64,7 +66,7 @@ end
 local window = tonumber(ARGV[10])
 
 if op == 'set' then
-  return write_value(key, s, ARGV[5], tonumber(ARGV[6]), retention, {'tok', tok, 'hold', hold, 'res', res}, wid, window)
+  return write_value(key, s, ARGV[7], tonumber(ARGV[8]), retention, {'tok', tok, 'hold', hold, 'res', res}, wid, window)
 end
 
 if op == 'del' and s.live then

@@ -36,7 +36,13 @@ end
 -- and the reply for a key this store cannot use (left as it is). The server
 -- clock is read only when something needs it (see clock).
 local function read_value(key, wid)
-  local h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'qh', 'qt', 'qa', 'w:' .. wid)
+  local h
+  if wid == '' then
+    -- A read: the write records' fields are not needed.
+    h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp')
+  else
+    h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'qh', 'qt', 'qa', 'w:' .. wid)
+  end
   local kind = 'hash'
   if h.err then
     kind = redis.call('TYPE', key)['ok']
