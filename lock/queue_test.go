@@ -39,6 +39,28 @@ func waitQueued(t *testing.T, c redis.UniversalClient, l *lock.Locker, resource 
 	t.Fatalf("%s: not %d waiters queued within 10s", queue, n)
 }
 
+// waiterAndHolder returns two Lockers on the same keys, each with a client
+// of its own, as two processes would have: the waiter's, whose client
+// records what it sends in hook, and the holder's, with its client hc.
+func waiterAndHolder(t *testing.T) (hook *testenv.Commands, wl *lock.Locker, hc *redis.Client, hl *lock.Locker) {
+	t.Helper()
+	hook = new(testenv.Commands)
+	wc := testenv.Redis(t)
+	wc.AddHook(hook)
+	prefix := testenv.Prefix(t)
+	wl, err := lock.New(wc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	hc = testenv.Redis(t)
+	if hl, err = lock.New(hc, lock.WithPrefix(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hl.Close)
+	return hook, wl, hc, hl
+}
+
 type acquired struct {
 	name  string
 	lease *lock.Lease
@@ -122,21 +144,7 @@ func TestQueueGrantsInArrivalOrder(t *testing.T) {
 func TestHandOverCostsTheWaiterNoCommand(t *testing.T) {
 	ctx := context.Background()
 	const resource = "handover"
-	var hook testenv.Commands
-	wc := testenv.Redis(t)
-	wc.AddHook(&hook)
-	prefix := testenv.Prefix(t)
-	wl, err := lock.New(wc, lock.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wl.Close)
-	hc := testenv.Redis(t)
-	hl, err := lock.New(hc, lock.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hl.Close)
+	hook, wl, hc, hl := waiterAndHolder(t)
 
 	holder := mustAcquire(t, hl, resource, 30*time.Second)
 	got := make(chan acquired, 1)
@@ -498,21 +506,7 @@ func TestQueueRefreshKeepsPlace(t *testing.T) {
 func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
 	ctx := context.Background()
 	const resource = "linger"
-	var hook testenv.Commands
-	wc := testenv.Redis(t)
-	wc.AddHook(&hook)
-	prefix := testenv.Prefix(t)
-	wl, err := lock.New(wc, lock.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wl.Close)
-	hc := testenv.Redis(t)
-	hl, err := lock.New(hc, lock.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hl.Close)
+	hook, wl, hc, hl := waiterAndHolder(t)
 	channel := wl.ReleaseChannel(resource)
 
 	for round := range 2 {
