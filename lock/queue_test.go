@@ -535,3 +535,75 @@ func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
 	waitSubscribers(t, hc, channel, func(n int64) bool { return n == 0 })
 	t.Logf("unsubscribed %v after the last waiter left", time.Since(start))
 }
+
+// Client retries of a run that already happened (go-redis retries after a
+// lost reply): a queued try run twice queues its waiter once, and a release
+// that handed the lock over, run twice, hands it over once and leaves the
+// new holder's lock alone.
+func TestQueueSurvivesClientRetries(t *testing.T) {
+	ctx := context.Background()
+	const resource = "replayed"
+	var wreplay, hreplay testenv.Replay
+	_, wl, hc, hl := waiterAndHolder(t)
+	hc.AddHook(&hreplay)
+	queue, _ := queueKeys(hl, resource)
+	wc := testenv.Redis(t)
+	wc.AddHook(&wreplay)
+	rl, err := lock.New(wc, lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+
+	// A first round for each waiter Locker leaves its channel subscribed,
+	// so that its next Acquire's first command is a try that queues.
+	got := make(chan acquired, 2)
+	for _, l := range []*lock.Locker{wl, rl} {
+		holder := mustAcquire(t, hl, resource, 30*time.Second)
+		startWaiter(ctx, l, "warm", resource, 30*time.Second, got)
+		waitQueued(t, hc, hl, resource, 1)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := receive(t, got, 5*time.Second).lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	startWaiter(ctx, wl, "first", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	wreplay.Arm(0) // the second waiter's queueing try runs twice
+	startWaiter(ctx, rl, "second", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 2)
+	time.Sleep(20 * time.Millisecond)
+	if n, _ := hc.ZCard(ctx, queue).Result(); n != 2 {
+		t.Fatalf("%d queued after a replayed queueing try, want 2", n)
+	}
+
+	hreplay.Arm(0)
+	if err := holder.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		// The replay's own reply: the first run freed the lock already.
+		t.Fatalf("replayed release: %v, want ErrNotHeld", err)
+	}
+	first := receive(t, got, 5*time.Second)
+	if first.name != "first" {
+		t.Fatalf("granted to %s, want first", first.name)
+	}
+	if v, _ := hc.Get(ctx, hl.LockKey(resource)).Result(); v != first.lease.Holder() {
+		t.Fatalf("lock key holds %q after the replayed release, want the first waiter's %q", v, first.lease.Holder())
+	}
+	if n, _ := hc.ZCard(ctx, queue).Result(); n != 1 {
+		t.Fatalf("%d queued after one hand-over, want the second waiter only", n)
+	}
+	if err := first.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := receive(t, got, 5*time.Second)
+	if second.name != "second" || second.lease.Token() <= first.lease.Token() {
+		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Token(), first.lease.Token())
+	}
+	if err := second.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
