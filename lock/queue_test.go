@@ -61,6 +61,14 @@ func waiterAndHolder(t *testing.T) (hook *testenv.Commands, wl *lock.Locker, hc 
 	return hook, wl, hc, hl
 }
 
+// wantHolder fails t unless resource's lock key holds holder.
+func wantHolder(t *testing.T, c redis.UniversalClient, l *lock.Locker, resource, holder string) {
+	t.Helper()
+	if v, err := c.Get(context.Background(), l.LockKey(resource)).Result(); err != nil || v != holder {
+		t.Fatalf("lock key holds %q (%v), want holder %q", v, err, holder)
+	}
+}
+
 type acquired struct {
 	name  string
 	lease *lock.Lease
@@ -159,9 +167,7 @@ func TestHandOverCostsTheWaiterNoCommand(t *testing.T) {
 		t.Fatalf("the waiter sent %v after it was queued; want nothing", after)
 	}
 	t.Logf("the waiter sent %v to queue", before)
-	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || v != a.lease.Holder() {
-		t.Fatalf("lock key holds %q (%v), want the waiter's holder %q", v, err, a.lease.Holder())
-	}
+	wantHolder(t, hc, hl, resource, a.lease.Holder())
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -240,9 +246,7 @@ func TestQueuePassesOverVanishedWaiters(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := c.Get(ctx, l.LockKey(resource)).Result(); err != nil || v != live {
-		t.Fatalf("lock key holds %q (%v) after the release, want the live entry's holder", v, err)
-	}
+	wantHolder(t, c, l, resource, live)
 	a := receive(t, got, 5*time.Second)
 	waited := time.Since(released)
 	t.Logf("the real waiter got the lock %v after the release", waited)
@@ -435,16 +439,13 @@ func TestHandOverSurvivesALostMessage(t *testing.T) {
 	}
 	a := receive(t, got, 5*time.Second)
 	t.Logf("the waiter had its grant %v after the release", time.Since(released))
-	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || v != a.lease.Holder() {
-		t.Fatalf("lock key holds %q (%v), want %q", v, err, a.lease.Holder())
-	}
+	wantHolder(t, hc, hl, resource, a.lease.Holder())
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// The entry a waiter refreshes keeps its place, and an acquisition that is
-// retried by the client after a lost reply is queued once.
+// The entry a waiter refreshes keeps its place in the queue.
 func TestQueueRefreshKeepsPlace(t *testing.T) {
 	ctx := context.Background()
 	const resource = "refresh"
