@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -606,5 +608,77 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 	}
 	if err := second.lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Waiters over four Lockers that often give up while queued, some of them
+// just as a release hands them the lock: leases never overlap, tokens keep
+// increasing, no grant is stranded with a waiter that left (the lock would
+// then sit idle for a whole 30s lease and the run would stall), and once
+// everyone is done the lock is free and the queue is gone.
+func TestQueueWithWaitersGivingUp(t *testing.T) {
+	ctx := context.Background()
+	const resource = "giveups"
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	var lockers []*lock.Locker
+	for range 4 {
+		l, err := lock.New(testenv.Redis(t), lock.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		lockers = append(lockers, l)
+	}
+	const lease = 30 * time.Second
+	var (
+		inside          atomic.Int32
+		lastToken       atomic.Int64
+		granted, gaveUp atomic.Int64
+		wg              sync.WaitGroup
+		deadline        = time.Now().Add(2 * time.Second)
+	)
+	for w := range 16 {
+		l := lockers[w%4]
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				// Every third try gives up after a short, varying wait.
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if (w+i)%3 == 0 {
+					actx, cancel = context.WithTimeout(ctx, time.Duration(200+(w*37+i*91)%1800)*time.Microsecond)
+				}
+				l, err := l.Acquire(actx, resource, lease)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					gaveUp.Add(1)
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				granted.Add(1)
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				if prev := lastToken.Swap(int64(l.Token())); prev >= int64(l.Token()) {
+					t.Errorf("token %d after %d", l.Token(), prev)
+				}
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d grants, %d waits given up", granted.Load(), gaveUp.Load())
+	if granted.Load() < 100 || gaveUp.Load() < 10 {
+		t.Fatalf("%d grants and %d give-ups: the run did not exercise the queue", granted.Load(), gaveUp.Load())
+	}
+	queue, waiting := queueKeys(lockers[0], resource)
+	if n, err := c.Exists(ctx, lockers[0].LockKey(resource), queue, waiting).Result(); err != nil || n != 0 {
+		t.Fatalf("%d of lock, queue and entries left after everyone left (%v)", n, err)
 	}
 }
