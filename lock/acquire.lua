@@ -36,6 +36,16 @@
 -- Every check comes before the first write: a refused call changes nothing.
 -- A refused call reads neither the token state nor the clock's token, so a
 -- wrong-typed token state is reported by the call that would grant.
+-- queue_error is the reply for a queue write that failed with err: a
+-- wrong-typed key, named by what, or whatever else the server said (an ACL
+-- that refuses the command, say), with the key it was writing.
+local function queue_error(err, what, key)
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('WRONGTYPE ' .. what .. ': ' .. err)
+  end
+  return redis.error_reply(err .. ' (joining the wait queue: writing ' .. key .. ')')
+end
+
 local owner = ARGV[4]
 local life = ARGV[5] and ARGV[5] ~= '' and tonumber(ARGV[5])
 if owner ~= '' then
@@ -92,12 +102,12 @@ if cur then
     local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
     local r = redis.pcall('HSET', KEYS[5], ARGV[1], now .. ' ' .. ARGV[5] .. ' ' .. ARGV[2] .. ' ' .. owner)
     if type(r) == 'table' and r.err then
-      return redis.error_reply('WRONGTYPE waiter entries ' .. KEYS[5] .. ' are not a hash: ' .. r.err)
+      return queue_error(r.err, 'waiter entries ' .. KEYS[5] .. ' are not a hash', KEYS[5])
     end
     r = redis.pcall('ZADD', KEYS[4], 'NX', now, ARGV[1])
     if type(r) == 'table' and r.err then
-      redis.call('HDEL', KEYS[5], ARGV[1])
-      return redis.error_reply('WRONGTYPE wait queue ' .. KEYS[4] .. ' is not a sorted set: ' .. r.err)
+      redis.pcall('HDEL', KEYS[5], ARGV[1])
+      return queue_error(r.err, 'wait queue ' .. KEYS[4] .. ' is not a sorted set', KEYS[4])
     end
     if redis.call('PTTL', KEYS[5]) < life then
       -- Twice the life, so that only one refresh in many pays for this.

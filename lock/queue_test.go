@@ -682,3 +682,37 @@ func TestQueueWithWaitersGivingUp(t *testing.T) {
 		t.Fatalf("%d of lock, queue and entries left after everyone left (%v)", n, err)
 	}
 }
+
+// A server that refuses the queue's commands (an ACL without ZADD) makes a
+// waiting Acquire fail with the server's own refusal and what it was doing,
+// leaving nothing behind, instead of a misleading type error or a silent
+// wait.
+func TestQueueRefusedByACL(t *testing.T) {
+	ctx := context.Background()
+	const resource = "acl"
+	srv := testenv.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "fk", "on", ">pw", "~*", "&*", "+@all", "-zadd").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "fk", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := l.Acquire(actx, resource, time.Second)
+	if err == nil || errors.Is(err, lock.ErrWrongType) || !strings.Contains(err.Error(), "wait queue") {
+		t.Fatalf("Acquire under an ACL without ZADD: %v, want the server's refusal, saying it was joining the wait queue", err)
+	}
+	t.Logf("Acquire: %v", err)
+	queue, waiting := queueKeys(l, resource)
+	if n, _ := admin.Exists(ctx, queue, waiting).Result(); n != 0 {
+		t.Fatalf("%d queue keys written by a refused try", n)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("release under the ACL: %v", err)
+	}
+}
