@@ -89,8 +89,10 @@ local function hand_over()
         redis.call('HSET', KEYS[3], 'o', owner, 'h', w, 't', ts, 'n', 1, 'a:' .. w, '1')
         redis.call('PEXPIRE', KEYS[3], lease)
       end
-      -- age is far below 2^47 ms, so tostring writes it exactly.
-      publish(w .. ' ' .. ts .. ' ' .. ref .. ' ' .. tostring(math.floor((now - tonumber(ref)) / 1000)))
+      -- age is below the entry's life, so tostring writes it exactly; it is
+      -- 0 when this server's clock is behind the one that wrote the entry
+      -- (a failover), which still dates the lease no later than the grant.
+      publish(w .. ' ' .. ts .. ' ' .. ref .. ' ' .. tostring(math.max(0, math.floor((now - tonumber(ref)) / 1000))))
       return true
     end
     top = redis.call('ZPOPMIN', KEYS[4])
