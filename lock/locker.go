@@ -142,19 +142,6 @@ func (l *Locker) ReleaseChannel(resource string) string {
 
 func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resource) }
 
-// holdKey is the hold record of a lock taken with an owner (see
-// acquire.lua); it expires with the lock.
-func (l *Locker) holdKey(resource string) string { return l.prefix + "{" + resource + "}:holds" }
-
-// queueKey and waitingKey hold resource's wait queue: the holder ids of
-// the waiters in Acquire, first come first served, and each one's entry
-// (see acquire.lua). Both expire once no waiter refreshes them.
-func (l *Locker) queueKey(resource string) string { return l.prefix + "{" + resource + "}:queue" }
-
-func (l *Locker) waitingKey(resource string) string {
-	return l.prefix + "{" + resource + "}:waiting"
-}
-
 // Positions in the key slice of a resource (see resourceKeys).
 const (
 	keyLock = iota
@@ -166,8 +153,12 @@ const (
 )
 
 // resourceKeys writes resource's keys to buf, in the order the scripts
-// take them (lock, token state, hold record, wait queue, waiter entries),
-// and returns them as a slice of buf, with the release channel. All are
+// take them, and returns them as a slice of buf, with the release channel:
+// the lock, the token state, the hold record of a lock taken with an owner
+// (":holds", see acquire.lua; it expires with the lock), and the wait
+// queue: the holder ids of the waiters in Acquire, first come first served
+// (":queue"), and each one's entry (":waiting"); both expire once no
+// waiter refreshes them. All are
 // cut from one string, so a grant pays one allocation for them instead of
 // one each, and none for the slice.
 func (l *Locker) resourceKeys(buf *[numKeys]string, resource string) (keys []string, channel string) {
