@@ -7,7 +7,8 @@
 -- ARGV[4] owner id ('' for none), ARGV[5] (optional) how long in ms a queue
 -- entry lives without being refreshed: a caller that will wait gives it,
 -- and a refused call then queues (or refreshes) this holder for a grant by
--- the release (see release.lua).
+-- the release (see release.lua); ARGV[6] and ARGV[7], with ARGV[5], the
+-- release channel and '1' to publish on it sharded.
 -- Returns {1, token} when granted ({1, token, 1} when no token state was
 -- found, so the token came from the clock), {0, remaining ms of the current holder}
 -- when not (-1: the current holder set no expiry; a queued caller gets
@@ -21,7 +22,11 @@
 -- of their first entry, so it is first come, first served; each holder's
 -- entry "<refreshed µs> <life ms> <lease ms> <owner>" is in the waiter
 -- entries hash. A refresh keeps the holder's place. Both keys outlive
--- their longest-lived entry, by at most one more life.
+-- their longest-lived entry, by at most one more life. A queued caller
+-- that finds the lock free (its holder vanished) with live waiters queued
+-- ahead of it does not take it: the lock goes to the first of them, as a
+-- release would hand it over, and the caller stays queued, so the order
+-- holds after a lost lease too.
 --
 -- With an owner, the hold record (a hash) names the owner (o), the grant's
 -- holder (h) and token (t), the number of holds (n), and each acquisition
@@ -36,6 +41,7 @@
 -- Every check comes before the first write: a refused call changes nothing.
 -- A refused call reads neither the token state nor the clock's token, so a
 -- wrong-typed token state is reported by the call that would grant.
+
 -- queue_error is the reply for a queue write that failed with err: a
 -- wrong-typed key, named by what, or whatever else the server said (an ACL
 -- that refuses the command, say), with the key it was writing.
@@ -55,6 +61,31 @@ if owner ~= '' then
   end
 end
 local lease = tonumber(ARGV[2])
+
+-- enqueue queues this holder, or refreshes its entry and keeps its place,
+-- and returns the refusal a queued caller gets. The entry is written first
+-- and undone if the queue cannot take it, so a wrong-typed key changes
+-- nothing.
+local function enqueue()
+  local t = redis.call('TIME')
+  local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  local r = redis.pcall('HSET', KEYS[5], ARGV[1], now .. ' ' .. ARGV[5] .. ' ' .. ARGV[2] .. ' ' .. owner)
+  if type(r) == 'table' and r.err then
+    return queue_error(r.err, 'waiter entries ' .. KEYS[5] .. ' are not a hash', KEYS[5])
+  end
+  r = redis.pcall('ZADD', KEYS[4], 'NX', now, ARGV[1])
+  if type(r) == 'table' and r.err then
+    redis.pcall('HDEL', KEYS[5], ARGV[1])
+    return queue_error(r.err, 'wait queue ' .. KEYS[4] .. ' is not a sorted set', KEYS[4])
+  end
+  if redis.call('PTTL', KEYS[5]) < life then
+    -- Twice the life, so that only one refresh in many pays for this.
+    redis.call('PEXPIRE', KEYS[5], 2 * life)
+    redis.call('PEXPIRE', KEYS[4], 2 * life)
+  end
+  return {0, redis.call('PTTL', KEYS[1]), tonumber(now)}
+end
+
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' and cur.err then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' is not a string: ' .. cur.err)
@@ -95,28 +126,23 @@ if cur then
     end
   end
   if life then
-    -- Queue this holder, or refresh its entry and keep its place. The
-    -- writes are the call's first: the entry is written first and undone
-    -- if the queue cannot take it, so a wrong-typed key changes nothing.
-    local t = redis.call('TIME')
-    local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-    local r = redis.pcall('HSET', KEYS[5], ARGV[1], now .. ' ' .. ARGV[5] .. ' ' .. ARGV[2] .. ' ' .. owner)
-    if type(r) == 'table' and r.err then
-      return queue_error(r.err, 'waiter entries ' .. KEYS[5] .. ' are not a hash', KEYS[5])
-    end
-    r = redis.pcall('ZADD', KEYS[4], 'NX', now, ARGV[1])
-    if type(r) == 'table' and r.err then
-      redis.pcall('HDEL', KEYS[5], ARGV[1])
-      return queue_error(r.err, 'wait queue ' .. KEYS[4] .. ' is not a sorted set', KEYS[4])
-    end
-    if redis.call('PTTL', KEYS[5]) < life then
-      -- Twice the life, so that only one refresh in many pays for this.
-      redis.call('PEXPIRE', KEYS[5], 2 * life)
-      redis.call('PEXPIRE', KEYS[4], 2 * life)
-    end
-    return {0, redis.call('PTTL', KEYS[1]), tonumber(now)}
+    return enqueue()
   end
   return {0, redis.call('PTTL', KEYS[1])}
+end
+if life then
+  -- Free, and this caller waits in the queue: if others are queued ahead of
+  -- it, the first live one gets the lock and this caller stays queued.
+  local head = redis.pcall('ZRANGE', KEYS[4], 0, 0)
+  if type(head) == 'table' and not head.err and head[1] and head[1] ~= ARGV[1]
+      and hand_over(ARGV[6], ARGV[7], tonumber(ARGV[3])) then
+    if redis.call('GET', KEYS[1]) == ARGV[1] then
+      -- Every entry ahead had lapsed: the grant went to this caller.
+      local _, g = read_state(KEYS[2], 'token state')
+      return {3, g, redis.call('PTTL', KEYS[1])}
+    end
+    return enqueue()
+  end
 end
 local n, bad = read_state(KEYS[2], 'token state')
 if not n then

@@ -44,7 +44,9 @@
 // its lease without a round trip of its own. So a contended grant costs two
 // commands (the try that queued, the release) and a hand-off costs the
 // release's way to Redis and the message's way back. Waiters are served in
-// arrival order, across processes. A release with no live waiter queued
+// arrival order, across processes, also after a lease ran out: a queued
+// waiter that finds the lock free with others queued ahead of it hands it
+// to the first of them and stays queued. A release with no live waiter queued
 // announces that the lock is free, which wakes one waiter of each Locker to
 // try. A queued waiter refreshes its entry every second (by trying again),
 // and also tries when the current lease runs out (a holder that vanished);

@@ -318,7 +318,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		var raw []any
 		if a.queue {
 			raw, err = acquireScript.Run(ctx, l.client, keys,
-				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg).Slice()
+				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
 		} else {
 			raw, err = acquireScript.Run(ctx, l.client, keys[:keyQueue],
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()

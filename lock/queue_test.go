@@ -716,3 +716,47 @@ func TestQueueRefusedByACL(t *testing.T) {
 		t.Fatalf("release under the ACL: %v", err)
 	}
 }
+
+// A holder that vanishes without releasing: when its lease runs out, the
+// lock still goes to the queued waiters in arrival order. Whichever waiter
+// tries first hands the lock to the head of the queue and stays queued.
+func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
+	ctx := context.Background()
+	const resource = "lostlease"
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	var lockers []*lock.Locker
+	for range 3 {
+		l, err := lock.New(testenv.Redis(t), lock.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		lockers = append(lockers, l)
+	}
+	for round := range 3 {
+		gone := mustAcquire(t, lockers[0], resource, 300*time.Millisecond) // never released
+		got := make(chan acquired, 3)
+		// Queued in the order c, b, a, each in its own Locker; the last to
+		// queue has the shortest wait for the lease's end.
+		names := []string{"c", "b", "a"}
+		for i, name := range names {
+			startWaiter(ctx, lockers[(i+round)%3], name, resource, 30*time.Second, got)
+			waitQueued(t, c, lockers[0], resource, int64(i+1))
+		}
+		prev := gone
+		for _, want := range names {
+			a := receive(t, got, 5*time.Second)
+			if a.name != want {
+				t.Fatalf("round %d: granted to %s, want %s (arrival order)", round, a.name, want)
+			}
+			if a.lease.Token() <= prev.Token() {
+				t.Fatalf("token %d after %d", a.lease.Token(), prev.Token())
+			}
+			if err := a.lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			prev = a.lease
+		}
+	}
+}

@@ -8,19 +8,22 @@ import (
 
 // Each script is loaded once per process and run by EVALSHA, falling back to
 // EVAL the first time a server has not seen it. The scripts that issue or
-// raise tokens (release does, when it hands the lock to a waiter) start with
-// the shared token-state helpers.
+// raise tokens start with the shared token-state helpers; those that may hand
+// the lock to a queued waiter (acquire, release) also with handover.lua.
 var (
 	//go:embed tokenstate.lua
 	tokenStateLua string
 
+	//go:embed handover.lua
+	handOverLua string
+
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(tokenStateLua + acquireLua)
+	acquireScript = redis.NewScript(tokenStateLua + handOverLua + acquireLua)
 
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(tokenStateLua + releaseLua)
+	releaseScript = redis.NewScript(tokenStateLua + handOverLua + releaseLua)
 
 	//go:embed extend.lua
 	extendLua    string
