@@ -1,5 +1,5 @@
 -- Grant the lock and issue its fencing token in one step. Runs after
--- tokenstate.lua.
+-- tokenstate.lua and handover.lua.
 -- KEYS[1] lock key, KEYS[2] token state, KEYS[3] hold record (with an
 -- owner or a queue), KEYS[4] wait queue and KEYS[5] waiter entries (only
 -- with a queue); all with the same hash tag, so in the same slot.
@@ -15,8 +15,8 @@
 -- {0, remaining ms, refreshed µs}, naming its entry), {1, 0} for a grant of
 -- this holder whose token state was lost (the caller releases it),
 -- {2, token, holder} when the owner re-enters the lock it holds, and, for
--- a queued caller, {3, token, remaining ms} when a release already granted
--- it the lock.
+-- a queued caller, {3, token, remaining ms} when the lock was already
+-- handed to it from the queue.
 --
 -- The queue is a sorted set of holder ids, scored by the server clock (µs)
 -- of their first entry, so it is first come, first served; each holder's
@@ -38,7 +38,9 @@
 -- or was lost, as long as the clock has not gone back past them.
 -- A second run for the same holder id (a client retrying after a lost reply)
 -- finds its own grant and returns it again instead of a refusal.
--- Every check comes before the first write: a refused call changes nothing.
+-- Every check comes before the first write: a refused call changes nothing
+-- but its own queue entry (and, when it found the lock free, the hand-over
+-- to the waiter queued ahead of it).
 -- A refused call reads neither the token state nor the clock's token, so a
 -- wrong-typed token state is reported by the call that would grant.
 
