@@ -760,3 +760,63 @@ func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
 		}
 	}
 }
+
+// A queueing try that finds the lock free with a waiter ahead of it hands
+// the lock to that waiter; run twice by the client, it hands it over once
+// and queues the caller once.
+func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
+	ctx := context.Background()
+	const resource = "freeretry"
+	var replay testenv.Replay
+	_, wl, hc, hl := waiterAndHolder(t)
+	queue, _ := queueKeys(hl, resource)
+	rc := testenv.Redis(t)
+	rc.AddHook(&replay)
+	rl, err := lock.New(rc, lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+
+	// A first round leaves rl's channel subscribed, so that its next
+	// Acquire's first command is a try that queues.
+	got := make(chan acquired, 2)
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	startWaiter(ctx, rl, "warm", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, got, 5*time.Second).lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	holder = mustAcquire(t, hl, resource, 30*time.Second)
+	startWaiter(ctx, wl, "first", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	// The holder vanishes; the first waiter's own next try is a second away.
+	if err := hc.Del(ctx, hl.LockKey(resource)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replay.Arm(0)
+	startWaiter(ctx, rl, "second", resource, 30*time.Second, got)
+	first := receive(t, got, 500*time.Millisecond)
+	if first.name != "first" || first.lease.Token() <= holder.Token() {
+		t.Fatalf("%s granted token %d after %d, want first", first.name, first.lease.Token(), holder.Token())
+	}
+	waitQueued(t, hc, hl, resource, 1)
+	wantHolder(t, hc, hl, resource, first.lease.Holder())
+	if n, _ := hc.ZCard(ctx, queue).Result(); n != 1 {
+		t.Fatalf("%d queued, want the second waiter once", n)
+	}
+	if err := first.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := receive(t, got, 5*time.Second)
+	if second.name != "second" || second.lease.Token() <= first.lease.Token() {
+		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Token(), first.lease.Token())
+	}
+	if err := second.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
