@@ -20,10 +20,59 @@ var (
 	// It is distinct from ErrStale: nothing refused the caller's fence.
 	ErrNotFound = errors.New("fence: not found")
 
+	// ErrInvalid means a call was given an argument it cannot use: an empty
+	// name, a non-positive TTL, a nil client, an unsafe identifier. Nothing
+	// was sent and nothing changed. Every package of this module returns
+	// errors that match it for its own invalid arguments, each with a message
+	// that names the problem.
+	ErrInvalid = errors.New("fence: invalid argument")
+
 	// ErrInvalidFence means a fence cannot be presented to storage: empty
-	// resource, token below 1 or empty holder. Nothing was sent.
-	ErrInvalidFence = errors.New("fence: invalid fence")
+	// resource, token below 1 or empty holder. Nothing was sent. It matches
+	// [ErrInvalid] too.
+	ErrInvalidFence error = &kindError{msg: "fence: invalid fence", kind: ErrInvalid}
+
+	// ErrOutcomeUnknown means a write may or may not have been applied: the
+	// call's context ended, or its connection broke, after the request was
+	// sent and before its reply arrived (while COMMIT or a script was in
+	// flight). The library cannot tell which, and never reports such a call
+	// as not applied. Errors that match it also match their cause (ctx.Err(),
+	// the network error), usually through an [*OutcomeUnknownError].
+	//
+	// What to do next: read the state under a fence and decide, or run the
+	// work through an exactly-once record (the SQL guards' Once), which makes
+	// a retry tell the truth. Retrying the same write blindly may apply it
+	// twice: the fence that was admitted once is admitted again.
+	ErrOutcomeUnknown = errors.New("fence: outcome unknown, the write may or may not have been applied")
 )
+
+// kindError is a sentinel that also matches a broader sentinel.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// OutcomeUnknownError is a write whose outcome the store cannot tell. It
+// matches [ErrOutcomeUnknown] and its cause.
+type OutcomeUnknownError struct {
+	// Op names the call, for example "postgres: InTx commit".
+	Op string
+	// Err is the cause: ctx.Err(), a network error, a driver error.
+	Err error
+}
+
+// Error names the call and the cause, and says that the write may have been
+// applied.
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("%s: outcome unknown, the write may or may not have been applied: %v", e.Op, e.Err)
+}
+
+// Unwrap returns [ErrOutcomeUnknown] and the cause, so errors.Is matches
+// both.
+func (e *OutcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }
 
 // StaleError is the refusal of a fence by a store. It matches [ErrStale].
 type StaleError struct {
@@ -35,10 +84,12 @@ type StaleError struct {
 	HighWater Fence
 }
 
-// Error describes both the refused fence and the mark it lost to.
+// Error describes both the refused fence and the mark it lost to by their
+// tokens. Holder ids are secrets (a lock's holder id is what releases it), so
+// the text names each holder only by [HolderMark].
 func (e *StaleError) Error() string {
 	return fmt.Sprintf("fence: stale fence for %q: token %d (holder %s) lost to token %d (holder %s)",
-		e.Fence.Resource, e.Fence.Token, e.Fence.Holder, e.HighWater.Token, e.HighWater.Holder)
+		e.Fence.Resource, e.Fence.Token, HolderMark(e.Fence.Holder), e.HighWater.Token, HolderMark(e.HighWater.Holder))
 }
 
 // Unwrap returns [ErrStale], so errors.Is(err, ErrStale) holds.

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -44,9 +45,22 @@ type Fence struct {
 	Holder   string
 }
 
-// String formats the fence for logs and errors.
+// String formats the fence for logs and errors. The holder id, which is the
+// secret that releases a lock, appears only as its [HolderMark].
 func (f Fence) String() string {
-	return fmt.Sprintf("%q token=%d holder=%q", f.Resource, f.Token, f.Holder)
+	return fmt.Sprintf("%q token=%d holder=%s", f.Resource, f.Token, HolderMark(f.Holder))
+}
+
+// HolderMark returns a short mark of a holder id that logs, errors and traces
+// may carry: "#" and the first 8 hex digits of its SHA-256, or "-" for an
+// empty holder. Two fences with the same mark almost surely have the same
+// holder; the mark does not reveal the id, which releases and extends a lock.
+func HolderMark(holder string) string {
+	if holder == "" {
+		return "-"
+	}
+	sum := sha256.Sum256([]byte(holder))
+	return "#" + hex.EncodeToString(sum[:4])
 }
 
 // Validate reports whether f can be presented to storage: a resource of 1 to

@@ -100,3 +100,40 @@ func TestNewHolder(t *testing.T) {
 		seen[h] = true
 	}
 }
+
+func TestOutcomeUnknownMatchesSentinelAndCause(t *testing.T) {
+	cause := errors.New("connection reset")
+	err := fmt.Errorf("wrapped: %w", &OutcomeUnknownError{Op: "store: Set", Err: cause})
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, cause) {
+		t.Fatalf("%v: want a match for ErrOutcomeUnknown and the cause", err)
+	}
+	if !strings.Contains(err.Error(), "store: Set") || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("%q: want the call and the cause named", err)
+	}
+}
+
+func TestInvalidFenceIsInvalid(t *testing.T) {
+	err := Fence{}.Validate()
+	if !errors.Is(err, ErrInvalidFence) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v: want a match for ErrInvalidFence and ErrInvalid", err)
+	}
+}
+
+func TestErrorsNameNoHolder(t *testing.T) {
+	secret := NewHolder()
+	f := Fence{Resource: "r", Token: 3, Holder: secret}
+	for _, s := range []string{
+		f.String(),
+		(&StaleError{Fence: f, HighWater: Fence{Resource: "r", Token: 4, Holder: secret}}).Error(),
+	} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("%q names the holder id", s)
+		}
+		if !strings.Contains(s, HolderMark(secret)) {
+			t.Fatalf("%q does not carry the holder's mark %s", s, HolderMark(secret))
+		}
+	}
+	if HolderMark(secret) == HolderMark(NewHolder()) {
+		t.Fatal("two holders share a mark")
+	}
+}

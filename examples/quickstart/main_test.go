@@ -47,7 +47,7 @@ func TestQuickstart(t *testing.T) {
 	redisAddr := testenv.StartRedis(t).Addr()
 	pgURL := testenv.PostgresURL(t)
 	bin := build(t)
-	fenceLine := regexp.MustCompile(`^lock taken, fence "invoice:42" token=\d+ holder="[0-9a-f]{32}"$`)
+	fenceLine := regexp.MustCompile(`^lock taken, fence "invoice:42" token=\d+ holder=#[0-9a-f]{8}$`)
 	for _, total := range []string{"5", "10"} {
 		out, errOut, code := runBin(t, bin, "-redis", redisAddr, "-postgres", pgURL)
 		if code != 0 {
