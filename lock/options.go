@@ -157,7 +157,7 @@ func (b backoff) Delay(attempt int, _ time.Duration) time.Duration {
 		ceiling *= 2
 	}
 	ceiling = min(ceiling, b.max)
-	if ceiling >= math.MaxInt64 {
+	if ceiling == math.MaxInt64 { // ceiling+1 would overflow
 		return ceiling
 	}
 	return rand.N(ceiling + 1)

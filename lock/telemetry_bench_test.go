@@ -69,7 +69,7 @@ func BenchmarkInstrumentsOnly(b *testing.B) {
 		start := time.Now()
 		c, span := in.startAcquire(ctx, "fencekit.lock.try_acquire", "bench", false)
 		in.endAcquire(c, span, start, false, lease, nil)
-		c, span = in.startLeaseOp(ctx, "fencekit.lock.release", lease.f)
+		_, span = in.startLeaseOp(ctx, "fencekit.lock.release", lease.f)
 		in.endLeaseOp(span, nil)
 		in.ended(start, releasedError{})
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fencekit/fencekit/examples/internal/cli"
 	"github.com/fencekit/fencekit/internal/workload"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
@@ -46,8 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 2*time.Second, "how long each mode runs")
 	workers := fs.Int("workers", 4, "workers per account")
 	ttl := fs.Duration("ttl", 20*time.Millisecond, "lease of every lock grant")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if done, code := cli.Parse(fs, "lostupdate", "workers racing a plain lock and a fenced one: how many increments each loses (none, fenced)", args); done {
+		return code
 	}
 	switch {
 	case *duration <= 0:
@@ -166,7 +167,7 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, func(), stri
 	// before its command fails, and those lines would come before our message.
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("Redis at %s is unreachable: %v\nstart Redis there, pass another -redis host:port, or leave -redis out for the embedded Redis", addr, err)
+		return nil, nil, "", fmt.Errorf("cannot reach Redis at %s: %v\nstart Redis there, pass another -redis host:port, or leave -redis out for the embedded Redis", addr, err)
 	}
 	conn.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -174,7 +175,7 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, func(), stri
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, nil, "", fmt.Errorf("Redis at %s: %w", addr, err)
+		return nil, nil, "", fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	return c, func() { c.Close() }, "Redis at " + addr, nil
 }
@@ -199,11 +200,11 @@ func advanceClock(mr *miniredis.Miniredis, done <-chan struct{}) {
 func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	db, err := sql.Open("pgx", url)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL: %w", err)
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer db.Close()
 	if err := migrations.Up(ctx, db); err != nil {
-		return nil, fmt.Errorf("PostgreSQL migrations: %w", err)
+		return nil, fmt.Errorf("apply PostgreSQL migrations: %w", err)
 	}
 	return pgxpool.New(ctx, url)
 }

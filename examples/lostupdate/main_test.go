@@ -96,7 +96,7 @@ func TestDemoBadFlagsAndUnreachableServers(t *testing.T) {
 		}
 	}
 	var out, errs strings.Builder
-	if code := run([]string{"-redis", "127.0.0.1:1"}, &out, &errs); code != 2 || !strings.HasPrefix(errs.String(), "lostupdate: Redis at 127.0.0.1:1 is unreachable") {
+	if code := run([]string{"-redis", "127.0.0.1:1"}, &out, &errs); code != 2 || !strings.HasPrefix(errs.String(), "lostupdate: cannot reach Redis at 127.0.0.1:1") {
 		t.Fatalf("unreachable Redis: exit %d, stderr %q; want 2 and our message", code, errs.String())
 	}
 }

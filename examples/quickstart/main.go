@@ -23,12 +23,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/examples/internal/cli"
 )
 
 func main() {
-	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
-	postgresURL := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL")
-	flag.Parse()
+	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
+	postgresURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL")
+	if done, code := cli.Parse(fs, "quickstart", "the README's quick start: a lock on invoice 42 and fenced writes to PostgreSQL and Redis under it", os.Args[1:]); done {
+		os.Exit(code)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -48,14 +53,14 @@ func main() {
 func reachable(ctx context.Context, redisAddr, postgresURL string) error {
 	conn, err := net.DialTimeout("tcp", redisAddr, 2*time.Second)
 	if err != nil {
-		return fmt.Errorf("Redis at %s is unreachable: %v\nstart Redis there or pass -redis host:port", redisAddr, err)
+		return fmt.Errorf("cannot reach Redis at %s: %v\nstart Redis there or pass -redis host:port", redisAddr, err)
 	}
 	conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pg, err := pgx.Connect(ctx, postgresURL)
 	if err != nil {
-		return fmt.Errorf("PostgreSQL at %s is unreachable: %v\nstart PostgreSQL there or pass -postgres URL", redact(postgresURL), err)
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %v\nstart PostgreSQL there or pass -postgres URL", redact(postgresURL), err)
 	}
 	return pg.Close(ctx)
 }

@@ -80,8 +80,8 @@ func TestQuickstartUnreachable(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-redis", closed}, "quickstart: Redis at " + closed + " is unreachable"},
-		{[]string{"-redis", testenv.StartRedis(t).Addr(), "-postgres", "postgres://postgres:secret@" + closed + "/test"}, "quickstart: PostgreSQL at " + closed + "/test is unreachable"},
+		{[]string{"-redis", closed}, "quickstart: cannot reach Redis at " + closed},
+		{[]string{"-redis", testenv.StartRedis(t).Addr(), "-postgres", "postgres://postgres:secret@" + closed + "/test"}, "quickstart: cannot reach PostgreSQL at " + closed + "/test"},
 	} {
 		out, errOut, code := runBin(t, bin, tc.args...)
 		if code != 2 || out != "" || !strings.HasPrefix(errOut, tc.want) || !strings.Contains(errOut, "or pass -") {

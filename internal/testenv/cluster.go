@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -102,21 +103,17 @@ func (c *Cluster) MasterOf(key string) (*RedisServer, error) {
 	for _, n := range c.Nodes {
 		rc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 		slot, err := rc.ClusterKeySlot(ctx, key).Result()
-		var slots []redis.ClusterSlot
+		var masterOf func(int64) string
 		if err == nil {
-			slots, err = rc.ClusterSlots(ctx).Result()
+			masterOf, err = SlotMasters(ctx, rc)
 		}
 		_ = rc.Close()
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				if m := c.node(s.Nodes[0].Addr); m != nil {
-					return m, nil
-				}
-			}
+		if m := c.node(masterOf(slot)); m != nil {
+			return m, nil
 		}
 		return nil, fmt.Errorf("slot %d of %q has no known master", slot, key)
 	}
@@ -169,4 +166,31 @@ func (s *RedisServer) running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proc != nil
+}
+
+// SlotMasters asks a cluster node which master serves each slot (CLUSTER
+// SHARDS) and returns a function from a slot to its master's host:port, or
+// "" for a slot no online master serves.
+func SlotMasters(ctx context.Context, c interface {
+	ClusterShards(ctx context.Context) *redis.ClusterShardsCmd
+}) (func(slot int64) string, error) {
+	shards, err := c.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	return func(slot int64) string {
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					if n.Role == "master" && n.Health == "online" {
+						return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+					}
+				}
+			}
+		}
+		return ""
+	}, nil
 }
