@@ -33,7 +33,10 @@ import (
 // container when a Docker engine answers.
 func findServer(kind, env, local string, ping func(url string) error) (string, error) {
 	if u := os.Getenv(env); u != "" {
-		return u, ping(u)
+		if err := ping(u); err != nil {
+			return u, &configuredError{env: env, err: err}
+		}
+		return u, nil
 	}
 	localErr := ping(local)
 	if localErr == nil {
