@@ -119,9 +119,10 @@ func printLostUpdate(w io.Writer, log *eventLog, ttl time.Duration) {
 		fmt.Fprintf(w, "  %+8.1fms  worker %-2d token %-16d %s\n", ms(e.At-t0), e.Worker, e.Token, describe(e, ttl))
 	}
 	fmt.Fprintf(w, "  Worker %d computed balance %d from a read made while it held the lock, but wrote it after\n", b.Worker, b.State.N)
-	fmt.Fprintf(w, "  its lease ran out, over balance %d: %d acknowledged increment(s) gone. With fencing, storage\n",
+	fmt.Fprintf(w, "  its lease ran out, over balance %d: at that moment it undid %d acknowledged increment(s).\n",
 		overwritten, overwritten-b.State.N+1)
-	fmt.Fprintln(w, "  has admitted a newer token by then, so that late write is refused as stale.")
+	fmt.Fprintln(w, "  (Another late write may put a value back later; the table counts what was lost in the end.)")
+	fmt.Fprintln(w, "  With fencing, storage has admitted a newer token by then, so that late write is refused as stale.")
 	fmt.Fprintln(w)
 }
 

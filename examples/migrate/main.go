@@ -28,6 +28,7 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/examples/internal/cli"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
 	fkredis "github.com/fencekit/fencekit/storage/redis"
@@ -41,12 +42,15 @@ var prefix = "fencekit:example:migrate:" + strconv.FormatInt(time.Now().UnixNano
 var cleanup = func() {}
 
 func main() {
-	addr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
-	flag.Parse()
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	addr := fs.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
+	if done, code := cli.Parse(fs, "migrate", "redsync and redislock code before and after it adds fencing, and a paused holder's late write refused", os.Args[1:]); done {
+		os.Exit(code)
+	}
 	ctx := context.Background()
 
 	if conn, err := net.DialTimeout("tcp", *addr, 2*time.Second); err != nil {
-		fmt.Fprintf(os.Stderr, "migrate: Redis at %s is unreachable: %v\nstart Redis there or pass -redis host:port\n", *addr, err)
+		fmt.Fprintf(os.Stderr, "migrate: cannot reach Redis at %s: %v\nstart Redis there or pass -redis host:port\n", *addr, err)
 		os.Exit(2)
 	} else {
 		conn.Close()
