@@ -1,11 +1,25 @@
+// Command quickstart is the README's quick start as a complete program. It
+// takes a lock on invoice 42 and, under it, makes a fenced read-modify-write
+// and a fenced blind write in PostgreSQL and a fenced read-modify-write of a
+// value kept in Redis. Each run adds 5 to the invoice's total in both stores.
+//
+// Usage:
+//
+//	go run ./examples/quickstart [-redis 127.0.0.1:6379] [-postgres postgres://postgres@127.0.0.1:5432/test]
+//
+// It writes the table invoices (row 42), fencekit's guard tables, the Redis
+// keys of the lock on "invoice:42" and the value "invoice:42:total", and
+// exits with status 1 on any error.
 package main
 
 // README quick start: begin
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"time"
 
@@ -18,6 +32,22 @@ import (
 	"github.com/fencekit/fencekit/storage/postgres"
 	fkredis "github.com/fencekit/fencekit/storage/redis"
 )
+
+func main() {
+	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis address (host:port)")
+	postgresURL := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL")
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "quickstart: a lock on invoice 42 and fenced writes to PostgreSQL and Redis under it\n\nflags:")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *redisAddr, *postgresURL); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
 
 // run takes a lock on invoice 42 and, under it, updates the invoice in
 // PostgreSQL and its total in Redis, each write fenced.
@@ -32,7 +62,7 @@ func run(ctx context.Context, out io.Writer, redisAddr, postgresURL string) (err
 
 	// Once per database: fencekit's guard table, then the application's table.
 	if err := migrations.UpPool(ctx, pool); err != nil {
-		return err
+		return fmt.Errorf("apply migrations: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (
 		id bigint PRIMARY KEY, total bigint NOT NULL DEFAULT 0, paid boolean NOT NULL DEFAULT false)`); err != nil {
@@ -48,7 +78,7 @@ func run(ctx context.Context, out io.Writer, redisAddr, postgresURL string) (err
 	}
 	lease, err := locker.Acquire(ctx, "invoice:42", 10*time.Second) // one round trip: lock + token
 	if err != nil {
-		return err
+		return err // Redis is down, or ctx ended: no lease, so nothing to write
 	}
 	defer func() { err = errors.Join(err, lease.Release(ctx)) }()
 	f := lease.Fence() // present it with every read and write made under the lease
