@@ -35,11 +35,19 @@ var (
 	// name, or one holding a NUL byte; a [Table] whose key, token, holder and
 	// version columns are not four different columns, or a value on one of
 	// them or on a column named twice; a resource named twice in [GuardAll];
-	// a resource for [HighWater] that is empty or longer than
-	// [fence.MaxResourceLen]. (Invalid fences, resources too long included,
-	// are refused with [fence.ErrInvalidFence].)
-	ErrInvalidArgument = errors.New("postgres: invalid argument")
+	// a resource for [HighWater] that no fence could carry. (Invalid fences,
+	// resources too long included, are refused with [fence.ErrInvalidFence].)
+	// It matches [fence.ErrInvalid], as every invalid-argument error of this
+	// module does.
+	ErrInvalidArgument error = &invalidError{}
 )
+
+// invalidError is ErrInvalidArgument: this package's name for an invalid
+// argument, which also matches the module-wide [fence.ErrInvalid].
+type invalidError struct{}
+
+func (*invalidError) Error() string { return "postgres: invalid argument" }
+func (*invalidError) Unwrap() error { return fence.ErrInvalid }
 
 // SQLSTATE codes this package interprets.
 const (

@@ -132,18 +132,20 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 // guard table admitted for it, or a Fence with a zero Token when it never
 // admitted one. A lock whose counter was lost can advance it past the mark's
 // token. db may be a pool, a connection or a transaction (whose snapshot then
-// applies). A resource that is empty or longer than [fence.MaxResourceLen]
-// is refused with [ErrInvalidArgument] before anything is sent. ctx bounds
-// the query.
+// applies). A resource that no fence could carry ([fence.Fence.Validate]'s
+// rule: empty, longer than [fence.MaxResourceLen], not valid UTF-8 or
+// holding a NUL byte) is refused with an error matching both
+// [ErrInvalidArgument] and [fence.ErrInvalidFence] before anything is sent:
+// the guard table cannot hold a mark for it. ctx bounds the query.
 func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return fence.Fence{}, err
 	}
-	switch {
-	case resource == "":
-		return fence.Fence{}, invalid("empty resource")
-	case len(resource) > fence.MaxResourceLen:
-		return fence.Fence{}, invalid("resource of %d bytes is longer than fence.MaxResourceLen (%d)", len(resource), fence.MaxResourceLen)
+	// The resource rule is fence.Validate's own, applied through a fence
+	// whose other fields are valid, so that HighWater accepts exactly the
+	// resources that Guard, Exec and the rest accept.
+	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "-"}).Validate(); err != nil {
+		return fence.Fence{}, invalid("high-water mark: %w", err)
 	}
 	return highWater(ctx, db, resource)
 }
