@@ -84,17 +84,17 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f, false))
+			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f))
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f, true))
+		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f))
 	}
 	tags = make([]pgconn.CommandTag, 0, n)
 	for i := range n {
 		tag, err := br.Exec()
 		if err != nil {
-			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f, false))
+			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f))
 		}
 		tags = append(tags, tag)
 	}
@@ -148,19 +148,19 @@ func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f, false))
+			err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f))
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
 		var stale *fence.StaleError
-		if err := translate(err, f, true); errors.As(err, &stale) {
+		if err := translate(err, f); errors.As(err, &stale) {
 			return stale
 		}
-		return fmt.Errorf("postgres: fenced query guard: %w", translate(err, f, true))
+		return fmt.Errorf("postgres: fenced query: %w", translate(err, f))
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		return fmt.Errorf("postgres: fenced query: %w", translate(err, f))
 	}
 	defer rows.Close()
 	if err := fn(rows); err != nil {
@@ -168,7 +168,7 @@ func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		return fmt.Errorf("postgres: fenced query: %w", translate(err, f))
 	}
 	return nil
 }

@@ -112,5 +112,7 @@
 //
 // The guard table and function are found through the connection's
 // search_path, in the schema where the migrations were applied; a missing
-// schema returns an error matching [ErrNotMigrated].
+// schema returns an error matching [ErrNotMigrated]. A missing table or
+// function of your own returns the server's error for it, not
+// ErrNotMigrated.
 package postgres

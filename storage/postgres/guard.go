@@ -77,7 +77,7 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f, true))
+		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f))
 	}
 	// Stale. The upsert left the row locked by tx, so this read sees the
 	// mark that refused f, not a later one.
@@ -158,7 +158,7 @@ func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, e
 	case errors.Is(err, pgx.ErrNoRows):
 		return mark, nil
 	case err != nil:
-		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}, true))
+		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}))
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil

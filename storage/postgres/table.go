@@ -189,7 +189,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sb.String(), args...)
 		if err != nil {
-			return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f, false))
+			return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f))
 		}
 		if tag.RowsAffected() > 0 {
 			return nil
@@ -241,7 +241,7 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
-			return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f, false))
+			return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f))
 		}
 		if tag.RowsAffected() > 0 {
 			return nil
@@ -260,7 +260,7 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 		return fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f, false))
+		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f))
 	}
 	mark := fence.Fence{Resource: f.Resource}
 	if token != nil {
@@ -321,7 +321,7 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 		return next, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}, false))
+		return 0, fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}))
 	}
 	var actual *int64
 	err = db.QueryRow(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&actual)
@@ -329,7 +329,7 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
 	case err != nil:
-		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}, false))
+		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}))
 	case actual == nil:
 		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, ErrNullVersion)
 	}

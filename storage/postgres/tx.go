@@ -63,7 +63,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		tx, err = db.Begin(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: begin: %w", translate(err, f, false))
+		return fmt.Errorf("postgres: begin: %w", translate(err, f))
 	}
 	committed := false
 	defer func() {
@@ -80,10 +80,10 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		return err
 	}
 	if err := fn(ctx, tx); err != nil {
-		return translate(err, f, false)
+		return translate(err, f)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", translate(err, f, false))
+		return fmt.Errorf("postgres: commit: %w", translate(err, f))
 	}
 	committed = true
 	return nil
