@@ -91,9 +91,10 @@
 //
 // Every exported call is a span (fencekit.postgres.exec, .query, .in_tx,
 // .guard, .guard_all, .table_update, .table_upsert,
-// .table_update_version) with the fence and the outcome, and every refusal
-// counts in fencekit.fence.rejections with storage="postgres" and reason
-// stale or conflict. The package's functions take no options, so they use
+// .table_update_version) with the fence's resource and token (guard_all's
+// as lists, one entry per fence; holder ids never) and the outcome, and
+// every refusal counts in fencekit.fence.rejections with storage="postgres"
+// and reason stale or conflict. The package's functions take no options, so they use
 // the global OpenTelemetry providers; instruments made before an SDK is
 // installed forward to it once it is.
 //

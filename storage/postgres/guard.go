@@ -93,7 +93,8 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 // whatever the order of fences, so two transactions guarding overlapping sets
 // can never deadlock on guard rows. A resource may appear only once. On the
 // first stale fence it returns that fence's [*fence.StaleError]; marks raised
-// before it are part of tx, which the caller must roll back.
+// before it are part of tx, which the caller must roll back. Its span
+// carries the resources and tokens, in the order they are locked.
 func GuardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.guard_all", nil)
 	err := guardAll(ctx, tx, fences...)
@@ -120,6 +121,7 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 			return invalid("resource %q appears more than once", sorted[i].Resource)
 		}
 	}
+	fencesAttrs(ctx, sorted)
 	for _, f := range sorted {
 		if err := guard(ctx, tx, f); err != nil {
 			return err
