@@ -77,6 +77,27 @@
 // the *pgconn.PgError. Run the whole transaction again, for example with
 // [Retry].
 //
+// # When the outcome is unknown
+//
+// A write either committed, did not, or the client cannot tell: its ctx
+// ended, or its connection broke, after the request (a batch with its
+// implicit commit, an autocommit statement, a COMMIT) was sent and before
+// the reply arrived. Every call that commits its own write ([Exec],
+// [Query], [InTx], [Once] and the [Table] methods, on a pool or a
+// connection) then returns an error matching [fence.ErrOutcomeUnknown]
+// (a [*fence.OutcomeUnknownError]) that still matches ctx.Err() or the
+// network error; none reports such a write as not applied. An error without
+// it means nothing committed: the call failed before sending anything, or
+// the server replied with an error, which aborts the transaction.
+//
+// Do not simply run the work again: the fence that was admitted once is
+// admitted again, and the work would be applied twice. Read, under the same
+// fence, what the write would have changed and decide; or run the work
+// through [Once], whose completion record makes a second call tell the
+// truth. [Retry] never retries such an error. Calls on a pgx.Tx commit
+// nothing themselves, so they never return it; your own COMMIT's outcome is
+// yours to judge the same way.
+//
 // # Panics
 //
 // Code of yours that runs inside a call may panic: the function given to
