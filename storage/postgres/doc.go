@@ -39,6 +39,10 @@
 //     returning a [*fence.ConflictError] when another write came first;
 //     [Retry] reruns a read-modify-write on conflicts and on serialization
 //     failures.
+//   - [Once] runs a key's work at most once: the work and a completion
+//     record commit in one fenced transaction, so a job that committed but
+//     lost its reply, or crashed after COMMIT, is not run again by the next
+//     holder; [LookupOnce] reads the record (who, which token, when).
 //
 // # Guard table or row-level marks
 //
@@ -110,10 +114,11 @@
 //
 // # Observability
 //
-// Every exported call is a span (fencekit.postgres.exec, .query, .in_tx,
-// .guard, .guard_all, .table_update, .table_upsert,
-// .table_update_version) with the fence's resource and token (guard_all's
-// as lists, one entry per fence; holder ids never) and the outcome, and
+// Every call that takes a fence is a span (fencekit.postgres.exec, .query,
+// .in_tx, .once, .guard, .guard_all, .table_update, .table_upsert), and so
+// is .table_update_version, with the fence's resource and token (guard_all's
+// as lists, one entry per fence; holder ids never) and the outcome (once's
+// also its key and fencekit.once.ran), and
 // every refusal counts in fencekit.fence.rejections with storage="postgres"
 // and reason stale or conflict. The package's functions take no options, so they use
 // the global OpenTelemetry providers; instruments made before an SDK is
