@@ -45,34 +45,62 @@ func proxied(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*testenv.Pr
 // reply reaches the client.
 type fault struct {
 	name string
-	// arm arms p for the next reply; the call under test runs with ctx and
-	// must close returned when it has returned.
-	arm func(t *testing.T, p *testenv.Proxy, cancel context.CancelFunc, returned <-chan struct{})
+	// timeout, when not zero, is the deadline of the call's context.
+	timeout time.Duration
+	// arm arms p for the next reply. ctx and cancel are the call's context;
+	// the call closes returned when it has returned.
+	arm func(t *testing.T, p *testenv.Proxy, ctx context.Context, cancel context.CancelFunc, returned <-chan struct{})
 	// cause is what the error must match besides fence.ErrOutcomeUnknown.
 	cause func(err error) bool
 }
 
+// callCtx returns the context of the call under fault.
+func (flt fault) callCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	if flt.timeout > 0 {
+		return context.WithTimeout(parent, flt.timeout)
+	}
+	return context.WithCancel(parent)
+}
+
+// holdUntilReturned waits, on the proxy's goroutine, for the call to
+// return, so that what it sees is its context ending and not the cut that
+// follows.
+func holdUntilReturned(t *testing.T, returned <-chan struct{}) {
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		t.Error("the call did not return after its context ended")
+	}
+}
+
 var faults = []fault{
 	{
-		name: "context ends while the reply is held",
-		arm: func(t *testing.T, p *testenv.Proxy, cancel context.CancelFunc, returned <-chan struct{}) {
+		name: "context cancelled while the reply is held",
+		arm: func(t *testing.T, p *testenv.Proxy, _ context.Context, cancel context.CancelFunc, returned <-chan struct{}) {
 			p.LoseNextReply(func() {
-				// The server has run the request: its reply is here. End the
-				// call's context and let it return before the connection is
-				// cut, so that what it sees is its context ending.
+				// The server has run the request: its reply is here.
 				cancel()
-				select {
-				case <-returned:
-				case <-time.After(20 * time.Second):
-					t.Error("the call did not return after its context ended")
-				}
+				holdUntilReturned(t, returned)
 			})
 		},
 		cause: func(err error) bool { return errors.Is(err, context.Canceled) },
 	},
 	{
+		name: "deadline passes while the reply is held",
+		// Long enough for the statements before the one held, on a
+		// loaded machine; the test waits it out once.
+		timeout: 2 * time.Second,
+		arm: func(t *testing.T, p *testenv.Proxy, ctx context.Context, _ context.CancelFunc, returned <-chan struct{}) {
+			p.LoseNextReply(func() {
+				<-ctx.Done()
+				holdUntilReturned(t, returned)
+			})
+		},
+		cause: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) },
+	},
+	{
 		name: "reply lost and connection cut",
-		arm: func(t *testing.T, p *testenv.Proxy, _ context.CancelFunc, _ <-chan struct{}) {
+		arm: func(t *testing.T, p *testenv.Proxy, _ context.Context, _ context.CancelFunc, _ <-chan struct{}) {
 			p.LoseNextReply(nil)
 		},
 		cause: func(err error) bool { return !errors.Is(err, context.Canceled) && !pgconn.Timeout(err) },
@@ -131,10 +159,10 @@ func TestInFlightOutcomeIsUnknown(t *testing.T) {
 				if err := c.call(ctx, conn, 0, func() {}); err != nil {
 					t.Fatalf("first call: %v", err)
 				}
-				cctx, cancel := context.WithCancel(ctx)
+				cctx, cancel := flt.callCtx(ctx)
 				defer cancel()
 				returned := make(chan struct{})
-				err := c.call(cctx, conn, 1, func() { flt.arm(t, p, cancel, returned) })
+				err := c.call(cctx, conn, 1, func() { flt.arm(t, p, cctx, cancel, returned) })
 				close(returned)
 				if !errors.Is(err, fence.ErrOutcomeUnknown) || !flt.cause(err) {
 					t.Fatalf("err = %v (%T), want one matching fence.ErrOutcomeUnknown and its cause", err, err)
@@ -171,9 +199,9 @@ func TestInFlightOutcomeIsUnknownForRowFences(t *testing.T) {
 				if err := call(ctx, base); err != nil {
 					t.Fatal(err)
 				}
-				cctx, cancel := context.WithCancel(ctx)
+				cctx, cancel := flt.callCtx(ctx)
 				returned := make(chan struct{})
-				flt.arm(t, p, cancel, returned)
+				flt.arm(t, p, cctx, cancel, returned)
 				err := call(cctx, base+1)
 				close(returned)
 				cancel()
