@@ -17,8 +17,10 @@ import (
 type TxFunc func(ctx context.Context, tx pgx.Tx) error
 
 // InTx runs fn in a transaction fenced by f: it begins a transaction with
-// opts, guards f with [Guard], runs fn and commits. If the guard, fn or the
-// commit fails, the transaction is rolled back and nothing fn did is kept.
+// opts, guards f with [Guard], runs fn and commits. If the guard or fn fails,
+// or the server refuses the commit, the transaction is rolled back and
+// nothing fn did is kept; a commit cut off in flight is the one case where
+// InTx cannot tell, and says so (see below).
 //
 // A stale f returns a [*fence.StaleError] without running fn. Serialization
 // failures and deadlocks (SQLSTATE 40001, 40P01), from the guard, from fn's
