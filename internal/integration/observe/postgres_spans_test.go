@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/fencekit/fencekit/fence"
@@ -59,5 +60,29 @@ func checkNoHolder(t *testing.T, span, text string, holders ...string) {
 		if strings.Contains(text, h) {
 			t.Errorf("span %s carries holder id %q: %s", span, h, text)
 		}
+	}
+}
+
+// A once span names the fence's resource and token, the key, and whether
+// this call ran the work; no holder id.
+func TestPostgresOnceSpan(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	if err := migrations.UpPool(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.Prefix(t)
+	f := fence.Fence{Resource: p + "-job", Token: 4, Holder: "holder-secret-" + p}
+	key := "daily:" + p
+	nop := func(context.Context, pgx.Tx) error { return nil }
+	for _, want := range []bool{true, false} {
+		ran, err := postgres.Once(ctx, pool, f, key, nop)
+		if err != nil || ran != want {
+			t.Fatalf("Once = %v, %v; want %v", ran, err, want)
+		}
+		s := findSpan(t, "fencekit.postgres.once", attribute.String("fencekit.resource", f.Resource),
+			attribute.Int64("fencekit.token", 4), attribute.String("fencekit.key", key),
+			attribute.Bool("fencekit.once.ran", want), outcome("ok"))
+		checkNoHolder(t, s.Name(), fmt.Sprint(s.Attributes(), s.Events()), f.Holder)
 	}
 }
