@@ -291,3 +291,29 @@ func TestRetryStopsAtUnknownOutcome(t *testing.T) {
 		t.Fatalf("Retry called fn %d times and returned %v; want once, returning the unknown outcome", calls, err)
 	}
 }
+
+// The first batch on a connection prepares its statements in a round trip
+// of its own before sending them: a context that ends during that round
+// trip leaves nothing applied, and Exec says so.
+func TestExecCutOffWhilePreparingIsNotUnknown(t *testing.T) {
+	ctx, pool := setup(t)
+	p, conn := proxied(t, ctx, pool)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	returned := make(chan struct{})
+	p.LoseNextReply(func() { // the reply to the prepare round trip
+		cancel()
+		holdUntilReturned(t, returned)
+	})
+	_, err := postgres.Exec(cctx, conn, fenceOf("counter", 1, "a"), postgres.Statement{SQL: `UPDATE counter SET n = n + 1 WHERE id = 1`})
+	close(returned)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
+		t.Fatalf("err = %v, want context.Canceled and not an unknown outcome", err)
+	}
+	if n, _ := counter(t, ctx, pool); n != 0 {
+		t.Fatalf("n = %d, want 0", n)
+	}
+	if got := mark(t, ctx, pool, "counter"); got.Token != 0 {
+		t.Fatalf("mark = %v, want none", got)
+	}
+}
