@@ -68,7 +68,10 @@ const keyOnceRan = attribute.Key("fencekit.once.ran")
 //     breaks returns an error matching [fence.ErrOutcomeUnknown]. Call Once
 //     again with the same key (under the same fence, or a newer one): it
 //     returns ran = false if the work committed and runs it if not. That is
-//     the way out for any ambiguous outcome.
+//     the way out for any ambiguous outcome. (If a newer holder was admitted
+//     meanwhile, the same fence is refused as stale; [LookupOnce] then says
+//     whether the work committed, and the newer holder's Once will not run
+//     it twice.)
 //
 // fn must do all its work through tx: what it does elsewhere (an email, a
 // call to another service) is not rolled back and may happen again when a
