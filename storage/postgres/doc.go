@@ -133,13 +133,16 @@
 // only ever sent as parameters, so any string without a NUL byte is safe as
 // a name. Every call refuses bad input (nil contexts and handles, invalid
 // fences, resources longer than [fence.MaxResourceLen], empty names, names
-// holding NUL bytes, a [Table] whose columns overlap) before sending
-// anything, and every call's ctx bounds its statements: a cancelled
-// ctx returns an error matching ctx.Err().
+// holding NUL bytes, a [Table] whose columns overlap, bad [Once] keys) before
+// sending anything, with an error matching [ErrInvalidArgument] or
+// [fence.ErrInvalidFence], both of which match [fence.ErrInvalid]. Every
+// call's ctx bounds its statements: a cancelled ctx returns an error
+// matching ctx.Err() (and, for a write cut off in flight,
+// [fence.ErrOutcomeUnknown]).
 //
-// The guard table and function are found through the connection's
-// search_path, in the schema where the migrations were applied; a missing
-// schema returns an error matching [ErrNotMigrated]. A missing table or
-// function of your own returns the server's error for it, not
-// ErrNotMigrated.
+// The guard table and function, and Once's completion table, are found
+// through the connection's search_path, in the schema where the migrations
+// were applied; a missing schema returns an error matching
+// [ErrNotMigrated]. A missing table or function of your own returns the
+// server's error for it, not ErrNotMigrated.
 package postgres

@@ -39,7 +39,9 @@ var (
 	// name, or one holding a NUL byte; a [Table] whose key, token, holder and
 	// version columns are not four different columns, or a value on one of
 	// them or on a column named twice; a resource named twice in [GuardAll];
-	// a resource for [HighWater] that no fence could carry. (Invalid fences,
+	// a resource for [HighWater] that no fence could carry; a key for [Once]
+	// or [LookupOnce] that is empty, longer than [MaxOnceKeyLen], not valid
+	// UTF-8 or holding a NUL byte. (Invalid fences,
 	// resources too long included, are refused with [fence.ErrInvalidFence].)
 	// It matches [fence.ErrInvalid], as every invalid-argument error of this
 	// module does.
