@@ -317,3 +317,62 @@ func TestExecCutOffWhilePreparingIsNotUnknown(t *testing.T) {
 		t.Fatalf("mark = %v, want none", got)
 	}
 }
+
+// Calls made on the caller's pgx.Tx commit nothing themselves: a reply cut
+// off there is not an unknown outcome of theirs, and nothing commits
+// without the caller's COMMIT, which the cut connection can no longer send.
+func TestInCallersTransactionNeverUnknown(t *testing.T) {
+	f := fenceOf("counter", 5, "a")
+	incr := `UPDATE counter SET n = n + 1 WHERE id = 1`
+	calls := map[string]func(ctx context.Context, tx pgx.Tx, arm func()) error{
+		"InTx in a savepoint": func(ctx context.Context, tx pgx.Tx, arm func()) error {
+			return postgres.InTx(ctx, tx, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, incr)
+				arm() // the next reply is RELEASE SAVEPOINT's
+				return err
+			})
+		},
+		"Exec": func(ctx context.Context, tx pgx.Tx, arm func()) error {
+			arm()
+			_, err := postgres.Exec(ctx, tx, f, postgres.Statement{SQL: incr})
+			return err
+		},
+		"Once in a savepoint": func(ctx context.Context, tx pgx.Tx, arm func()) error {
+			_, err := postgres.Once(ctx, tx, f, "k", func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, incr)
+				arm()
+				return err
+			})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			ctx, pool := setup(t)
+			p, conn := proxied(t, ctx, pool)
+			// Prepare the statements on the connection first.
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := call(ctx, tx, func() {}); err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tx, err = conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = call(ctx, tx, func() { p.LoseNextReply(nil) })
+			if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
+				t.Fatalf("err = %v, want an error that is not an unknown outcome", err)
+			}
+			_ = tx.Rollback(ctx)
+			if n, _ := counter(t, ctx, pool); n != 0 {
+				t.Fatalf("n = %d, want 0: nothing commits without the caller's COMMIT", n)
+			}
+		})
+	}
+}
