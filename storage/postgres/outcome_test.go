@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,62 +46,73 @@ func proxied(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*testenv.Pr
 // reply reaches the client.
 type fault struct {
 	name string
-	// timeout, when not zero, is the deadline of the call's context.
-	timeout time.Duration
-	// arm arms p for the next reply. ctx and cancel are the call's context;
-	// the call closes returned when it has returned.
-	arm func(t *testing.T, p *testenv.Proxy, ctx context.Context, cancel context.CancelFunc, returned <-chan struct{})
+	// callCtx returns the context of the call under fault and the function
+	// that ends it.
+	callCtx func(parent context.Context) (context.Context, context.CancelFunc)
+	// arm arms p for the next reply. end ends the call's context; the call
+	// closes returned when it has returned.
+	arm func(t *testing.T, p *testenv.Proxy, end context.CancelFunc, returned <-chan struct{})
 	// cause is what the error must match besides fence.ErrOutcomeUnknown.
 	cause func(err error) bool
 }
 
-// callCtx returns the context of the call under fault.
-func (flt fault) callCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	if flt.timeout > 0 {
-		return context.WithTimeout(parent, flt.timeout)
-	}
-	return context.WithCancel(parent)
+// expiring is a context whose deadline passes when the test says so rather
+// than at a time fixed in advance, which on a loaded machine could come
+// before the request is sent or long after its reply. Done and Err are all
+// that pgx's connection reads of a context.
+type expiring struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
 }
 
-// holdUntilReturned waits, on the proxy's goroutine, for the call to
-// return, so that what it sees is its context ending and not the cut that
-// follows.
-func holdUntilReturned(t *testing.T, returned <-chan struct{}) {
+func newExpiring(parent context.Context) (context.Context, context.CancelFunc) {
+	c := &expiring{Context: parent, done: make(chan struct{})}
+	return c, func() { c.once.Do(func() { close(c.done) }) }
+}
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+
+func (c *expiring) Err() error {
 	select {
-	case <-returned:
-	case <-time.After(20 * time.Second):
-		t.Error("the call did not return after its context ended")
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
+}
+
+// endWhileHeld arms p so that, once the server has run the request and its
+// reply reaches the proxy, the call's context ends and the call returns
+// before the connection is cut: what the call sees is its context ending.
+func endWhileHeld(t *testing.T, p *testenv.Proxy, end context.CancelFunc, returned <-chan struct{}) {
+	p.LoseNextReply(func() {
+		end()
+		select {
+		case <-returned:
+		case <-time.After(20 * time.Second):
+			t.Error("the call did not return after its context ended")
+		}
+	})
 }
 
 var faults = []fault{
 	{
-		name: "context cancelled while the reply is held",
-		arm: func(t *testing.T, p *testenv.Proxy, _ context.Context, cancel context.CancelFunc, returned <-chan struct{}) {
-			p.LoseNextReply(func() {
-				// The server has run the request: its reply is here.
-				cancel()
-				holdUntilReturned(t, returned)
-			})
-		},
-		cause: func(err error) bool { return errors.Is(err, context.Canceled) },
+		name:    "context cancelled while the reply is held",
+		callCtx: context.WithCancel,
+		arm:     endWhileHeld,
+		cause:   func(err error) bool { return errors.Is(err, context.Canceled) },
 	},
 	{
-		name: "deadline passes while the reply is held",
-		// Long enough for the statements before the one held, on a
-		// loaded machine; the test waits it out once.
-		timeout: 2 * time.Second,
-		arm: func(t *testing.T, p *testenv.Proxy, ctx context.Context, _ context.CancelFunc, returned <-chan struct{}) {
-			p.LoseNextReply(func() {
-				<-ctx.Done()
-				holdUntilReturned(t, returned)
-			})
-		},
-		cause: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) },
+		name:    "deadline passes while the reply is held",
+		callCtx: newExpiring,
+		arm:     endWhileHeld,
+		cause:   func(err error) bool { return errors.Is(err, context.DeadlineExceeded) },
 	},
 	{
-		name: "reply lost and connection cut",
-		arm: func(t *testing.T, p *testenv.Proxy, _ context.Context, _ context.CancelFunc, _ <-chan struct{}) {
+		name:    "reply lost and connection cut",
+		callCtx: context.WithCancel,
+		arm: func(t *testing.T, p *testenv.Proxy, _ context.CancelFunc, _ <-chan struct{}) {
 			p.LoseNextReply(nil)
 		},
 		cause: func(err error) bool { return !errors.Is(err, context.Canceled) && !pgconn.Timeout(err) },
@@ -162,7 +174,7 @@ func TestInFlightOutcomeIsUnknown(t *testing.T) {
 				cctx, cancel := flt.callCtx(ctx)
 				defer cancel()
 				returned := make(chan struct{})
-				err := c.call(cctx, conn, 1, func() { flt.arm(t, p, cctx, cancel, returned) })
+				err := c.call(cctx, conn, 1, func() { flt.arm(t, p, cancel, returned) })
 				close(returned)
 				if !errors.Is(err, fence.ErrOutcomeUnknown) || !flt.cause(err) {
 					t.Fatalf("err = %v (%T), want one matching fence.ErrOutcomeUnknown and its cause", err, err)
@@ -201,7 +213,7 @@ func TestInFlightOutcomeIsUnknownForRowFences(t *testing.T) {
 				}
 				cctx, cancel := flt.callCtx(ctx)
 				returned := make(chan struct{})
-				flt.arm(t, p, cctx, cancel, returned)
+				flt.arm(t, p, cancel, returned)
 				err := call(cctx, base+1)
 				close(returned)
 				cancel()
@@ -301,10 +313,7 @@ func TestExecCutOffWhilePreparingIsNotUnknown(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	returned := make(chan struct{})
-	p.LoseNextReply(func() { // the reply to the prepare round trip
-		cancel()
-		holdUntilReturned(t, returned)
-	})
+	endWhileHeld(t, p, cancel, returned) // the reply to the prepare round trip
 	_, err := postgres.Exec(cctx, conn, fenceOf("counter", 1, "a"), postgres.Statement{SQL: `UPDATE counter SET n = n + 1 WHERE id = 1`})
 	close(returned)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
