@@ -14,7 +14,14 @@
 //     per resource, the newest fence admitted for it;
 //   - fencekit_guard_admit(resource, token, holder): the admission rule as a
 //     function that raises SQLSTATE FK001 on a stale fence, used by the
-//     storage/postgres package's one-round-trip batch.
+//     storage/postgres package's one-round-trip batch;
+//   - fencekit_once(key, resource, token, holder, done_at): one completion
+//     record per key of work run through storage/postgres's Once, with an
+//     index on done_at for deleting old records. fencekit never deletes
+//     them; see Once for what deleting one means.
+//
+// A database migrated by an earlier version gets the new objects from the
+// next [Up]: only the migrations it lacks are applied.
 //
 // Teams that run goose themselves can use the same files: [FS] holds them at
 // its root, exactly as they are in this directory, e.g.

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/url"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -162,6 +163,14 @@ func TestUpSchemaIsUsable(t *testing.T) {
 	if err == nil || !containsCode(err, "FK001") {
 		t.Fatalf("stale admit = %v, want SQLSTATE FK001", err)
 	}
+	// One completion record per key, whatever the resource.
+	const record = "INSERT INTO fencekit_once (key, resource, token, holder) VALUES ('k', $1, 1, 'h')"
+	if _, err := db.ExecContext(ctx, record, "r"); err != nil {
+		t.Fatalf("first completion record: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, record, "s"); err == nil || !containsCode(err, "23505") {
+		t.Fatalf("second record for the key = %v, want SQLSTATE 23505", err)
+	}
 }
 
 func containsCode(err error, code string) bool {
@@ -223,5 +232,43 @@ func TestPlainGooseUsesTheSameFiles(t *testing.T) {
 	}
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatalf("Up after down: %v", err)
+	}
+}
+
+// A database migrated before a migration was added gets only that one from
+// the next Up, and keeps its marks.
+func TestUpAppliesOnlyWhatIsMissing(t *testing.T) {
+	ctx := testCtx(t)
+	db := openDB(t)
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := fstest.MapFS{}
+	for _, name := range names[:len(names)-1] {
+		b, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		older[name] = &fstest.MapFile{Data: b}
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, older,
+		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO fencekit_guard (resource, token, holder) VALUES ('r', 7, 'h')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	checkAppliedOnce(t, ctx, db)
+	var token int64
+	if err := db.QueryRowContext(ctx, "SELECT token FROM fencekit_guard WHERE resource = 'r'").Scan(&token); err != nil || token != 7 {
+		t.Fatalf("mark after Up = %d, %v; want 7", token, err)
 	}
 }

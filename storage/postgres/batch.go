@@ -34,8 +34,11 @@ type Statement struct {
 // On a pgx.Tx the batch joins that transaction, and an error leaves it
 // aborted: roll it back. The first time a pool connection sees a statement,
 // pgx prepares it in an extra round trip and caches it. ctx bounds the
-// batch; on cancellation the connection is closed and nothing commits. If
-// encoding an argument panics (a Value or Encode method is user code), the
+// batch. If ctx ends, or the connection breaks, after the batch was sent and
+// before its reply arrived, the batch may have committed: Exec then returns
+// an error matching [fence.ErrOutcomeUnknown] as well as ctx.Err() or the
+// network error (see "When the outcome is unknown" in the package doc). An
+// error without it means nothing committed. If encoding an argument panics (a Value or Encode method is user code), the
 // batch is not sent, the connection goes back to its pool and the panic
 // continues.
 func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
@@ -62,10 +65,14 @@ func exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	for _, s := range stmts {
 		b.Queue(s.SQL, s.Args...)
 	}
+	commits := commitsItself(db)
 	var tags []pgconn.CommandTag
 	err := onConn(ctx, db, func(db Batcher) error {
 		var err error
 		tags, err = execBatch(ctx, db, b, f, len(stmts))
+		if err != nil && commits {
+			return unknownOutcome("postgres: Exec", err)
+		}
 		return err
 	})
 	if err != nil {
@@ -84,17 +91,17 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f, false))
+			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f))
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f, true))
+		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f))
 	}
 	tags = make([]pgconn.CommandTag, 0, n)
 	for i := range n {
 		tag, err := br.Exec()
 		if err != nil {
-			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f, false))
+			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f))
 		}
 		tags = append(tags, tag)
 	}
@@ -110,7 +117,11 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 // A stale f returns a [*fence.StaleError] without calling fn. fn must not
 // keep rows; an error from fn is returned as it is (the mark raise still
 // commits, as with any admitted read). On a pgx.Tx the read joins that
-// transaction. ctx bounds the batch and fn's reading.
+// transaction. ctx bounds the batch and fn's reading. A batch whose reply
+// is cut off (ctx ends or the connection breaks) returns an error matching
+// [fence.ErrOutcomeUnknown], as [Exec] does: it may have committed. For a
+// plain read the only write is the guard's mark raise, which a retry under
+// the same fence repeats harmlessly.
 //
 // If fn panics, Query closes the batch, returns the connection to its pool
 // and lets the panic continue with its original value. The guard's mark
@@ -138,29 +149,38 @@ func query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn fu
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(guardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
 	b.Queue(stmt.SQL, stmt.Args...)
-	return onConn(ctx, db, func(db Batcher) error { return queryBatch(ctx, db, b, f, fn) })
+	commits := commitsItself(db)
+	return onConn(ctx, db, func(db Batcher) error { return queryBatch(ctx, db, b, f, fn, commits) })
 }
 
 // queryBatch sends b, the guard of f and one query, and hands the query's
 // rows to fn. The batch is closed even when fn panics, so that the connection
-// is drained and, from a pool, given back.
-func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn func(rows pgx.Rows) error) (err error) {
+// is drained and, from a pool, given back. commits says whether the batch
+// commits by itself, so that a failure in flight leaves its outcome unknown.
+func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn func(rows pgx.Rows) error, commits bool) (err error) {
+	failed := func(err error) error {
+		err = fmt.Errorf("postgres: fenced query: %w", translate(err, f))
+		if commits {
+			return unknownOutcome("postgres: Query", err)
+		}
+		return err
+	}
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("postgres: fenced query: %w", translate(cerr, f, false))
+			err = failed(cerr)
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
 		var stale *fence.StaleError
-		if err := translate(err, f, true); errors.As(err, &stale) {
+		if err := translate(err, f); errors.As(err, &stale) {
 			return stale
 		}
-		return fmt.Errorf("postgres: fenced query guard: %w", translate(err, f, true))
+		return failed(err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		return failed(err)
 	}
 	defer rows.Close()
 	if err := fn(rows); err != nil {
@@ -168,7 +188,7 @@ func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: fenced query: %w", translate(err, f, false))
+		return failed(err)
 	}
 	return nil
 }

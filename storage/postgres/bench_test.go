@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -98,6 +99,46 @@ func BenchmarkPlainQuery(b *testing.B) {
 	for b.Loop() {
 		if err := pool.QueryRow(ctx, `SELECT n FROM counter WHERE id = $1`, 1).Scan(&n); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOnce runs new work each time: BenchmarkInTx plus the completion
+// record, one more round trip (the record's INSERT) and one more row and
+// index entry per key.
+func BenchmarkOnce(b *testing.B) {
+	ctx, pool := setup(b)
+	f := fenceOf("counter", 1, "h")
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, benchUpdate, 1)
+		return err
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		if ran, err := postgres.Once(ctx, pool, f, "k"+strconv.Itoa(i), fn); err != nil || !ran {
+			b.Fatal(ran, err)
+		}
+	}
+}
+
+// BenchmarkOnceDone is the call that finds its key done: BEGIN, guard, the
+// record's INSERT finding the key, COMMIT; fn does not run.
+func BenchmarkOnceDone(b *testing.B) {
+	ctx, pool := setup(b)
+	f := fenceOf("counter", 1, "h")
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, benchUpdate, 1)
+		return err
+	}
+	if _, err := postgres.Once(ctx, pool, f, "k", fn); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ran, err := postgres.Once(ctx, pool, f, "k", fn); err != nil || ran {
+			b.Fatal(ran, err)
 		}
 	}
 }

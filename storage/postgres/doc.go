@@ -39,6 +39,10 @@
 //     returning a [*fence.ConflictError] when another write came first;
 //     [Retry] reruns a read-modify-write on conflicts and on serialization
 //     failures.
+//   - [Once] runs a key's work at most once: the work and a completion
+//     record commit in one fenced transaction, so a job that committed but
+//     lost its reply, or crashed after COMMIT, is not run again by the next
+//     holder; [LookupOnce] reads the record (who, which token, when).
 //
 // # Guard table or row-level marks
 //
@@ -77,6 +81,27 @@
 // the *pgconn.PgError. Run the whole transaction again, for example with
 // [Retry].
 //
+// # When the outcome is unknown
+//
+// A write either committed, did not, or the client cannot tell: its ctx
+// ended, or its connection broke, after the request (a batch with its
+// implicit commit, an autocommit statement, a COMMIT) was sent and before
+// the reply arrived. Every call that commits its own write ([Exec],
+// [Query], [InTx], [Once] and the [Table] methods, on a pool or a
+// connection) then returns an error matching [fence.ErrOutcomeUnknown]
+// (a [*fence.OutcomeUnknownError]) that still matches ctx.Err() or the
+// network error; none reports such a write as not applied. An error without
+// it means nothing committed: the call failed before sending anything, or
+// the server replied with an error, which aborts the transaction.
+//
+// Do not simply run the work again: the fence that was admitted once is
+// admitted again, and the work would be applied twice. Read, under the same
+// fence, what the write would have changed and decide; or run the work
+// through [Once], whose completion record makes a second call tell the
+// truth. [Retry] never retries such an error. Calls on a pgx.Tx commit
+// nothing themselves, so they never return it; your own COMMIT's outcome is
+// yours to judge the same way.
+//
 // # Panics
 //
 // Code of yours that runs inside a call may panic: the function given to
@@ -89,11 +114,13 @@
 //
 // # Observability
 //
-// Every exported call is a span (fencekit.postgres.exec, .query, .in_tx,
-// .guard, .guard_all, .table_update, .table_upsert,
-// .table_update_version) with the fence and the outcome, and every refusal
-// counts in fencekit.fence.rejections with storage="postgres" and reason
-// stale or conflict. The package's functions take no options, so they use
+// Every call that takes a fence is a span (fencekit.postgres.exec, .query,
+// .in_tx, .once, .guard, .guard_all, .table_update, .table_upsert), and so
+// is .table_update_version, with the fence's resource and token (guard_all's
+// as lists, one entry per fence; holder ids never) and the outcome (once's
+// also its key and fencekit.once.ran), and
+// every refusal counts in fencekit.fence.rejections with storage="postgres"
+// and reason stale or conflict. The package's functions take no options, so they use
 // the global OpenTelemetry providers; instruments made before an SDK is
 // installed forward to it once it is.
 //
@@ -106,11 +133,16 @@
 // only ever sent as parameters, so any string without a NUL byte is safe as
 // a name. Every call refuses bad input (nil contexts and handles, invalid
 // fences, resources longer than [fence.MaxResourceLen], empty names, names
-// holding NUL bytes, a [Table] whose columns overlap) before sending
-// anything, and every call's ctx bounds its statements: a cancelled
-// ctx returns an error matching ctx.Err().
+// holding NUL bytes, a [Table] whose columns overlap, bad [Once] keys) before
+// sending anything, with an error matching [ErrInvalidArgument] or
+// [fence.ErrInvalidFence], both of which match [fence.ErrInvalid]. Every
+// call's ctx bounds its statements: a cancelled ctx returns an error
+// matching ctx.Err() (and, for a write cut off in flight,
+// [fence.ErrOutcomeUnknown]).
 //
-// The guard table and function are found through the connection's
-// search_path, in the schema where the migrations were applied; a missing
-// schema returns an error matching [ErrNotMigrated].
+// The guard table and function, and Once's completion table, are found
+// through the connection's search_path, in the schema where the migrations
+// were applied; a missing schema returns an error matching
+// [ErrNotMigrated]. A missing table or function of your own returns the
+// server's error for it, not ErrNotMigrated.
 package postgres

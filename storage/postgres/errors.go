@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -18,9 +19,12 @@ var (
 	// [*RetryableError]s and also match the driver's *pgconn.PgError.
 	ErrRetryable = errors.New("postgres: transaction aborted by a concurrent one, retry it")
 
-	// ErrNotMigrated means the guard table or function is missing from the
-	// connection's search_path: apply fencekit's migrations first (see the
-	// migrations package).
+	// ErrNotMigrated means a table or function that fencekit's migrations
+	// create is missing from the connection's search_path: apply the
+	// migrations first (see the migrations package). Only a server error
+	// that names one of fencekit's own objects matches it; a missing table
+	// (42P01) or function (42883) of the caller's comes back as the
+	// statement's own *pgconn.PgError.
 	ErrNotMigrated = errors.New("postgres: fencekit schema not found, apply migrations.Up first")
 
 	// ErrNullVersion means [Table.UpdateVersion] found the row's version
@@ -35,11 +39,21 @@ var (
 	// name, or one holding a NUL byte; a [Table] whose key, token, holder and
 	// version columns are not four different columns, or a value on one of
 	// them or on a column named twice; a resource named twice in [GuardAll];
-	// a resource for [HighWater] that is empty or longer than
-	// [fence.MaxResourceLen]. (Invalid fences, resources too long included,
-	// are refused with [fence.ErrInvalidFence].)
-	ErrInvalidArgument = errors.New("postgres: invalid argument")
+	// a resource for [HighWater] that no fence could carry; a key for [Once]
+	// or [LookupOnce] that is empty, longer than [MaxOnceKeyLen], not valid
+	// UTF-8 or holding a NUL byte. (Invalid fences,
+	// resources too long included, are refused with [fence.ErrInvalidFence].)
+	// It matches [fence.ErrInvalid], as every invalid-argument error of this
+	// module does.
+	ErrInvalidArgument error = &invalidError{}
 )
+
+// invalidError is ErrInvalidArgument: this package's name for an invalid
+// argument, which also matches the module-wide [fence.ErrInvalid].
+type invalidError struct{}
+
+func (*invalidError) Error() string { return "postgres: invalid argument" }
+func (*invalidError) Unwrap() error { return fence.ErrInvalid }
 
 // SQLSTATE codes this package interprets.
 const (
@@ -77,9 +91,8 @@ func invalid(format string, args ...any) error {
 
 // translate is the one place where driver errors become this package's
 // errors. f is the fence the failed operation presented, used to rebuild a
-// stale rejection raised by the server; guardSQL says whether the error came
-// from a statement on fencekit's own schema.
-func translate(err error, f fence.Fence, guardSQL bool) error {
+// stale rejection raised by the server.
+func translate(err error, f fence.Fence) error {
 	if err == nil {
 		return nil
 	}
@@ -103,9 +116,41 @@ func translate(err error, f fence.Fence, guardSQL bool) error {
 			HighWater: fence.Fence{Resource: f.Resource, Token: fence.Token(mark.Token), Holder: mark.Holder},
 		}
 	case codeUndefinedTable, codeUndefinedFunction:
-		if guardSQL {
+		// A pipelined batch prepares the caller's statements with the guard,
+		// so a table or function of theirs that is missing can fail the
+		// guard's step: only the name in the message tells whose it is.
+		if namesOwnObject(pgErr.Message) {
 			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		}
 	}
 	return err
+}
+
+// ownObjects are the tables and functions the migrations create.
+var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_once"}
+
+// namesOwnObject reports whether msg, a server error's message, names one of
+// ownObjects as a whole identifier (so fencekit_guard does not match within
+// fencekit_guard_x or my_fencekit_guard). The name is inserted into the
+// message verbatim whatever the server's language.
+func namesOwnObject(msg string) bool {
+	for _, name := range ownObjects {
+		for i := 0; ; {
+			j := strings.Index(msg[i:], name)
+			if j < 0 {
+				break
+			}
+			start, end := i+j, i+j+len(name)
+			if (start == 0 || !identByte(msg[start-1])) && (end == len(msg) || !identByte(msg[end])) {
+				return true
+			}
+			i = start + 1
+		}
+	}
+	return false
+}
+
+// identByte reports whether b can continue an unquoted SQL identifier.
+func identByte(b byte) bool {
+	return b == '_' || b == '$' || b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
 }

@@ -126,3 +126,32 @@ func ExampleHighWater() {
 	}
 	fmt.Println("next token must exceed", hw.Token)
 }
+
+// Run a day's draw at most once, whoever holds the lock and however often
+// the job is started: the draw and its completion record commit together.
+func ExampleOnce() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	f := fence.Fence{Resource: "lottery", Token: 7, Holder: fence.NewHolder()}
+	ran, err := postgres.Once(ctx, pool, f, "draw:2026-11-23", func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO draws (day, winner) VALUES ($1, $2)`, "2026-11-23", 42)
+		return err
+	})
+	switch {
+	case errors.Is(err, fence.ErrOutcomeUnknown):
+		// The COMMIT's reply was lost: call Once again, it tells the truth.
+	case err != nil:
+		log.Fatal(err)
+	case !ran:
+		rec, err := postgres.LookupOnce(ctx, pool, "draw:2026-11-23")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("already drawn with token", rec.Fence.Token, "at", rec.Done)
+	}
+}

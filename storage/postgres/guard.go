@@ -77,7 +77,7 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f, true))
+		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f))
 	}
 	// Stale. The upsert left the row locked by tx, so this read sees the
 	// mark that refused f, not a later one.
@@ -93,7 +93,8 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 // whatever the order of fences, so two transactions guarding overlapping sets
 // can never deadlock on guard rows. A resource may appear only once. On the
 // first stale fence it returns that fence's [*fence.StaleError]; marks raised
-// before it are part of tx, which the caller must roll back.
+// before it are part of tx, which the caller must roll back. Its span
+// carries the resources and tokens, in the order they are locked.
 func GuardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.guard_all", nil)
 	err := guardAll(ctx, tx, fences...)
@@ -120,6 +121,7 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 			return invalid("resource %q appears more than once", sorted[i].Resource)
 		}
 	}
+	fencesAttrs(ctx, sorted)
 	for _, f := range sorted {
 		if err := guard(ctx, tx, f); err != nil {
 			return err
@@ -132,18 +134,20 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 // guard table admitted for it, or a Fence with a zero Token when it never
 // admitted one. A lock whose counter was lost can advance it past the mark's
 // token. db may be a pool, a connection or a transaction (whose snapshot then
-// applies). A resource that is empty or longer than [fence.MaxResourceLen]
-// is refused with [ErrInvalidArgument] before anything is sent. ctx bounds
-// the query.
+// applies). A resource that no fence could carry ([fence.Fence.Validate]'s
+// rule: empty, longer than [fence.MaxResourceLen], not valid UTF-8 or
+// holding a NUL byte) is refused with an error matching both
+// [ErrInvalidArgument] and [fence.ErrInvalidFence] before anything is sent:
+// the guard table cannot hold a mark for it. ctx bounds the query.
 func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return fence.Fence{}, err
 	}
-	switch {
-	case resource == "":
-		return fence.Fence{}, invalid("empty resource")
-	case len(resource) > fence.MaxResourceLen:
-		return fence.Fence{}, invalid("resource of %d bytes is longer than fence.MaxResourceLen (%d)", len(resource), fence.MaxResourceLen)
+	// The resource rule is fence.Validate's own, applied through a fence
+	// whose other fields are valid, so that HighWater accepts exactly the
+	// resources that Guard, Exec and the rest accept.
+	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "-"}).Validate(); err != nil {
+		return fence.Fence{}, invalid("high-water mark: %w", err)
 	}
 	return highWater(ctx, db, resource)
 }
@@ -156,7 +160,7 @@ func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, e
 	case errors.Is(err, pgx.ErrNoRows):
 		return mark, nil
 	case err != nil:
-		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}, true))
+		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}))
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil

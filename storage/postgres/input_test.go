@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -279,5 +280,31 @@ func TestResourceLengthLimit(t *testing.T) {
 	wantStale(t, err, f)
 	if n, _ := counter(t, ctx, pool); n != 1 {
 		t.Fatalf("n = %d, want the one admitted Exec", n)
+	}
+}
+
+// HighWater applies fence.Validate's resource rule before sending anything:
+// a resource no fence could carry has no mark to read, and PostgreSQL's text
+// type would refuse it with a server error (22021) after a round trip.
+func TestHighWaterRefusesResourcesNoFenceCarries(t *testing.T) {
+	for _, r := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("r", fence.MaxResourceLen+1)} {
+		for _, want := range []error{postgres.ErrInvalidArgument, fence.ErrInvalidFence, fence.ErrInvalid} {
+			refusedUnsent(t, "HighWater "+strconv.Quote(r[:min(len(r), 8)]), want, func(db *recorder) error {
+				_, err := postgres.HighWater(context.Background(), db, r)
+				return err
+			})
+		}
+	}
+}
+
+// The package's own invalid-argument sentinel is the module's: errors.Is
+// against fence.ErrInvalid works whichever package refused the call.
+func TestInvalidArgumentMatchesFenceErrInvalid(t *testing.T) {
+	refusedUnsent(t, "Exec with a nil handle", fence.ErrInvalid, func(*recorder) error {
+		_, err := postgres.Exec(context.Background(), nil, fenceOf("r", 1, "a"))
+		return err
+	})
+	if !errors.Is(postgres.ErrInvalidArgument, fence.ErrInvalid) {
+		t.Fatal("ErrInvalidArgument does not match fence.ErrInvalid")
 	}
 }

@@ -39,6 +39,11 @@ const (
 // every write to a piece of data the same way. Likewise, fenced writes do
 // not bump the version column, so [Table.UpdateVersion] does not notice
 // them.
+//
+// On a pool or a connection each write commits by itself. A write whose
+// reply is cut off (its ctx ends or its connection breaks after it was
+// sent) returns an error matching [fence.ErrOutcomeUnknown]: it may have
+// been applied (see "When the outcome is unknown" in the package doc).
 type Table struct {
 	// Name is the table, optionally schema-qualified: pgx.Identifier{"t"} or
 	// pgx.Identifier{"s", "t"}. Required.
@@ -186,10 +191,15 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
 	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + admitRowSQL(r.token, r.holder))
+	commits := commitsItself(db)
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sb.String(), args...)
 		if err != nil {
-			return fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f, false))
+			err = fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f))
+			if commits {
+				return unknownOutcome("postgres: Table.Update", err)
+			}
+			return err
 		}
 		if tag.RowsAffected() > 0 {
 			return nil
@@ -238,10 +248,15 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	sql := "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
 		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
 		" WHERE " + admitRowSQL("cur."+r.token, "cur."+r.holder)
+	commits := commitsItself(db)
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
-			return fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f, false))
+			err = fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f))
+			if commits {
+				return unknownOutcome("postgres: Table.Upsert", err)
+			}
+			return err
 		}
 		if tag.RowsAffected() > 0 {
 			return nil
@@ -260,7 +275,7 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 		return fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f, false))
+		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f))
 	}
 	mark := fence.Fence{Resource: f.Resource}
 	if token != nil {
@@ -305,23 +320,28 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
 	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = $1 AND " + r.version + " = $2 RETURNING " + r.version)
+	commits := commitsItself(db)
 	var next int64
 	err = onConn(ctx, db, func(db Querier) error {
 		var err error
-		next, err = r.updateVersion(ctx, db, sb.String(), args, key, version)
+		next, err = r.updateVersion(ctx, db, sb.String(), args, key, version, commits)
 		return err
 	})
 	return next, err
 }
 
-func (r table) updateVersion(ctx context.Context, db Querier, sql string, args []any, key any, version int64) (int64, error) {
+func (r table) updateVersion(ctx context.Context, db Querier, sql string, args []any, key any, version int64, commits bool) (int64, error) {
 	var next int64
 	err := db.QueryRow(ctx, sql, args...).Scan(&next)
 	if err == nil {
 		return next, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}, false))
+		err = fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}))
+		if commits {
+			return 0, unknownOutcome("postgres: Table.UpdateVersion", err)
+		}
+		return 0, err
 	}
 	var actual *int64
 	err = db.QueryRow(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&actual)
@@ -329,7 +349,7 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
 	case err != nil:
-		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}, false))
+		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}))
 	case actual == nil:
 		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, ErrNullVersion)
 	}

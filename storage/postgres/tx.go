@@ -17,8 +17,10 @@ import (
 type TxFunc func(ctx context.Context, tx pgx.Tx) error
 
 // InTx runs fn in a transaction fenced by f: it begins a transaction with
-// opts, guards f with [Guard], runs fn and commits. If the guard, fn or the
-// commit fails, the transaction is rolled back and nothing fn did is kept.
+// opts, guards f with [Guard], runs fn and commits. If the guard or fn fails,
+// or the server refuses the commit, the transaction is rolled back and
+// nothing fn did is kept; a commit cut off in flight is the one case where
+// InTx cannot tell, and says so (see below).
 //
 // A stale f returns a [*fence.StaleError] without running fn. Serialization
 // failures and deadlocks (SQLSTATE 40001, 40P01), from the guard, from fn's
@@ -30,19 +32,25 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // Non-zero opts need a db that implements [TxBeginner] (a pool or a
 // connection); on a pgx.Tx, InTx runs in a savepoint of that transaction and
 // opts must be zero. ctx bounds the whole transaction, fn included; when it
-// is cancelled the transaction is rolled back and the error matches ctx.Err().
+// ends before COMMIT is sent, the transaction is rolled back and the error
+// matches ctx.Err(). When it ends, or the connection breaks, while COMMIT
+// is in flight, the transaction may have committed: the error then matches
+// [fence.ErrOutcomeUnknown] as well as its cause (see "When the outcome is
+// unknown" in the package doc). In a savepoint nothing commits before the
+// caller's own COMMIT, so there InTx never returns that error.
 //
 // If fn panics, InTx rolls the transaction back (releasing the guard row and
 // returning the connection to its pool) and lets the panic continue with its
 // original value.
 func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.in_tx", &f)
-	err := inTx(ctx, db, opts, f, fn)
+	err := inTx(ctx, db, opts, f, fn, "postgres: InTx commit")
 	endSpan(ctx, span, err)
 	return err
 }
 
-func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) (err error) {
+// inTx is InTx; op names the call in an error whose outcome is unknown.
+func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc, op string) (err error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -63,7 +71,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		tx, err = db.Begin(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: begin: %w", translate(err, f, false))
+		return fmt.Errorf("postgres: begin: %w", translate(err, f))
 	}
 	committed := false
 	defer func() {
@@ -80,10 +88,25 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		return err
 	}
 	if err := fn(ctx, tx); err != nil {
-		return translate(err, f, false)
+		return translate(err, f)
+	}
+	// COMMIT that cannot be sent commits nothing; say so rather than let the
+	// driver's error for it pass for one in flight. The deferred rollback
+	// then ends the transaction (or the connection, which aborts it).
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: commit not sent: %w", err)
+	}
+	if tx.Conn().IsClosed() {
+		return errors.New("postgres: commit not sent: the connection is closed")
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", translate(err, f, false))
+		err = fmt.Errorf("postgres: commit: %w", translate(err, f))
+		if !commitsItself(db) {
+			// A savepoint's release commits nothing: the caller's
+			// transaction decides, and a failure here leaves it aborted.
+			return err
+		}
+		return unknownOutcome(op, err)
 	}
 	committed = true
 	return nil
@@ -98,7 +121,8 @@ const DefaultRetryAttempts = 10
 // [DefaultRetryAttempts]). It retries errors that match [ErrRetryable] or
 // [fence.ErrConflict], waiting a short randomised, growing delay (1 ms
 // doubling up to 100 ms) between calls; it never retries [fence.ErrStale],
-// since a newer holder will stay newer.
+// since a newer holder will stay newer, nor [fence.ErrOutcomeUnknown], since
+// the work may already have been applied.
 //
 // fn must redo the whole read-modify-write, reading afresh. Retry returns
 // fn's last error; if ctx ends while waiting, it returns an error matching
@@ -139,5 +163,9 @@ func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error
 }
 
 func retryable(err error) bool {
+	if errors.Is(err, fence.ErrOutcomeUnknown) {
+		// The work may have been applied: running it again may apply it twice.
+		return false
+	}
 	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
 }

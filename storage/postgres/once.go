@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/telemetry"
+)
+
+// The completion table is created by the migrations package and found
+// through the connection's search_path.
+const (
+	// onceClaimSQL writes key's completion record unless one exists, and
+	// returns a row only when it wrote one. Against a record that another
+	// transaction wrote and has not yet ended, it waits for that transaction:
+	// at READ COMMITTED it then writes nothing if the other committed, and
+	// writes the record if the other rolled back.
+	onceClaimSQL = `INSERT INTO fencekit_once (key, resource, token, holder)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO NOTHING
+RETURNING true`
+
+	// onceLookupSQL reads key's completion record.
+	onceLookupSQL = `SELECT resource, token, holder, done_at FROM fencekit_once WHERE key = $1`
+)
+
+// MaxOnceKeyLen is the longest key, in bytes, that [Once] and [LookupOnce]
+// accept: the same bound as a resource name, well inside the primary key
+// index's row limit.
+const MaxOnceKeyLen = fence.MaxResourceLen
+
+// keyOnceRan is the span attribute that says whether a [Once] call ran its
+// work.
+const keyOnceRan = attribute.Key("fencekit.once.ran")
+
+// Once runs fn at most once per key: fn's work and a completion record for
+// key commit in one transaction, and a key that has a record is never run
+// again, whatever the fence, the process or the number of retries. It
+// returns ran = true when this call's fn ran and its work committed, and
+// ran = false with a nil error when key's work had already committed (fn
+// is not called).
+//
+// In one transaction Once guards f (as [InTx] does), writes key's record
+// (f's resource, token and holder, and the time), runs fn and commits. So:
+//   - fn's error, or its panic, rolls everything back and records nothing:
+//     the key can run later. The error is returned as it is; a panic
+//     continues with its original value once the transaction is rolled
+//     back and the connection returned;
+//   - a stale f returns a [*fence.StaleError] without running fn, whether or
+//     not the work is done;
+//   - racing calls for the same key, with the same resource or different
+//     ones: exactly one commits the work. The key's record is written
+//     before fn runs and the primary key lets one transaction hold it, so a
+//     rival waits for that transaction to end and then returns ran = false
+//     (it committed) or runs fn itself (it rolled back). A rival with the
+//     same resource waits on the guard first and may be refused as stale
+//     instead;
+//   - a call whose COMMIT is in flight when ctx ends or the connection
+//     breaks returns an error matching [fence.ErrOutcomeUnknown]. Call Once
+//     again with the same key (under the same fence, or a newer one): it
+//     returns ran = false if the work committed and runs it if not. That is
+//     the way out for any ambiguous outcome. (If a newer holder was admitted
+//     meanwhile, the same fence is refused as stale; [LookupOnce] then says
+//     whether the work committed, and the newer holder's Once will not run
+//     it twice.)
+//
+// fn must do all its work through tx: what it does elsewhere (an email, a
+// call to another service) is not rolled back and may happen again when a
+// call fails. When the work is already done, the guard's raise of the mark
+// still commits, as with any admitted read.
+//
+// Records are kept until you delete them ([LookupOnce] reads one). Deleting
+// key's record lets key's work run again: the next Once for key runs fn.
+// Delete only keys whose work nobody will ask for again, for example
+// records older than the oldest key your jobs can still be called with:
+//
+//	DELETE FROM fencekit_once WHERE done_at < now() - interval '90 days'
+//
+// (an index on done_at serves it), or one key on purpose, to redo its work:
+// DELETE FROM fencekit_once WHERE key = $1.
+//
+// key is 1 to [MaxOnceKeyLen] bytes of valid UTF-8 without NUL bytes; a bad
+// key, nil fn or invalid f is refused before anything is sent. db is a pool
+// or a connection; on a pgx.Tx, Once runs in a savepoint and the record
+// commits, or not, with the caller's transaction. The transaction runs at
+// the server's default isolation; at REPEATABLE READ or SERIALIZABLE a rival
+// that committed the key after this one's snapshot makes it fail with
+// [ErrRetryable], and running Once again returns ran = false. ctx bounds the
+// whole call, fn included.
+func Once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc) (ran bool, err error) {
+	ctx, span := startSpan(ctx, "fencekit.postgres.once", &f)
+	ran, err = once(ctx, db, f, key, fn)
+	if span != nil && span.IsRecording() {
+		span.SetAttributes(keyOnceRan.Bool(ran))
+	}
+	endSpan(ctx, span, err)
+	return ran, err
+}
+
+func once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc) (bool, error) {
+	if err := checkOnceKey(key); err != nil {
+		return false, err
+	}
+	if fn == nil {
+		return false, invalid("nil transaction function")
+	}
+	if ctx != nil {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(telemetry.KeyKey.String(key)) // valid UTF-8, checked above
+		}
+	}
+	ran := false
+	err := inTx(ctx, db, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		var claimed bool
+		err := tx.QueryRow(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), f.Holder).Scan(&claimed)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil // done already: commit the mark raise only
+		case err != nil:
+			return fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, f))
+		}
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		ran = true
+		return nil
+	}, "postgres: Once commit")
+	if err != nil {
+		return false, err
+	}
+	return ran, nil
+}
+
+// OnceRecord is the completion record of a key whose work [Once] committed.
+type OnceRecord struct {
+	// Key is the key of the work.
+	Key string
+	// Fence is the fence the work ran under: its resource, token and holder
+	// id. The holder id is a lock's secret while that grant lives; log
+	// fence.HolderMark(Fence.Holder) rather than the id.
+	Fence fence.Fence
+	// Done is when the transaction that ran the work began, by the
+	// database server's clock (now() in that transaction).
+	Done time.Time
+}
+
+// LookupOnce returns the completion record of key: who ran its work, under
+// which fence, and when. A key whose work has not committed returns an
+// error matching [fence.ErrNotFound]. db may be a pool, a connection or a
+// transaction (whose snapshot then applies). A bad key is refused before
+// anything is sent. ctx bounds the query.
+func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return OnceRecord{}, err
+	}
+	if err := checkOnceKey(key); err != nil {
+		return OnceRecord{}, err
+	}
+	rec := OnceRecord{Key: key}
+	var token int64
+	err := db.QueryRow(ctx, onceLookupSQL, key).Scan(&rec.Fence.Resource, &token, &rec.Fence.Holder, &rec.Done)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return OnceRecord{}, fmt.Errorf("postgres: once %q: %w", key, fence.ErrNotFound)
+	case err != nil:
+		return OnceRecord{}, fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, fence.Fence{}))
+	}
+	rec.Fence.Token = fence.Token(token)
+	return rec, nil
+}
+
+// checkOnceKey refuses a key the completion table cannot hold.
+func checkOnceKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("empty once key")
+	case len(key) > MaxOnceKeyLen:
+		return invalid("once key of %d bytes is longer than %d", len(key), MaxOnceKeyLen)
+	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
+		return invalid("once key %q is not valid UTF-8 or holds a NUL byte", key)
+	}
+	return nil
+}
