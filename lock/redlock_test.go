@@ -25,6 +25,10 @@ type redlockNodes struct {
 	direct  []*redis.Client
 }
 
+// startNodes starts n private Redis servers, the first proxied of them
+// behind a proxy each. The Locker's clients neither retry a command nor a
+// failed dial, so a stopped node fails at once, as a refused connection
+// does, rather than after go-redis's dial retries.
 func startNodes(t *testing.T, n, proxied int) *redlockNodes {
 	t.Helper()
 	ns := &redlockNodes{}
@@ -32,23 +36,28 @@ func startNodes(t *testing.T, n, proxied int) *redlockNodes {
 		srv := testenv.StartRedis(t)
 		ns.srvs = append(ns.srvs, srv)
 		ns.direct = append(ns.direct, srv.Client())
+		addr := srv.Addr()
+		var p *testenv.Proxy
 		if i < proxied {
-			p := testenv.StartProxy(t, srv.Addr())
-			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			ns.proxies = append(ns.proxies, p)
-			ns.clients = append(ns.clients, c)
-		} else {
-			ns.proxies = append(ns.proxies, nil)
-			ns.clients = append(ns.clients, srv.Client())
+			p = testenv.StartProxy(t, srv.Addr())
+			addr = p.Addr()
 		}
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		ns.proxies = append(ns.proxies, p)
+		ns.clients = append(ns.clients, c)
 	}
 	return ns
 }
 
+// testNodeTimeout is the node timeout of the tests' Redlock Lockers unless
+// a test sets its own: far above what a node on a loaded machine takes to
+// answer, so that only the faults a test makes count as timeouts.
+const testNodeTimeout = 2 * time.Second
+
 func newRedlock(t *testing.T, ns *redlockNodes, opts ...lock.Option) *lock.Locker {
 	t.Helper()
-	l, err := lock.NewRedlock(ns.clients, opts...)
+	l, err := lock.NewRedlock(ns.clients, append([]lock.Option{lock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +87,21 @@ func (ns *redlockNodes) lockValues(t *testing.T, l *lock.Locker, resource string
 // runs it.
 func acquireScript(t *testing.T) *redis.Script {
 	t.Helper()
+	return scriptOf(t, "tokenstate.lua", "acquire.lua")
+}
+
+// raiseScript is the script that raises a Redlock node's token state to
+// the lease's token.
+func raiseScript(t *testing.T) *redis.Script {
+	t.Helper()
+	return scriptOf(t, "tokenstate.lua", "redlock_raise.lua")
+}
+
+// scriptOf is the script made of the package's files names, in order.
+func scriptOf(t *testing.T, names ...string) *redis.Script {
+	t.Helper()
 	var src []byte
-	for _, name := range []string{"tokenstate.lua", "acquire.lua"} {
+	for _, name := range names {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
