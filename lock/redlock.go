@@ -223,6 +223,11 @@ type QuorumError struct {
 	Quorum   int // nodes needed
 	OK       int // nodes that did as asked
 	Held     int // nodes where another holder has the lock (acquire)
+	// Unraised counts, for an acquisition that a quorum granted, the
+	// granting nodes whose token state was not confirmed raised to the
+	// lease's token (the raise failed, went unanswered, or found the grant
+	// gone). The lease is refused when fewer than Quorum are left at it.
+	Unraised int
 	// Remaining is the shortest remaining lease among the other holder's
 	// nodes, or negative when unknown.
 	Remaining time.Duration
@@ -238,7 +243,10 @@ func (e *QuorumError) Error() string {
 	if e.Held > 0 {
 		s += fmt.Sprintf("; %d held by another holder", e.Held)
 	}
-	if e.OK >= e.Quorum {
+	switch {
+	case e.OK >= e.Quorum && e.OK-e.Unraised < e.Quorum:
+		s += fmt.Sprintf("; only %d hold token state at the lease's token", e.OK-e.Unraised)
+	case e.OK >= e.Quorum:
 		s += fmt.Sprintf("; no validity left after %v", e.Elapsed.Round(time.Microsecond))
 	}
 	if e.Err != nil {
@@ -248,8 +256,9 @@ func (e *QuorumError) Error() string {
 }
 
 // Unwrap returns [ErrNoQuorum], a [*NotAcquiredError] when another holder
-// was seen or the acquisition ran out of validity (both worth retrying),
-// and the nodes' failures.
+// was seen or a quorum granted but the acquisition ran out of validity or
+// could not raise a quorum's token state (all worth retrying), and the
+// nodes' failures.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{ErrNoQuorum}
 	if e.Op == "acquire" && (e.Held > 0 || e.OK >= e.Quorum) {
@@ -414,25 +423,43 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: errors.Join(errs...)}
 	}
 
-	// Lift the granting nodes whose own token was lower to the lease's.
+	// Lift the granting nodes whose own token was lower to the lease's. The
+	// lease is handed out only if a quorum then holds token state at its
+	// token (issued there, or raised to it and still granted to this
+	// holder): any later quorum shares a node with that one, and gets a
+	// higher token from it while its state lives.
 	var lower []int
+	atToken := 0
 	for _, i := range granted {
 		if replies[i].v[1] < token {
 			lower = append(lower, i)
+		} else {
+			atToken++
 		}
 	}
 	if len(lower) > 0 {
-		fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (struct{}, error) {
-			return struct{}{}, redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Err()
+		raised := fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (int64, error) {
+			return redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Int64()
 		}, nil)
+		for _, i := range lower {
+			switch rep := raised[i]; {
+			case rep.err != nil:
+				errs = append(errs, fmt.Errorf("node %d: raising its token state: %w", i, rep.err))
+			case rep.v != 1:
+				errs = append(errs, fmt.Errorf("node %d: the grant was gone before its token state was raised", i))
+			default:
+				atToken++
+			}
+		}
 	}
-	if ctx.Err() != nil || time.Since(sent) >= ttl-drift(ttl) {
+	if ctx.Err() != nil || atToken < r.quorum || time.Since(sent) >= ttl-drift(ttl) {
 		releaseAll()
 		if err := ctx.Err(); err != nil {
 			return nil, translate(ctx, err, "acquire", resource)
 		}
 		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
-			OK: len(granted), Held: held, Remaining: remaining, Elapsed: time.Since(sent)}
+			OK: len(granted), Held: held, Unraised: len(granted) - atToken, Remaining: remaining,
+			Elapsed: time.Since(sent), Err: errors.Join(errs...)}
 	}
 	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -505,5 +507,256 @@ func TestRedlockAdvance(t *testing.T) {
 	}
 	if next.Token() <= mark {
 		t.Fatalf("token %d after Advance to %d", next.Token(), mark)
+	}
+}
+
+// raiseHook is a go-redis hook on one Redlock node's client that acts on
+// the script raising the node's token state to a lease's token. Armed with
+// a proxy, it loses the raise in the network: it blocks the node's proxy
+// before the script is written, and once the client has given up on the
+// reply it cuts the proxy's connections (dropping the held bytes) and lets
+// traffic through again. Armed to replay, it runs the script twice and
+// reports the second reply, as a client retry after a lost reply does.
+type raiseHook struct {
+	sha, src string
+	lose     atomic.Pointer[testenv.Proxy]
+	replay   atomic.Bool
+	seen     atomic.Int32 // raise scripts sent
+}
+
+func newRaiseHook(t *testing.T) *raiseHook {
+	s := raiseScript(t)
+	src, _ := os.ReadFile("tokenstate.lua")
+	raise, _ := os.ReadFile("redlock_raise.lua")
+	return &raiseHook{sha: s.Hash(), src: string(src) + string(raise)}
+}
+
+func (h *raiseHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *raiseHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *raiseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 2 || (args[1] != h.sha && args[1] != h.src) {
+			return next(ctx, cmd)
+		}
+		h.seen.Add(1)
+		if p := h.lose.Load(); p != nil {
+			p.Block()
+			err := next(ctx, cmd)
+			p.CutAll()
+			p.Unblock()
+			return err
+		}
+		if h.replay.CompareAndSwap(true, false) {
+			_ = next(ctx, cmd) // the run whose reply is lost
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// aheadState writes resource's token state on node i a day ahead of the
+// node's clock, as a node whose clock ran ahead leaves it, and returns that
+// counter.
+func (ns *redlockNodes) aheadState(t *testing.T, l *lock.Locker, i int, resource string) fence.Token {
+	t.Helper()
+	ctx := context.Background()
+	now, err := ns.direct[i].Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := now.Add(24*time.Hour).UnixNano() / 1000
+	if err := ns.direct[i].Set(ctx, l.TokenKey(resource), strconv.FormatInt(n, 10), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return fence.Token(n)
+}
+
+// setLock sets resource's lock on the nodes at idx to holder for d, or
+// deletes it when holder is "".
+func (ns *redlockNodes) setLock(t *testing.T, l *lock.Locker, resource, holder string, d time.Duration, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		var err error
+		if holder == "" {
+			err = ns.direct[i].Del(context.Background(), l.LockKey(resource)).Err()
+		} else {
+			err = ns.direct[i].Set(context.Background(), l.LockKey(resource), holder, d).Err()
+		}
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+}
+
+// atToken counts the nodes whose token counter is at least token.
+func (ns *redlockNodes) atToken(t *testing.T, l *lock.Locker, resource string, token fence.Token) int {
+	t.Helper()
+	k := 0
+	for i, c := range ns.direct {
+		v, err := c.Get(context.Background(), l.TokenKey(resource)).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		if n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64); fence.Token(n) >= token {
+			k++
+		}
+	}
+	return k
+}
+
+// TestRedlockRaiseLostRefusesLease: node 0's token state runs a day ahead
+// and nodes 3 and 4 hold a rival's lock, so a grant on nodes 0-2 takes
+// node 0's token and must raise nodes 1 and 2 to it. When both raises are
+// lost in the network (a node timeout), only node 0 holds state at that
+// token, and a lease handed out with it would be followed by a lower token
+// from the next grant, on nodes 2-4. The acquisition is refused instead, as
+// a retryable failure that leaves no lock behind. Every lease that is
+// handed out has a quorum of nodes at its token, and tokens never go back.
+func TestRedlockRaiseLostRefusesLease(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 3)
+	hooks := make([]*raiseHook, len(ns.clients))
+	for i, c := range ns.clients {
+		hooks[i] = newRaiseHook(t)
+		c.AddHook(hooks[i])
+	}
+	// The raise is lost once the client gives up on it, well within the
+	// node timeout, so that the release that follows finds the network
+	// carrying traffic again.
+	for _, i := range []int{1, 2} {
+		ns.clients[i] = redis.NewClient(&redis.Options{Addr: ns.proxies[i].Addr(), MaxRetries: -1, ReadTimeout: 500 * time.Millisecond})
+		ns.clients[i].AddHook(hooks[i])
+		t.Cleanup(func() { _ = ns.clients[i].Close() })
+	}
+	l := newRedlock(t, ns)
+	const res = "orders"
+	ns.aheadState(t, l, 0, res)
+	var handed []*lock.Lease // the leases handed out, in order
+	check := func(lease *lock.Lease) {
+		t.Helper()
+		for _, prev := range handed {
+			if lease.Token() <= prev.Token() {
+				t.Fatalf("lease token %d after an earlier lease's %d: the token went back", lease.Token(), prev.Token())
+			}
+		}
+		handed = append(handed, lease)
+		if k := ns.atToken(t, l, res, lease.Token()); k < l.Quorum() {
+			t.Errorf("lease token %d handed out with %d nodes holding token state at it; want a quorum (%d)", lease.Token(), k, l.Quorum())
+		}
+	}
+	acquire := func(step string) *lock.Lease {
+		t.Helper()
+		lease, err := l.TryAcquire(ctx, res, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		check(lease)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("%s: release: %v", step, err)
+		}
+		return lease
+	}
+
+	// A: granted on nodes 0-2 with node 0's token; raises lost on 1 and 2.
+	ns.setLock(t, l, res, "rival", time.Minute, 3, 4)
+	hooks[1].lose.Store(ns.proxies[1])
+	hooks[2].lose.Store(ns.proxies[2])
+	lease, err := l.TryAcquire(ctx, res, 10*time.Second)
+	hooks[1].lose.Store(nil)
+	hooks[2].lose.Store(nil)
+	if hooks[1].seen.Load() != 1 || hooks[2].seen.Load() != 1 {
+		t.Fatalf("raises sent to nodes 1 and 2: %d, %d; want one each", hooks[1].seen.Load(), hooks[2].seen.Load())
+	}
+	if err == nil {
+		t.Errorf("a lease with token %d was handed out although its token state was raised on no node but node 0", lease.Token())
+		check(lease)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var qe *lock.QuorumError
+		var na *lock.NotAcquiredError
+		if !errors.As(err, &qe) || !errors.Is(err, lock.ErrNoQuorum) || !errors.As(err, &na) {
+			t.Fatalf("acquisition whose raises were lost: %v; want a QuorumError that Acquire retries (a NotAcquiredError)", err)
+		}
+		if qe.OK != 3 || qe.Unraised != 2 {
+			t.Fatalf("quorum error %+v; want 3 grants, 2 of them not raised", qe)
+		}
+		t.Logf("refused: %v", err)
+		for i, v := range ns.lockValues(t, l, res) {
+			if v != "" && v != "rival" {
+				t.Fatalf("node %d holds %q after the refused acquisition", i, v)
+			}
+		}
+	}
+
+	// C: the next grant, on nodes 2-4.
+	ns.setLock(t, l, res, "", 0, 3, 4)
+	ns.setLock(t, l, res, "rival", time.Minute, 0, 1)
+	acquire("grant on nodes 2-4")
+
+	// B: again on nodes 0-2, and this time the raises go through.
+	ns.setLock(t, l, res, "", 0, 0, 1)
+	ns.setLock(t, l, res, "rival", time.Minute, 3, 4)
+	acquire("grant on nodes 0-2")
+
+	// D: and on nodes 2-4 once more.
+	ns.setLock(t, l, res, "", 0, 3, 4)
+	ns.setLock(t, l, res, "rival", time.Minute, 0, 1)
+	acquire("second grant on nodes 2-4")
+}
+
+// TestRedlockRaiseRetried: a client retry of a raise that already ran
+// (its reply lost) reports the raise as done and changes nothing more: the
+// lease is handed out with the leading node's token, and every granting
+// node holds that token as its grant's, which a retried acquisition there
+// returns.
+func TestRedlockRaiseRetried(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 3, 0)
+	l := newRedlock(t, ns)
+	const res = "orders"
+	ahead := ns.aheadState(t, l, 0, res)
+	for i := 1; i < 3; i++ {
+		// Loaded, so that the replayed EVALSHA runs the script twice.
+		if err := raiseScript(t).Load(ctx, ns.direct[i]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		h := newRaiseHook(t)
+		h.replay.Store(true)
+		ns.clients[i].AddHook(h)
+		t.Cleanup(func() {
+			if h.seen.Load() != 1 || h.replay.Load() {
+				t.Errorf("node %d: %d raises, replayed %v; want one, replayed", i, h.seen.Load(), !h.replay.Load())
+			}
+		})
+	}
+	lease, err := l.TryAcquire(ctx, res, 10*time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire with its raises retried: %v", err)
+	}
+	if lease.Token() != ahead+1 {
+		t.Fatalf("token %d; want node 0's next, %d", lease.Token(), ahead+1)
+	}
+	for i := range ns.direct {
+		n, g, h := tokenState(t, ns.direct[i], l, res)
+		if n != lease.Token() || g != lease.Token() || h != lease.Holder()[:8] {
+			t.Fatalf("node %d token state %d %d %q; want the lease's token %d as its grant's", i, n, g, h, lease.Token())
+		}
+		got, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey(res), l.TokenKey(res)},
+			lease.Holder(), 10000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
+		if err != nil || len(got) != 2 || got[0] != 1 || fence.Token(got[1]) != lease.Token() {
+			t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, got, err, lease.Token())
+		}
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
