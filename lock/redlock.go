@@ -212,6 +212,16 @@ func (l *Locker) Quorum() int {
 // drift is Redlock's allowance for clocks running at different rates.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// checkRedlockTTL refuses a lease that would leave no validity once the
+// drift allowance is taken off, however fast the nodes answered: under 3ms,
+// since nodes get whole milliseconds. Acquiring it could never succeed.
+func checkRedlockTTL(ttl time.Duration) error {
+	if sent := ttl.Truncate(time.Millisecond); sent-drift(sent) <= 0 {
+		return fmt.Errorf("%w: a Redlock lease of %v leaves no validity after the drift allowance of %v", ErrInvalid, ttl, drift(sent))
+	}
+	return nil
+}
+
 // QuorumError is a Redlock call that fewer nodes than its quorum answered as
 // asked. It matches [ErrNoQuorum], and also [ErrNotAcquired] when some node
 // had the lock granted to another holder (then [Locker.Acquire] tries
@@ -348,6 +358,9 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
 	if cfg.owner != "" {
 		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", ErrInvalid, resource)
+	}
+	if err := checkRedlockTTL(ttl); err != nil {
+		return nil, fmt.Errorf("%w: acquire %q", err, resource)
 	}
 	r := l.red
 	holder := fence.NewHolder()

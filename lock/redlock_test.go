@@ -760,3 +760,41 @@ func TestRedlockRaiseRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRedlockShortTTLRefused: a Redlock lease of under 3ms (sent in whole
+// milliseconds) leaves no validity once the drift allowance (ttl/100 + 2ms)
+// is taken off, so no acquisition could ever hold it. TryAcquire and
+// Acquire refuse it at once with ErrInvalid, which also matches
+// fence.ErrInvalid, and send nothing.
+func TestRedlockShortTTLRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 3, 0)
+	var cmds testenv.Commands
+	for _, c := range ns.clients {
+		c.AddHook(&cmds)
+	}
+	l := newRedlock(t, ns)
+	for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 2500 * time.Microsecond, 3*time.Millisecond - 1} {
+		if _, err := l.TryAcquire(ctx, "r", ttl); !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("TryAcquire(%v): %v; want ErrInvalid", ttl, err)
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := time.Now()
+		_, err := l.Acquire(actx, "r", ttl)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, lock.ErrInvalid) || took > time.Second {
+			t.Errorf("Acquire(%v): %v after %v; want ErrInvalid at once", ttl, err, took)
+		}
+	}
+	if sent := cmds.Take(); len(sent) > 0 {
+		t.Errorf("refused acquisitions sent %d commands, starting with %v", len(sent), sent[:min(len(sent), 5)])
+	}
+	lease, err := l.TryAcquire(ctx, "r", time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire(1s): %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
