@@ -371,8 +371,11 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 		defer cancel()
 		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, l.channel(resource), n.sharded, "").Err()
 	}
+	// releaseAll releases on every node, not only those that granted. It
+	// waits no longer than ctx allows: a release still under way goes on in
+	// the background, bounded by cleanupTimeout, and Close waits for it.
 	releaseAll := func() {
-		fanOut(context.WithoutCancel(ctx), r, nil, func(_ context.Context, n redlockNode) (struct{}, error) {
+		fanOut(ctx, r, nil, func(_ context.Context, n redlockNode) (struct{}, error) {
 			releaseNode(n)
 			return struct{}{}, nil
 		}, nil)

@@ -798,3 +798,60 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRedlockCallsEndByDeadline: with three of five nodes black-holed and
+// a node timeout far longer than the callers' contexts, an acquisition
+// returns by its context's deadline; the release of what it took runs in
+// the background, and Close waits for it, so once the network carries
+// traffic again and Close has returned no node holds the lock, not even
+// one whose grant arrived late.
+func TestRedlockCallsEndByDeadline(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 5, 3)
+	l, err := lock.NewRedlock(ns.clients, lock.WithNodeTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	warm, err := l.TryAcquire(ctx, "orders", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ns.proxies[:3] {
+		p.Block()
+	}
+	const budget = 300 * time.Millisecond
+	const margin = 250 * time.Millisecond // a loaded machine's scheduling, not a node timeout
+	for _, try := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"TryAcquire", func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "orders", 5*time.Second); return err }},
+		{"Acquire", func(ctx context.Context) error { _, err := l.Acquire(ctx, "orders", 5*time.Second); return err }},
+	} {
+		dctx, cancel := context.WithTimeout(ctx, budget)
+		start := time.Now()
+		err := try.call(dctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s with 3 of 5 nodes black-holed: %v; want the context's deadline", try.name, err)
+		}
+		if took > budget+margin {
+			t.Errorf("%s returned %v after its context's %v deadline", try.name, took-budget, budget)
+		}
+		t.Logf("%s returned after %v (deadline %v)", try.name, took, budget)
+	}
+	for _, p := range ns.proxies[:3] {
+		p.Unblock()
+	}
+	l.Close()
+	for i, v := range ns.lockValues(t, l, "orders") {
+		if v != "" {
+			t.Errorf("node %d holds %q once Close returned", i, v)
+		}
+	}
+}
