@@ -108,8 +108,11 @@ type redlockNode struct {
 // drift = ttl/100 + 2ms allows for clocks running at different rates. The
 // lease is then known held until that validity runs out (see
 // [Lease.Validity]); [Lease.Done] closes then unless the lease is extended.
-// When the quorum fails, the attempt releases what it took on every node,
-// not only those that answered, before returning a [*QuorumError].
+// A ttl under 3ms could never leave validity and is refused with
+// [ErrInvalid] before anything is sent. When the quorum fails, the attempt
+// releases what it took on every node, not only those that answered, before
+// returning a [*QuorumError]; it waits for those releases no longer than
+// its context allows, and [Locker.Close] waits for the rest.
 // [Locker.Acquire] retries after a random delay ([Backoff], or the
 // [WithWait] strategy) while some node reports another holder, rather than
 // waiting for release announcements, so contending clients do not retry in
@@ -129,9 +132,14 @@ type redlockNode struct {
 // Every granting node issues its own token (its server clock in
 // microseconds, or its previous token plus one), and the lease's token is
 // the largest of them. The granting nodes' token state is then raised to
-// that token, so a later grant, whose quorum shares at least one node with
-// this one, gets a higher token while that state lives, and a client retry
-// of a node's acquisition returns the lease's token.
+// that token, and the lease is handed out only once a quorum of nodes is
+// known to hold token state at it (they issued it, or confirmed the raise),
+// so a later grant, whose quorum shares at least one node with that one,
+// gets a higher token while that state lives, and a client retry of a
+// node's acquisition returns the lease's token. When too few raises are
+// confirmed (a node timed out, or lost the grant), the attempt is released
+// on every node and fails with a [*QuorumError] that [Locker.Acquire]
+// retries, as it retries a quorum whose validity ran out.
 //
 // This token is not a consensus value. Nodes do not agree on it; a node that
 // restarts empty, a lagging clock, or a grant whose quorum overlaps the last
