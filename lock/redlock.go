@@ -120,7 +120,9 @@ type redlockNode struct {
 //
 // Release and Extend go to every node. Extend keeps the lease only when a
 // quorum extended it with validity left; a lease that a quorum no longer
-// holds is lost ([ErrNotHeld], and Done closes). [Lease.TTL] reports the
+// holds is lost ([ErrNotHeld], and Done closes). A failed Extend to a ttl
+// shorter than what the lease had left shortens [Lease.Validity] to that
+// ttl less drift, since some nodes may have set it. [Lease.TTL] reports the
 // time for which a quorum still holds the lock. [Locker.Advance] raises
 // the token state on every node and succeeds once a quorum has it.
 // [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
@@ -519,6 +521,9 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 
 // redlockExtend is extend on a Redlock Locker.
 func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
+	if err := checkRedlockTTL(ttl); err != nil {
+		return fmt.Errorf("%w: extend %q", err, s.f.Resource)
+	}
 	l := s.l
 	sent := time.Now()
 	keys := []string{s.key, l.TokenKey(s.f.Resource)}
@@ -536,8 +541,30 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		s.lost(err)
 		return err
 	}
+	// Nodes that answered late, or not at all, may have set the new ttl,
+	// which may be shorter than what the lease had left.
+	s.capValidity(sent, ttl-drift(ttl))
 	return translate(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
 		OK: ok, Elapsed: elapsed, Err: errs}, "extend", s.f.Resource)
+}
+
+// capValidity moves the lease's known expiry back to sent+ttl if that is
+// sooner: after a failed extension, the quorum is known to hold the lock
+// only until the earlier of its old expiry and the one the extension may
+// have set. It ends the lease at once if that has passed.
+func (s *Lease) capValidity(sent time.Time, ttl time.Duration) {
+	s.life.mu.Lock()
+	capped := !s.life.ended && !s.life.deadline.IsZero() && sent.Add(ttl).Before(s.life.deadline)
+	if capped {
+		s.life.deadline = sent.Add(ttl)
+		if s.life.expiry != nil {
+			s.life.expiry.Reset(time.Until(s.life.deadline))
+		}
+	}
+	s.life.mu.Unlock()
+	if capped && ttl <= time.Since(sent) {
+		s.expired()
+	}
 }
 
 // redlockTTL is TTL on a Redlock Locker: the time for which a quorum of

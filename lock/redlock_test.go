@@ -792,12 +792,64 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 	if sent := cmds.Take(); len(sent) > 0 {
 		t.Errorf("refused acquisitions sent %d commands, starting with %v", len(sent), sent[:min(len(sent), 5)])
 	}
-	lease, err := l.TryAcquire(ctx, "r", time.Second)
+	lease, err := l.TryAcquire(ctx, "r", 5*time.Second)
 	if err != nil {
-		t.Fatalf("TryAcquire(1s): %v", err)
+		t.Fatalf("TryAcquire(5s): %v", err)
+	}
+	cmds.Take()
+	if err := lease.Extend(ctx, 2*time.Millisecond); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Extend(2ms): %v; want ErrInvalid", err)
+	}
+	if sent := cmds.Take(); len(sent) > 0 {
+		t.Errorf("a refused Extend sent %v", sent)
+	}
+	if v := lease.Validity(); v < time.Second {
+		t.Errorf("validity %v after a refused Extend; want what the lease had", v)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRedlockFailedExtendCapsValidity: an Extend to a shorter ttl that
+// every node applied but that took too long to leave validity fails, and
+// the lease's validity is no longer than that ttl from the call: once the
+// nodes have let the lock go, the lease reports none left and has ended.
+func TestRedlockFailedExtendCapsValidity(t *testing.T) {
+	ctx := context.Background()
+	ns := startNodes(t, 3, 3)
+	l := newRedlock(t, ns)
+	lease, err := l.TryAcquire(ctx, "orders", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ns.proxies {
+		p.SetLatency(150 * time.Millisecond)
+	}
+	const short = 200 * time.Millisecond
+	err = lease.Extend(ctx, short)
+	for _, p := range ns.proxies {
+		p.SetLatency(0)
+	}
+	if !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("Extend(%v) through 300ms round trips: %v; want ErrNoQuorum (no validity left)", short, err)
+	}
+	if v := lease.Validity(); v > short {
+		t.Errorf("validity %v after a failed Extend(%v) that the nodes applied", v, short)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for held := true; held; {
+		held = false
+		for _, v := range ns.lockValues(t, l, "orders") {
+			held = held || v != ""
+		}
+		if held && time.Now().After(deadline) {
+			t.Fatal("the nodes still hold the lock 10s after a 200ms extension")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, err := lease.Validity(), lease.Err(); v != 0 || !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("validity %v, Err %v once no node holds the lock; want 0 and ErrNotHeld", v, err)
 	}
 }
 
