@@ -25,8 +25,9 @@ var (
 	ErrReleased = errors.New("lock: lease released")
 
 	// ErrInvalid means an argument or option was rejected: an empty resource,
-	// a lease under a millisecond, a nil client, a prefix with braces. Nothing
-	// was sent to Redis. It matches [fence.ErrInvalid] too.
+	// a lease under a millisecond (3ms under Redlock), a nil client, a prefix
+	// with braces. Nothing was sent to Redis. It matches [fence.ErrInvalid]
+	// too.
 	ErrInvalid error = invalidError{}
 
 	// ErrWrongType means a lock key or token state already holds a value of

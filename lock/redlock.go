@@ -34,7 +34,8 @@ const DefaultNodeTimeout = 50 * time.Millisecond
 
 // ErrNoQuorum means a Redlock call reached fewer nodes than its quorum
 // needs: too many nodes were down, unreachable or slower than the node
-// timeout, or (for an acquisition) took so long that no validity was left.
+// timeout, or (for an acquisition) took so long that no validity was left
+// or could not raise a quorum's token state to the lease's token.
 // Errors that match it are a [*QuorumError]; when some node had the lock
 // granted to another holder, the error also matches [ErrNotAcquired], and
 // [Locker.Acquire] keeps trying.
