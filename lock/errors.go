@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,9 +25,10 @@ var (
 	ErrReleased = errors.New("lock: lease released")
 
 	// ErrInvalid means an argument or option was rejected: an empty resource,
-	// a lease under a millisecond, a nil client, a prefix with braces. Nothing
-	// was sent to Redis.
-	ErrInvalid = errors.New("lock: invalid argument")
+	// a lease under a millisecond (3ms under Redlock), a nil client, a prefix
+	// with braces. Nothing was sent to Redis. It matches [fence.ErrInvalid]
+	// too.
+	ErrInvalid error = invalidError{}
 
 	// ErrWrongType means a lock key or token state already holds a value of
 	// another type, or a token out of range. The key was left as it was.
@@ -37,6 +39,14 @@ var (
 	// was taken and nothing was changed; tokens are never repeated.
 	ErrTokensExhausted = errors.New("lock: token space exhausted, the next token would pass fence.MaxToken")
 )
+
+// invalidError is ErrInvalid: its own sentinel, and fence's one word for an
+// invalid argument.
+type invalidError struct{}
+
+func (invalidError) Error() string { return "lock: invalid argument" }
+
+func (invalidError) Unwrap() error { return fence.ErrInvalid }
 
 // NotAcquiredError is a refused acquisition. It matches [ErrNotAcquired].
 type NotAcquiredError struct {

@@ -34,7 +34,8 @@ const DefaultNodeTimeout = 50 * time.Millisecond
 
 // ErrNoQuorum means a Redlock call reached fewer nodes than its quorum
 // needs: too many nodes were down, unreachable or slower than the node
-// timeout, or (for an acquisition) took so long that no validity was left.
+// timeout, or (for an acquisition) took so long that no validity was left
+// or could not raise a quorum's token state to the lease's token.
 // Errors that match it are a [*QuorumError]; when some node had the lock
 // granted to another holder, the error also matches [ErrNotAcquired], and
 // [Locker.Acquire] keeps trying.
@@ -108,8 +109,11 @@ type redlockNode struct {
 // drift = ttl/100 + 2ms allows for clocks running at different rates. The
 // lease is then known held until that validity runs out (see
 // [Lease.Validity]); [Lease.Done] closes then unless the lease is extended.
-// When the quorum fails, the attempt releases what it took on every node,
-// not only those that answered, before returning a [*QuorumError].
+// A ttl under 3ms could never leave validity and is refused with
+// [ErrInvalid] before anything is sent. When the quorum fails, the attempt
+// releases what it took on every node, not only those that answered, before
+// returning a [*QuorumError]; it waits for those releases no longer than
+// its context allows, and [Locker.Close] waits for the rest.
 // [Locker.Acquire] retries after a random delay ([Backoff], or the
 // [WithWait] strategy) while some node reports another holder, rather than
 // waiting for release announcements, so contending clients do not retry in
@@ -117,7 +121,9 @@ type redlockNode struct {
 //
 // Release and Extend go to every node. Extend keeps the lease only when a
 // quorum extended it with validity left; a lease that a quorum no longer
-// holds is lost ([ErrNotHeld], and Done closes). [Lease.TTL] reports the
+// holds is lost ([ErrNotHeld], and Done closes). A failed Extend to a ttl
+// shorter than what the lease had left shortens [Lease.Validity] to that
+// ttl less drift, since some nodes may have set it. [Lease.TTL] reports the
 // time for which a quorum still holds the lock. [Locker.Advance] raises
 // the token state on every node and succeeds once a quorum has it.
 // [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
@@ -129,9 +135,14 @@ type redlockNode struct {
 // Every granting node issues its own token (its server clock in
 // microseconds, or its previous token plus one), and the lease's token is
 // the largest of them. The granting nodes' token state is then raised to
-// that token, so a later grant, whose quorum shares at least one node with
-// this one, gets a higher token while that state lives, and a client retry
-// of a node's acquisition returns the lease's token.
+// that token, and the lease is handed out only once a quorum of nodes is
+// known to hold token state at it (they issued it, or confirmed the raise),
+// so a later grant, whose quorum shares at least one node with that one,
+// gets a higher token while that state lives, and a client retry of a
+// node's acquisition returns the lease's token. When too few raises are
+// confirmed (a node timed out, or lost the grant), the attempt is released
+// on every node and fails with a [*QuorumError] that [Locker.Acquire]
+// retries, as it retries a quorum whose validity ran out.
 //
 // This token is not a consensus value. Nodes do not agree on it; a node that
 // restarts empty, a lagging clock, or a grant whose quorum overlaps the last
@@ -212,6 +223,16 @@ func (l *Locker) Quorum() int {
 // drift is Redlock's allowance for clocks running at different rates.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// checkRedlockTTL refuses a lease that would leave no validity once the
+// drift allowance is taken off, however fast the nodes answered: under 3ms,
+// since nodes get whole milliseconds. Acquiring it could never succeed.
+func checkRedlockTTL(ttl time.Duration) error {
+	if sent := ttl.Truncate(time.Millisecond); sent-drift(sent) <= 0 {
+		return fmt.Errorf("%w: a Redlock lease of %v leaves no validity after the drift allowance of %v", ErrInvalid, ttl, drift(sent))
+	}
+	return nil
+}
+
 // QuorumError is a Redlock call that fewer nodes than its quorum answered as
 // asked. It matches [ErrNoQuorum], and also [ErrNotAcquired] when some node
 // had the lock granted to another holder (then [Locker.Acquire] tries
@@ -223,6 +244,11 @@ type QuorumError struct {
 	Quorum   int // nodes needed
 	OK       int // nodes that did as asked
 	Held     int // nodes where another holder has the lock (acquire)
+	// Unraised counts, for an acquisition that a quorum granted, the
+	// granting nodes whose token state was not confirmed raised to the
+	// lease's token (the raise failed, went unanswered, or found the grant
+	// gone). The lease is refused when fewer than Quorum are left at it.
+	Unraised int
 	// Remaining is the shortest remaining lease among the other holder's
 	// nodes, or negative when unknown.
 	Remaining time.Duration
@@ -238,7 +264,10 @@ func (e *QuorumError) Error() string {
 	if e.Held > 0 {
 		s += fmt.Sprintf("; %d held by another holder", e.Held)
 	}
-	if e.OK >= e.Quorum {
+	switch {
+	case e.OK >= e.Quorum && e.OK-e.Unraised < e.Quorum:
+		s += fmt.Sprintf("; only %d hold token state at the lease's token", e.OK-e.Unraised)
+	case e.OK >= e.Quorum:
 		s += fmt.Sprintf("; no validity left after %v", e.Elapsed.Round(time.Microsecond))
 	}
 	if e.Err != nil {
@@ -248,8 +277,9 @@ func (e *QuorumError) Error() string {
 }
 
 // Unwrap returns [ErrNoQuorum], a [*NotAcquiredError] when another holder
-// was seen or the acquisition ran out of validity (both worth retrying),
-// and the nodes' failures.
+// was seen or a quorum granted but the acquisition ran out of validity or
+// could not raise a quorum's token state (all worth retrying), and the
+// nodes' failures.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{ErrNoQuorum}
 	if e.Op == "acquire" && (e.Held > 0 || e.OK >= e.Quorum) {
@@ -340,6 +370,9 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	if cfg.owner != "" {
 		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", ErrInvalid, resource)
 	}
+	if err := checkRedlockTTL(ttl); err != nil {
+		return nil, fmt.Errorf("%w: acquire %q", err, resource)
+	}
 	r := l.red
 	holder := fence.NewHolder()
 	lockKey, tokenKey := l.LockKey(resource), l.TokenKey(resource)
@@ -349,8 +382,11 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 		defer cancel()
 		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, l.channel(resource), n.sharded, "").Err()
 	}
+	// releaseAll releases on every node, not only those that granted. It
+	// waits no longer than ctx allows: a release still under way goes on in
+	// the background, bounded by cleanupTimeout, and Close waits for it.
 	releaseAll := func() {
-		fanOut(context.WithoutCancel(ctx), r, nil, func(_ context.Context, n redlockNode) (struct{}, error) {
+		fanOut(ctx, r, nil, func(_ context.Context, n redlockNode) (struct{}, error) {
 			releaseNode(n)
 			return struct{}{}, nil
 		}, nil)
@@ -414,25 +450,43 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: errors.Join(errs...)}
 	}
 
-	// Lift the granting nodes whose own token was lower to the lease's.
+	// Lift the granting nodes whose own token was lower to the lease's. The
+	// lease is handed out only if a quorum then holds token state at its
+	// token (issued there, or raised to it and still granted to this
+	// holder): any later quorum shares a node with that one, and gets a
+	// higher token from it while its state lives.
 	var lower []int
+	atToken := 0
 	for _, i := range granted {
 		if replies[i].v[1] < token {
 			lower = append(lower, i)
+		} else {
+			atToken++
 		}
 	}
 	if len(lower) > 0 {
-		fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (struct{}, error) {
-			return struct{}{}, redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Err()
+		raised := fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (int64, error) {
+			return redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Int64()
 		}, nil)
+		for _, i := range lower {
+			switch rep := raised[i]; {
+			case rep.err != nil:
+				errs = append(errs, fmt.Errorf("node %d: raising its token state: %w", i, rep.err))
+			case rep.v != 1:
+				errs = append(errs, fmt.Errorf("node %d: the grant was gone before its token state was raised", i))
+			default:
+				atToken++
+			}
+		}
 	}
-	if ctx.Err() != nil || time.Since(sent) >= ttl-drift(ttl) {
+	if ctx.Err() != nil || atToken < r.quorum || time.Since(sent) >= ttl-drift(ttl) {
 		releaseAll()
 		if err := ctx.Err(); err != nil {
 			return nil, translate(ctx, err, "acquire", resource)
 		}
 		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
-			OK: len(granted), Held: held, Remaining: remaining, Elapsed: time.Since(sent)}
+			OK: len(granted), Held: held, Unraised: len(granted) - atToken, Remaining: remaining,
+			Elapsed: time.Since(sent), Err: errors.Join(errs...)}
 	}
 	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)
@@ -468,6 +522,9 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 
 // redlockExtend is extend on a Redlock Locker.
 func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
+	if err := checkRedlockTTL(ttl); err != nil {
+		return fmt.Errorf("%w: extend %q", err, s.f.Resource)
+	}
 	l := s.l
 	sent := time.Now()
 	keys := []string{s.key, l.TokenKey(s.f.Resource)}
@@ -485,8 +542,30 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		s.lost(err)
 		return err
 	}
+	// Nodes that answered late, or not at all, may have set the new ttl,
+	// which may be shorter than what the lease had left.
+	s.capValidity(sent, ttl-drift(ttl))
 	return translate(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
 		OK: ok, Elapsed: elapsed, Err: errs}, "extend", s.f.Resource)
+}
+
+// capValidity moves the lease's known expiry back to sent+ttl if that is
+// sooner: after a failed extension, the quorum is known to hold the lock
+// only until the earlier of its old expiry and the one the extension may
+// have set. It ends the lease at once if that has passed.
+func (s *Lease) capValidity(sent time.Time, ttl time.Duration) {
+	s.life.mu.Lock()
+	capped := !s.life.ended && !s.life.deadline.IsZero() && sent.Add(ttl).Before(s.life.deadline)
+	if capped {
+		s.life.deadline = sent.Add(ttl)
+		if s.life.expiry != nil {
+			s.life.expiry.Reset(time.Until(s.life.deadline))
+		}
+	}
+	s.life.mu.Unlock()
+	if capped && ttl <= time.Since(sent) {
+		s.expired()
+	}
 }
 
 // redlockTTL is TTL on a Redlock Locker: the time for which a quorum of
