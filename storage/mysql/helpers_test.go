@@ -114,7 +114,9 @@ WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'`, id).Scan(&n)
 		if time.Now().After(deadline) {
 			t.Fatalf("connection %d never waited on a lock", id)
 		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for the condition itself
+		// InnoDB refreshes what INNODB_TRX shows only when nobody read it
+		// for 100 ms: polling faster would see the same snapshot forever.
+		time.Sleep(150 * time.Millisecond)
 	}
 }
 
