@@ -1,8 +1,8 @@
 // Command lottery is a batch job that must run exactly once: several
 // instances race to draw a day's winners from a users table in PostgreSQL
-// (or, with -store mysql, MySQL or MariaDB),
-// and exactly one draw is recorded even when the instance that won the lock
-// pauses past its lease in the middle of the draw and another takes over.
+// (or, with -store mysql, MySQL or MariaDB), and exactly one draw is
+// recorded even when the instance that won the lock pauses past its lease
+// in the middle of the draw and another takes over.
 //
 // Each instance takes the Redis lock "lottery:<day>" with a short lease,
 // checks in a fenced read whether the day is drawn, chooses winners if not,
