@@ -41,7 +41,7 @@ const MySQLLockName = "fencekit.migrations"
 // ctx bounds the whole run, including waiting for the lock (which otherwise
 // gives up after five minutes). db must be a MySQL or MariaDB database opened
 // with github.com/go-sql-driver/mysql, with a current database (the DSN's
-// /dbname).
+// /dbname), that may open at least two connections.
 func UpMySQL(ctx context.Context, db *sql.DB) error {
 	if ctx == nil {
 		return errors.New("migrations: nil context")
@@ -52,8 +52,27 @@ func UpMySQL(ctx context.Context, db *sql.DB) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
+	if db.Stats().MaxOpenConnections == 1 {
+		return errors.New("migrations: UpMySQL needs a *sql.DB that may open two connections: one holds the named lock while goose migrates on another")
+	}
+	// The lock is taken here rather than through goose's session locker:
+	// goose creates its version table before it locks, and MySQL commits
+	// that CREATE TABLE at once, before the version-0 row goes in, so a
+	// concurrent process could find the table without it. Holding the lock
+	// around all of goose's work serialises that too.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Close()
+	lock := namedLock{name: MySQLLockName, wait: 5 * time.Minute}
+	if err := lock.SessionLock(ctx, conn); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	// The lock goes with the connection, which Close returns to the pool:
+	// release it first, even when ctx has ended.
+	defer func() { _ = lock.SessionUnlock(context.WithoutCancel(ctx), conn) }()
 	p, err := goose.NewProvider(goose.DialectMySQL, db, MySQLFS,
-		goose.WithSessionLocker(namedLock{name: MySQLLockName, wait: 5 * time.Minute}),
 		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	)
@@ -73,9 +92,8 @@ const (
 	releaseLockSQL = `SELECT RELEASE_LOCK(?)`
 )
 
-// namedLock is a goose session locker on a MySQL named lock. The lock
-// belongs to the connection goose migrates on and goes with it if the
-// process dies.
+// namedLock is a MySQL named lock held by one connection. It goes with
+// the connection if the process dies.
 type namedLock struct {
 	name string
 	wait time.Duration
