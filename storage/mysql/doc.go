@@ -110,8 +110,11 @@
 // MySQL 8.0's reference manual: INSERT ... ON DUPLICATE KEY UPDATE with
 // placeholders in the update clause, its affected-row counts (1 inserted,
 // 2 updated, 0 or with CLIENT_FOUND_ROWS 1 unchanged) and its left-to-right
-// assignment; SELECT ... FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE of
-// the migrations (VARBINARY, DATETIME(6), CHECK, ROW_FORMAT=DYNAMIC and the
-// 3072-byte index key limit); GET_LOCK and RELEASE_LOCK; and error numbers
-// 1205, 1213, 1146 and 1054.
+// assignment; INSERT IGNORE and its count for a duplicate key (0); SELECT
+// ... FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE statements of the
+// migrations (VARBINARY, DATETIME(6), CHECK, a backquoted `key` column,
+// ROW_FORMAT=DYNAMIC and its 3072-byte index key limit); GET_LOCK and
+// RELEASE_LOCK (session-owned, released when the session ends); and error
+// numbers 1205, 1213, 1146 and 1054. MariaDB's SIMULTANEOUS_ASSIGNMENT
+// sql_mode and its error 1020 have no MySQL counterpart.
 package mysql
