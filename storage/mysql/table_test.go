@@ -274,3 +274,27 @@ func TestTableHostileNamesAreNames(t *testing.T) {
 		t.Fatalf("err = %v, want error 1146 (no such table)", err)
 	}
 }
+
+// TestTableNamesWithPlaceholders runs Table calls on names holding question
+// marks, backticks and comment starts with interpolateParams=true, where
+// the driver itself puts the arguments into the statement: names must stay
+// names and arguments must land where their placeholders are.
+func TestTableNamesWithPlaceholders(t *testing.T) {
+	cfg := testenv.MySQLConfig(t)
+	cfg.InterpolateParams = true
+	ctx, db := setupWith(t, cfg)
+	tbl := mysql.Table{Name: "t?`-- ?", Key: "k?", Token: "tok`?", Holder: "h?", Version: "v?"}
+	mustExec(t, ctx, db, `CREATE TABLE `+q(tbl.Name)+` (`+q(tbl.Key)+` INT PRIMARY KEY, `+q("b?")+` BIGINT NOT NULL DEFAULT 0, `+
+		q(tbl.Token)+` BIGINT, `+q(tbl.Holder)+` VARBINARY(1024), `+q(tbl.Version)+` BIGINT NOT NULL DEFAULT 1)`)
+	if err := tbl.Upsert(ctx, db, fenceOf("r", 2, "h'?"), 1, mysql.Set("b?", 5)); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, tbl.Update(ctx, db, fenceOf("r", 1, "h'?"), 1, mysql.Set("b?", 6)), fenceOf("r", 2, "h'?"))
+	if _, err := tbl.UpdateVersion(ctx, db, 1, 1, mysql.Set("b?", 7)); err != nil {
+		t.Fatal(err)
+	}
+	var b, v int64
+	if err := db.QueryRowContext(ctx, `SELECT `+q("b?")+`, `+q(tbl.Version)+` FROM `+q(tbl.Name)+` WHERE `+q(tbl.Key)+` = 1`).Scan(&b, &v); err != nil || b != 7 || v != 2 {
+		t.Fatalf("row = %d, version %d, %v; want 7, 2", b, v, err)
+	}
+}
