@@ -41,3 +41,26 @@ func TestMySQLDatabasePerTest(t *testing.T) {
 		t.Fatalf("database %q still exists after its test (%d)", name, n)
 	}
 }
+
+// TestPrivateMySQLKeepsCommittedData kills a private MariaDB with SIGKILL
+// and restarts it: what was committed is still there.
+func TestPrivateMySQLKeepsCommittedData(t *testing.T) {
+	s := StartMySQL(t)
+	db := OpenMySQL(t, s.Config())
+	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart()
+	var n int
+	err := db.QueryRow("SELECT COUNT(*) FROM t").Scan(&n)
+	if err != nil {
+		// The pool's old connection died with the server.
+		err = db.QueryRow("SELECT COUNT(*) FROM t").Scan(&n)
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("after kill and restart: %d rows, %v; want 1", n, err)
+	}
+}
