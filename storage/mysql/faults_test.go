@@ -178,3 +178,23 @@ func TestContextEndsBeforeCommit(t *testing.T) {
 		t.Fatalf("mark = %v, want none: the guard must be rolled back too", got)
 	}
 }
+
+// TestRetryStopsAtUnknownOutcome: a write that may have landed is never
+// retried blindly, nor is a stale fence; deadlocks are.
+func TestRetryStopsAtUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		err   error
+		calls int
+	}{
+		"unknown outcome": {&fence.OutcomeUnknownError{Op: "commit", Err: context.DeadlineExceeded}, 1},
+		"stale":           {&fence.StaleError{}, 1},
+		"retryable":       {&mysql.RetryableError{Err: &drv.MySQLError{Number: 1213}}, 3},
+	} {
+		calls := 0
+		err := mysql.Retry(ctx, 3, func(context.Context) error { calls++; return tc.err })
+		if calls != tc.calls || !errors.Is(err, tc.err) {
+			t.Errorf("%s: %d calls, err %v; want %d calls and the error", name, calls, err, tc.calls)
+		}
+	}
+}

@@ -63,4 +63,14 @@ func TestMySQLCountsRejections(t *testing.T) {
 	findSpan(t, "fencekit.mysql.guard", attribute.String("fencekit.resource", older.Resource), outcome("stale"))
 	findSpan(t, "fencekit.mysql.in_tx", attribute.String("fencekit.resource", newer.Resource), outcome("ok"))
 	findSpan(t, "fencekit.mysql.table_update_version", outcome("conflict"))
+
+	// Once's span names whether it ran the work.
+	for _, want := range []bool{true, false} {
+		ran, err := mysql.Once(ctx, db, newer, "job-"+older.Resource, noop)
+		if err != nil || ran != want {
+			t.Fatalf("Once = %v, %v; want ran=%v", ran, err, want)
+		}
+		findSpan(t, "fencekit.mysql.once", attribute.String("fencekit.resource", newer.Resource),
+			attribute.Bool("fencekit.once.ran", want), outcome("ok"))
+	}
 }
