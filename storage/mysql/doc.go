@@ -104,6 +104,14 @@
 // with storage="mysql" and reason stale or conflict. The package's functions
 // take no options, so they use the global OpenTelemetry providers.
 //
+// # Files
+//
+// guard.go holds the guard and its SQL, tx.go [InTx], [Retry] and the
+// commit whose outcome may be unknown, once.go [Once], table.go the
+// row-level marks and versions, errors.go the sentinels and the one place
+// where driver errors are translated, telemetry.go the spans and the
+// rejection counter.
+//
 // # Checked against MySQL 8
 //
 // The tests run against MariaDB 10.11. The statements were checked against
