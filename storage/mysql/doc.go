@@ -59,9 +59,9 @@
 // Resources and holders are stored as VARBINARY, byte for byte: "A" and "a"
 // (and "a" and "a ") are different resources, whatever the server's
 // collation. A resource may be up to [fence.MaxResourceLen] bytes (the
-// column and its index hold exactly that), a holder up to [MaxHolderLen]; tokens
-// are signed BIGINT, so every token a lock issues (up to [fence.MaxToken])
-// and every positive int64 fits. Longer resources and holders, invalid
+// column and its index hold exactly that), a holder up to [MaxHolderLen];
+// tokens are signed BIGINT, so every token a lock issues (up to
+// [fence.MaxToken]) and every positive int64 fits. Longer resources and holders, invalid
 // fences, nil handles and unusable options are refused with an error
 // matching [fence.ErrInvalid] before anything is sent.
 //
