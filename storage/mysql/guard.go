@@ -181,6 +181,7 @@ func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 			return invalid("resource %q appears more than once", sorted[i].Resource)
 		}
 	}
+	fencesAttrs(ctx, sorted)
 	for _, f := range sorted {
 		if err := guard(ctx, tx, f); err != nil {
 			return err

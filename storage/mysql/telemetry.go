@@ -42,6 +42,22 @@ func startSpan(ctx context.Context, name string, f *fence.Fence) (context.Contex
 	return ctx, span
 }
 
+// fencesAttrs puts the resources and tokens of several fences on the span of
+// ctx, in the order given, as lists; holder ids stay out. Call it with
+// validated fences only: span attributes must be valid UTF-8.
+func fencesAttrs(ctx context.Context, fences []fence.Fence) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	resources := make([]string, len(fences))
+	tokens := make([]int64, len(fences))
+	for i, f := range fences {
+		resources[i], tokens[i] = f.Resource, int64(f.Token)
+	}
+	span.SetAttributes(telemetry.KeyResource.StringSlice(resources), telemetry.KeyToken.Int64Slice(tokens))
+}
+
 // endSpan counts a refusal and ends the span with the call's outcome.
 func endSpan(ctx context.Context, span trace.Span, err error) {
 	if span == nil {

@@ -64,6 +64,19 @@ func TestMySQLCountsRejections(t *testing.T) {
 	findSpan(t, "fencekit.mysql.in_tx", attribute.String("fencekit.resource", newer.Resource), outcome("ok"))
 	findSpan(t, "fencekit.mysql.table_update_version", outcome("conflict"))
 
+	// GuardAll's span names its resources and tokens, in locking order.
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := fence.Fence{Resource: "b-" + newer.Resource, Token: 3, Holder: "h"}, fence.Fence{Resource: "a-" + newer.Resource, Token: 4, Holder: "h"}
+	if err := mysql.GuardAll(ctx, tx, a, b); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback()
+	findSpan(t, "fencekit.mysql.guard_all", attribute.StringSlice("fencekit.resource", []string{b.Resource, a.Resource}),
+		attribute.Int64Slice("fencekit.token", []int64{4, 3}), outcome("ok"))
+
 	// Once's span names whether it ran the work.
 	for _, want := range []bool{true, false} {
 		ran, err := mysql.Once(ctx, db, newer, "job-"+older.Resource, noop)
