@@ -25,14 +25,13 @@ const mariadbdHow = "install MariaDB (Debian: apt-get install mariadb-server), o
 // (innodb_flush_log_at_trx_commit=1): a kill loses no committed
 // transaction.
 type MySQLServer struct {
-	t         testing.TB
-	bin, dir  string
-	port      int
-	asRoot    bool
-	mu        sync.Mutex
-	proc      *os.Process
-	exited    chan struct{}
-	startedAt time.Time
+	t        testing.TB
+	bin, dir string
+	port     int
+	asRoot   bool
+	mu       sync.Mutex
+	proc     *os.Process
+	exited   chan struct{}
 }
 
 // StartMySQL initialises a data directory, starts a private mariadbd with a
