@@ -25,7 +25,7 @@ import (
 // every day has exactly one payout. The negative control runs the same job
 // fenced but without the completion record, and pays some days twice.
 func TestMySQLDailyJobOnceDespiteLostReplies(t *testing.T) {
-	const days, instances, attempts = 12, 3, 6
+	const days, instances, attempts = 12, 3, 20
 	run := func(t *testing.T, withOnce bool) (perDay map[string]int, lost int) {
 		cfg := testenv.MySQLConfig(t)
 		direct := testenv.OpenMySQL(t, cfg)
@@ -83,7 +83,9 @@ func TestMySQLDailyJobOnceDespiteLostReplies(t *testing.T) {
 						}
 						// Not known to be done: run it again under a new lease.
 					}
-					t.Errorf("%s: an instance gave up after %d attempts", day, attempts)
+					if withOnce {
+						t.Errorf("%s: an instance gave up after %d attempts", day, attempts)
+					}
 				})
 			}
 			wg.Wait()
