@@ -2,8 +2,8 @@ package fencekit_test
 
 // End-to-end proofs after Jepsen's lock-set workload (DESIGN.md section 6):
 // workers acquire a short lease, read a counter, pause (some past the lease),
-// write the counter plus one and release, against real Redis and PostgreSQL,
-// under faults. With fenced reads and writes no acknowledged increment is
+// write the counter plus one and release, against real Redis, PostgreSQL and
+// MySQL (or MariaDB), under faults. With fenced reads and writes no acknowledged increment is
 // lost and admitted tokens never go down; the negative controls (the lock
 // alone, or fenced writes with plain reads) must lose increments, or the
 // suite cannot see what it claims to prevent.
@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -63,6 +64,16 @@ func redisStorage() storage {
 func postgresStorage() storage {
 	return storage{name: "postgres", make: func(t *testing.T) workload.Counter {
 		return &workload.PostgresCounter{Pool: migratedPool(t, "")}
+	}}
+}
+
+func mysqlStorage() storage {
+	return storage{name: "mysql", make: func(t *testing.T) workload.Counter {
+		db := testenv.MySQL(t)
+		if err := migrations.UpMySQL(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		return &workload.MySQLCounter{DB: db}
 	}}
 }
 
@@ -138,7 +149,7 @@ func requireSafe(t *testing.T, res workload.Result) {
 // TestFencedNoLostUpdates runs the fenced workload under each fault that
 // does not lose Redis data.
 func TestFencedNoLostUpdates(t *testing.T) {
-	for _, st := range []storage{redisStorage(), postgresStorage()} {
+	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
 		t.Run(st.name+"/pause past the lease", func(t *testing.T) {
 			requireSafe(t, run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced}))
 		})
@@ -184,7 +195,7 @@ func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 			}
 		}},
 	}
-	for _, st := range []storage{redisStorage(), postgresStorage()} {
+	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
 		for _, f := range faults {
 			t.Run(st.name+"/"+f.name, func(t *testing.T) {
 				srv := testenv.StartRedis(t) // the lock's Redis; data stays elsewhere
@@ -238,11 +249,92 @@ func TestFencedSurvivesPostgresBackendTermination(t *testing.T) {
 	}
 }
 
+// TestFencedSurvivesMySQLConnectionKills kills the workload's server
+// connections (KILL CONNECTION) again and again while it runs, cutting
+// guards, reads, writes and COMMITs short. Writes cut off without an answer
+// are uncertain; none of the acknowledged ones may be lost.
+func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
+	ctx := context.Background()
+	cfg := testenv.MySQLConfig(t)
+	db := testenv.OpenMySQL(t, cfg)
+	if err := migrations.UpMySQL(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	admin := testenv.OpenMySQL(t, cfg.Clone())
+	var killed int64
+	res := run(t, workload.Config{
+		Locker: sharedLocker(t), Counter: &workload.MySQLCounter{DB: db}, Mode: workload.Fenced,
+		Fault: func(ctx context.Context) {
+			// Kill for the first half of the run, then let it recover.
+			for i := 0; i < 6 && sleepCtx(ctx, 100*time.Millisecond); i++ {
+				rows, err := admin.QueryContext(context.Background(),
+					`SELECT id FROM information_schema.PROCESSLIST WHERE db = ? AND id <> CONNECTION_ID()`, cfg.DBName)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var ids []int64
+				for rows.Next() {
+					var id int64
+					if rows.Scan(&id) == nil {
+						ids = append(ids, id)
+					}
+				}
+				rows.Close()
+				for _, id := range ids {
+					// A connection that ended meanwhile is no error worth a
+					// failure.
+					if _, err := admin.ExecContext(context.Background(), `KILL CONNECTION `+strconv.FormatInt(id, 10)); err == nil {
+						killed++
+					}
+				}
+			}
+		},
+	})
+	requireSafe(t, res)
+	if killed == 0 {
+		t.Fatalf("no connection was killed: the fault did not happen: %v", res)
+	}
+	t.Logf("killed %d connections", killed)
+	if res.AckedAfterFault == 0 {
+		t.Fatalf("no write succeeded after the kills: no progress: %v", res)
+	}
+}
+
+// TestFencedSurvivesMySQLRestart kills a private MariaDB with SIGKILL
+// midway and restarts it on the same data. Writes in flight are uncertain;
+// InnoDB keeps every committed one, so no acknowledged increment may be
+// lost, and writes resume once the server is back.
+func TestFencedSurvivesMySQLRestart(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartMySQL(t)
+	db := testenv.OpenMySQL(t, srv.Config())
+	if err := migrations.UpMySQL(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	res := run(t, workload.Config{
+		Locker: sharedLocker(t), Counter: &workload.MySQLCounter{DB: db}, Mode: workload.Fenced,
+		Duration: max(runFor(t), 3*time.Second), // a restart with crash recovery takes a while
+		Fault: func(ctx context.Context) {
+			if sleepCtx(ctx, 300*time.Millisecond) {
+				srv.Kill()
+				time.Sleep(100 * time.Millisecond)
+				srv.Restart()
+			}
+		},
+	})
+	requireSafe(t, res)
+	if res.AckedAfterFault == 0 {
+		t.Fatalf("no write succeeded after the restart: no progress: %v", res)
+	}
+	t.Logf("first admitted write %v after the restart", res.FirstAckAfterFault)
+}
+
 // TestNegativeControlsLoseUpdates runs the same workload without fenced
 // reads, and without any fencing: both must lose increments, which shows the
 // checker can see a loss.
 func TestNegativeControlsLoseUpdates(t *testing.T) {
-	for _, st := range []storage{redisStorage(), postgresStorage()} {
+	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
 		for _, mode := range []workload.Mode{workload.Plain, workload.UnfencedReads} {
 			t.Run(st.name+"/"+mode.String(), func(t *testing.T) {
 				// Losses are random; a few runs make seeing one near certain.

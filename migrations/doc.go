@@ -30,4 +30,13 @@
 //
 // Use the same table name as [VersionTable] if both [Up] and the goose command
 // may run against one database.
+//
+// MySQL 8 and MariaDB 10.6+ have migrations of their own, for storage/mysql,
+// in [MySQLFS] (the mysql directory): [UpMySQL] applies them with goose's
+// MySQL dialect, the same version table name in the connection's current
+// database, and the named lock [MySQLLockName] (GET_LOCK) so that processes
+// starting at once apply each one once. They create fencekit_guard (marks)
+// and fencekit_once (completion records), e.g. with the goose command:
+//
+//	goose -dir ./migrations/mysql -table fencekit_db_version mysql "$DSN" up
 package migrations

@@ -8,13 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
-	"github.com/fencekit/fencekit/storage/postgres"
 )
 
 // releaseTimeout bounds the release at the end of an instance, which runs
@@ -26,6 +23,7 @@ const releaseTimeout = 2 * time.Second
 // instance to pause and tells it when the others are done.
 type race struct {
 	cfg Config
+	db  store
 	log *logger
 
 	pauser     atomic.Bool
@@ -44,8 +42,8 @@ func (r *race) finished() {
 
 func (r *race) closeOthers() { r.closeOnce.Do(func() { close(r.othersDone) }) }
 
-// run is one instance: its own Redis client, lock and pool, as a separate
-// process would have.
+// run is one instance: its own Redis client, lock and connections, as a
+// separate process would have.
 func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	inst := Instance{ID: id}
 	opt := r.cfg.Redis
@@ -59,16 +57,11 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	if err != nil {
 		return inst, err
 	}
-	pc, err := pgxpool.ParseConfig(r.cfg.PostgresURL)
+	db, err := r.db.instance(ctx)
 	if err != nil {
 		return inst, err
 	}
-	pc.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return inst, err
-	}
-	defer pool.Close()
+	defer db.close()
 
 	day := r.cfg.Day.Format(dayLayout)
 	resource := "lottery:" + day
@@ -90,7 +83,7 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	who := fmt.Sprintf("instance %d (token %d)", id, f.Token)
 	r.log.printf("%s: acquired %s", who, resource)
 
-	existing, chosen, err := r.read(ctx, pool, f)
+	existing, chosen, err := db.read(ctx, r.cfg, f)
 	if err != nil {
 		return r.refused(inst, who, "read", err)
 	}
@@ -117,9 +110,13 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 		r.log.printf("%s: resumes, still believing it holds the lock", who)
 	}
 
-	inst.Outcome, err = r.record(ctx, pool, f, id, chosen)
+	drawRows, err := db.record(ctx, r.cfg, f, id, chosen)
 	if err != nil {
 		return r.refused(inst, who, "write", err)
+	}
+	inst.Outcome = Drew
+	if drawRows == 0 {
+		inst.Outcome = LateWrite
 	}
 	switch inst.Outcome {
 	case Drew:
@@ -141,69 +138,4 @@ func (r *race) refused(inst Instance, who, step string, err error) (Instance, er
 	inst.Outcome, inst.HighWater = RefusedStale, hw
 	r.log.printf("%s: its %s was refused as stale: a newer holder (token %d) took over; nothing written", who, step, hw.Token)
 	return inst, nil
-}
-
-// read is the check before drawing: the day's draw token if there is one,
-// otherwise the chosen winners. With the fence it is a fenced read, which
-// raises the guard's mark so that older holders can no longer write.
-func (r *race) read(ctx context.Context, pool *pgxpool.Pool, f fence.Fence) (existing fence.Token, chosen []int64, err error) {
-	fn := func(ctx context.Context, tx pgx.Tx) error {
-		existing, chosen = 0, nil
-		var token int64
-		err := tx.QueryRow(ctx, findDrawSQL, r.cfg.Day).Scan(&token)
-		if err == nil {
-			existing = fence.Token(token)
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		rows, _ := tx.Query(ctx, chooseWinnersSQL, r.cfg.Winners)
-		chosen, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	}
-	if r.cfg.Unfenced {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
-	} else {
-		err = postgres.InTx(ctx, pool, pgx.TxOptions{}, f, fn)
-	}
-	return existing, chosen, err
-}
-
-// record writes the draw and its winners in one transaction. With the fence
-// the guard leads the batch and a stale fence aborts it whole.
-func (r *race) record(ctx context.Context, pool *pgxpool.Pool, f fence.Fence, id int, chosen []int64) (Outcome, error) {
-	stmts := []postgres.Statement{
-		{SQL: insertDrawSQL, Args: []any{r.cfg.Day, int64(f.Token), f.Holder, id}},
-		{SQL: insertWinnersSQL, Args: []any{r.cfg.Day, int64(f.Token), chosen}},
-	}
-	var drawRows int64
-	if r.cfg.Unfenced {
-		b := &pgx.Batch{}
-		for _, s := range stmts {
-			b.Queue(s.SQL, s.Args...)
-		}
-		br := pool.SendBatch(ctx, b)
-		tag, err := br.Exec()
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return 0, err
-		}
-		drawRows = tag.RowsAffected()
-	} else {
-		tags, err := postgres.Exec(ctx, pool, f, stmts...)
-		if err != nil {
-			return 0, err
-		}
-		drawRows = tags[0].RowsAffected()
-	}
-	if drawRows == 0 {
-		return LateWrite, nil
-	}
-	return Drew, nil
 }

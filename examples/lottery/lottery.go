@@ -8,20 +8,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/migrations"
 )
 
 // Config describes one run of the job: which day to draw, how many
 // instances race for it and where the servers are.
 type Config struct {
-	// PostgresURL is the database holding users, draws and the guard table.
+	// Store names the database that holds users, draws and the guard
+	// table: "postgres" or "mysql". default: "postgres".
+	Store string
+	// PostgresURL is the PostgreSQL database, for Store "postgres".
 	PostgresURL string
+	// MySQLDSN is the MySQL or MariaDB database, as a go-sql-driver DSN,
+	// for Store "mysql".
+	MySQLDSN string
 	// Redis is where the instances take their lock. Each instance opens its
 	// own client with these options.
 	Redis redis.Options
@@ -150,9 +152,16 @@ func (c Config) normalised() (Config, error) {
 	if c.TTL == 0 {
 		c.TTL = 500 * time.Millisecond
 	}
+	if c.Store == "" {
+		c.Store = storePostgres
+	}
 	switch {
-	case c.PostgresURL == "":
+	case c.Store != storePostgres && c.Store != storeMySQL:
+		return c, fmt.Errorf("%w: store %q, want %q or %q", errConfig, c.Store, storePostgres, storeMySQL)
+	case c.Store == storePostgres && c.PostgresURL == "":
 		return c, fmt.Errorf("%w: empty PostgreSQL URL", errConfig)
+	case c.Store == storeMySQL && c.MySQLDSN == "":
+		return c, fmt.Errorf("%w: empty MySQL DSN", errConfig)
 	case c.Redis.Addr == "":
 		return c, fmt.Errorf("%w: empty Redis address", errConfig)
 	case c.Day.IsZero():
@@ -183,26 +192,26 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("lottery: %w", err)
 	}
-	pool, err := connectPostgres(ctx, cfg.PostgresURL)
+	db, err := openStore(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	defer pool.Close()
+	defer db.close()
 	if err := pingRedis(ctx, cfg.Redis); err != nil {
 		return Result{}, err
 	}
-	if err := setup(ctx, pool, cfg.Users); err != nil {
+	if err := db.setup(ctx, cfg.Users); err != nil {
 		return Result{}, err
 	}
-	var users int
-	if err := pool.QueryRow(ctx, countUsersSQL).Scan(&users); err != nil {
+	users, err := db.countUsers(ctx)
+	if err != nil {
 		return Result{}, fmt.Errorf("lottery: count users: %w", err)
 	}
 	if users < cfg.Winners {
 		return Result{}, fmt.Errorf("%w: %d winners but only %d users", errConfig, cfg.Winners, users)
 	}
 
-	r := &race{cfg: cfg, log: &logger{w: cfg.Log}, othersDone: make(chan struct{})}
+	r := &race{cfg: cfg, db: db, log: &logger{w: cfg.Log}, othersDone: make(chan struct{})}
 	if cfg.Instances == 1 {
 		r.closeOthers()
 	}
@@ -219,25 +228,49 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
-	res.Draws, res.Draw, err = readDraw(ctx, pool, cfg.Day)
+	res.Draws, res.Draw, err = db.readDraw(ctx, cfg.Day)
 	return res, err
 }
 
-func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("%w: PostgreSQL URL: %w", errConfig, err)
+// The stores a run can record its draw in.
+const (
+	storePostgres = "postgres"
+	storeMySQL    = "mysql"
+)
+
+// store is the database a run records its draw in.
+type store interface {
+	// setup applies fencekit's migrations, creates the example's tables if
+	// missing and seeds users; running it again changes nothing.
+	setup(ctx context.Context, users int) error
+	countUsers(ctx context.Context) (int, error)
+	// readDraw returns how many draw rows the day has and, if one, that
+	// draw with every winner row stored for the day.
+	readDraw(ctx context.Context, day time.Time) (int, Recorded, error)
+	// instance opens the connections of one instance, as a separate
+	// process would have its own.
+	instance(ctx context.Context) (instanceStore, error)
+	close()
+}
+
+// instanceStore is one instance's view of the store.
+type instanceStore interface {
+	// read is the check before drawing: the day's draw token if there is
+	// one, otherwise the chosen winners. With the fence it is a fenced read,
+	// which raises the guard's mark so that older holders can no longer
+	// write.
+	read(ctx context.Context, cfg Config, f fence.Fence) (existing fence.Token, chosen []int64, err error)
+	// record writes the draw and its winners in one transaction (fenced
+	// unless cfg.Unfenced) and returns how many draw rows it inserted.
+	record(ctx context.Context, cfg Config, f fence.Fence, id int, chosen []int64) (drawRows int64, err error)
+	close()
+}
+
+func openStore(ctx context.Context, cfg Config) (store, error) {
+	if cfg.Store == storeMySQL {
+		return connectMySQL(ctx, cfg.MySQLDSN)
 	}
-	pc.ConnConfig.ConnectTimeout = 3 * time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, &unreachableError{Server: "PostgreSQL", Flag: "-postgres", Err: err}
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, &unreachableError{Server: "PostgreSQL", Flag: "-postgres", Err: err}
-	}
-	return pool, nil
+	return connectPostgres(ctx, cfg.PostgresURL)
 }
 
 func pingRedis(ctx context.Context, opt redis.Options) error {
@@ -249,56 +282,6 @@ func pingRedis(ctx context.Context, opt redis.Options) error {
 		return &unreachableError{Server: "Redis at " + opt.Addr, Flag: "-redis", Err: err}
 	}
 	return nil
-}
-
-// setup applies fencekit's migrations, creates the example's tables if
-// missing and seeds users; running it again changes nothing.
-func setup(ctx context.Context, pool *pgxpool.Pool, users int) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db); err != nil {
-		return fmt.Errorf("lottery: %w", err)
-	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for _, sql := range []string{setupLockSQL, createUsersSQL, createDrawsSQL, createWinnersSQL} {
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, seedUsersSQL, users)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("lottery: setup: %w", err)
-	}
-	return nil
-}
-
-// readDraw returns how many draw rows the day has and, if one, that draw
-// with every winner row stored for the day.
-func readDraw(ctx context.Context, db *pgxpool.Pool, day time.Time) (int, Recorded, error) {
-	var d Recorded
-	var token int64
-	err := db.QueryRow(ctx, readDrawSQL, day).Scan(&token, &d.Holder, &d.Instance, &d.DrawnAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, d, nil
-	}
-	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read draw: %w", err)
-	}
-	d.Token = fence.Token(token)
-	rows, _ := db.Query(ctx, readWinnersSQL, day)
-	d.Winners, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Winner, error) {
-		var w Winner
-		var t int64
-		err := row.Scan(&w.UserID, &w.Name, &t)
-		w.Token = fence.Token(t)
-		return w, err
-	})
-	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read winners: %w", err)
-	}
-	return 1, d, nil
 }
 
 // logger serialises the instances' lines.

@@ -21,7 +21,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lottery", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL")
+	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres or mysql")
+	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (with -store postgres)")
+	myDSN := fs.String("mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL or MariaDB DSN, user:password@tcp(host:port)/dbname (with -store mysql)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port")
 	instances := fs.Int("instances", 3, "instances racing for the draw")
 	day := fs.String("day", time.Now().Format(dayLayout), "day to draw, YYYY-MM-DD")
@@ -48,7 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "-unfenced draws a day no earlier run has drawn, %s, since a drawn day is left alone (-day picks one)\n", *day)
 	}
 	cfg := Config{
+		Store:       *storeName,
 		PostgresURL: *pgURL,
+		MySQLDSN:    *myDSN,
 		Redis:       redis.Options{Addr: *redisAddr},
 		Day:         d,
 		Instances:   *instances,
@@ -62,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *unfenced {
 		mode = "lock alone, unfenced"
 	}
-	fmt.Fprintf(stdout, "lottery for %s: %d instances, %d winners, lease %v, %s", *day, *instances, *winners, *ttl, mode)
+	fmt.Fprintf(stdout, "lottery for %s on %s: %d instances, %d winners, lease %v, %s", *day, *storeName, *instances, *winners, *ttl, mode)
 	if *pause {
 		fmt.Fprint(stdout, ", forced pause")
 	}

@@ -60,7 +60,7 @@ var helpers struct {
 	list []*helper
 }
 
-// container starts a server of the given kind ("redis" or "postgres") through
+// container starts a server of the given kind ("redis", "postgres" or "mysql") through
 // the helper and returns its URL.
 func container(kind string) (string, error) {
 	if err := dockerEngine(); err != nil {

@@ -1,11 +1,14 @@
-// Package testenv hands tests real servers: a Redis client and a PostgreSQL
-// pool, each isolated per test, and private redis-server processes for tests
-// that kill, restart, flush or cluster Redis.
+// Package testenv hands tests real servers: a Redis client, a PostgreSQL
+// pool and a MySQL (or MariaDB) *sql.DB, each isolated per test, and private
+// redis-server processes for tests that kill, restart, flush or cluster
+// Redis.
 //
 // Servers are found in this order:
 //
 //  1. FENCEKIT_TEST_REDIS / FENCEKIT_TEST_POSTGRES, as URLs
-//     (redis://127.0.0.1:6379/0, postgres://postgres@127.0.0.1:5432/test);
+//     (redis://127.0.0.1:6379/0, postgres://postgres@127.0.0.1:5432/test),
+//     and FENCEKIT_TEST_MYSQL, as a go-sql-driver DSN
+//     (root@tcp(127.0.0.1:3306)/test);
 //  2. the local servers on their default ports, when they answer;
 //  3. containers, when a Docker engine answers (DOCKER_HOST or the default
 //     socket): the integration module's cmd/testservers starts them with

@@ -1,11 +1,11 @@
-// Command testservers starts a Redis or PostgreSQL container for fencekit's
-// tests, prints its URL on one line, and removes the container when its
-// standard input closes.
+// Command testservers starts a Redis, PostgreSQL or MariaDB container for
+// fencekit's tests, prints its URL (for MariaDB, a go-sql-driver DSN) on one
+// line, and removes the container when its standard input closes.
 //
-//	go run ./cmd/testservers redis|postgres   (from internal/integration)
+//	go run ./cmd/testservers redis|postgres|mysql   (from internal/integration)
 //
-// internal/testenv runs it when no server answers at FENCEKIT_TEST_REDIS or
-// FENCEKIT_TEST_POSTGRES or on the default local ports, and a Docker engine
+// internal/testenv runs it when no server answers at FENCEKIT_TEST_REDIS,
+// FENCEKIT_TEST_POSTGRES or FENCEKIT_TEST_MYSQL or on the default local ports, and a Docker engine
 // answers. It lives in this module so that testcontainers-go and the Docker
 // client stay out of the fencekit module's requirements, and so out of the
 // module graph of every program that depends on fencekit.
@@ -38,11 +38,11 @@ func main() {
 // it once stdin reaches EOF or ctx ends.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) != 1 {
-		return errors.New("usage: testservers redis|postgres")
+		return errors.New("usage: testservers redis|postgres|mysql")
 	}
 	start, ok := servers[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown server %q (want redis or postgres)", args[0])
+		return fmt.Errorf("unknown server %q (want redis, postgres or mysql)", args[0])
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 var servers = map[string]func(context.Context) (testcontainers.Container, string, error){
 	"redis":    redisContainer,
 	"postgres": postgresContainer,
+	"mysql":    mariadbContainer,
 }
 
 func dockerHealthy(ctx context.Context) error {
@@ -127,4 +128,28 @@ func postgresContainer(ctx context.Context) (testcontainers.Container, string, e
 		return c, "", fmt.Errorf("postgres container: %w", err)
 	}
 	return c, "postgres://postgres@" + ep + "/test?sslmode=disable", nil
+}
+
+func mariadbContainer(ctx context.Context) (testcontainers.Container, string, error) {
+	c, err := testcontainers.Run(ctx, "mariadb:10.11",
+		testcontainers.WithExposedPorts("3306/tcp"),
+		testcontainers.WithEnv(map[string]string{
+			"MARIADB_ALLOW_EMPTY_ROOT_PASSWORD": "1",
+			"MARIADB_DATABASE":                  "test",
+		}),
+		// The image's entrypoint runs a server once to initialise the data
+		// directory, then the real one: wait for the second.
+		testcontainers.WithWaitStrategy(
+			wait.ForLog("ready for connections").WithOccurrence(2),
+			wait.ForListeningPort("3306/tcp"),
+		),
+	)
+	if err != nil {
+		return c, "", fmt.Errorf("mariadb container: %w", err)
+	}
+	ep, err := c.PortEndpoint(ctx, "3306/tcp", "")
+	if err != nil {
+		return c, "", fmt.Errorf("mariadb container: %w", err)
+	}
+	return c, "root@tcp(" + ep + ")/test", nil
 }

@@ -1,0 +1,110 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+var (
+	// ErrRetryable means the server rolled back a statement or transaction
+	// because of a concurrent one: a deadlock (error 1213, the whole
+	// transaction rolled back), a lock wait timeout (1205, the statement
+	// rolled back; roll back the rest yourself) or, on MariaDB with
+	// innodb_snapshot_isolation, a row changed after the snapshot (1020).
+	// Nothing of the transaction is kept once it is rolled back; running the
+	// whole transaction again may succeed. Errors that match it are
+	// [*RetryableError]s and also match the driver's *mysql.MySQLError.
+	ErrRetryable = errors.New("mysql: transaction aborted by a concurrent one, retry it")
+
+	// ErrNotMigrated means the guard table (or one of its columns) is
+	// missing from the connection's current database: apply fencekit's
+	// migrations first (migrations.UpMySQL).
+	ErrNotMigrated = errors.New("mysql: fencekit schema not found, apply migrations.UpMySQL first")
+
+	// ErrNullVersion means [Table.UpdateVersion] found the row's version
+	// column NULL. A NULL version equals no version a caller can pass, so no
+	// retry can succeed: give the column a value (for example, declare it
+	// BIGINT NOT NULL DEFAULT 1). Nothing was changed. It does not match
+	// [fence.ErrConflict], so [Retry] returns it at once.
+	ErrNullVersion = errors.New("mysql: the row's version column is NULL")
+)
+
+// Server error numbers this package interprets.
+const (
+	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
+	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	erCheckRead       = 1020 // ER_CHECKREAD, MariaDB's snapshot isolation
+	erNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
+	erBadField        = 1054 // ER_BAD_FIELD_ERROR
+)
+
+// RetryableError is a statement or transaction that the server rolled back
+// for a reason that a retry may cure. It matches [ErrRetryable] and wraps the
+// server's error.
+type RetryableError struct {
+	// Err is the server's error, a *mysql.MySQLError numbered 1213, 1205 or
+	// 1020.
+	Err error
+}
+
+// Error describes the server's error and says that a retry may succeed.
+func (e *RetryableError) Error() string {
+	return "mysql: retryable: " + e.Err.Error()
+}
+
+// Unwrap returns both [ErrRetryable] and the server's error.
+func (e *RetryableError) Unwrap() []error { return []error{ErrRetryable, e.Err} }
+
+// invalid returns an error matching fence.ErrInvalid: a call refused before
+// anything was sent.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("mysql: %w: "+format, append([]any{fence.ErrInvalid}, args...)...)
+}
+
+// translate is the one place where driver errors become this package's
+// errors. guardSQL says whether the error came from a statement on
+// fencekit's own schema.
+func translate(err error, guardSQL bool) error {
+	var myErr *mysql.MySQLError
+	if err == nil || !errors.As(err, &myErr) {
+		return err
+	}
+	switch myErr.Number {
+	case erLockDeadlock, erLockWaitTimeout, erCheckRead:
+		return &RetryableError{Err: err}
+	case erNoSuchTable, erBadField:
+		if guardSQL {
+			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
+		}
+	}
+	return err
+}
+
+// commitOutcome classifies the error of a COMMIT that may have been sent. A
+// server error is a COMMIT the server refused, and driver.ErrBadConn one
+// the driver never wrote: both leave nothing applied. A context error from
+// Commit means database/sql did not send it. Anything else (a broken
+// connection while the reply was awaited) leaves the outcome unknown.
+func commitOutcome(op string, err error) error {
+	var myErr *mysql.MySQLError
+	switch {
+	case errors.As(err, &myErr):
+		return fmt.Errorf("%s: %w", op, translate(err, false))
+	case errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, sql.ErrTxDone):
+		// The transaction ended before COMMIT: database/sql rolled it back
+		// when its context ended, or fn ended it itself.
+		return &fence.OutcomeUnknownError{Op: op, Err: fmt.Errorf("transaction already ended: %w", err)}
+	}
+	return &fence.OutcomeUnknownError{Op: op, Err: err}
+}

@@ -1,0 +1,252 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// MaxHolderLen is the longest holder id, in bytes, that the guard table
+// stores (its holder column is VARBINARY(1024)). Longer holders are refused
+// before anything is sent, so that a server outside strict mode can never
+// truncate one. Holders of fencekit's locks are 32 bytes.
+const MaxHolderLen = 1024
+
+// The guard table is created by migrations.UpMySQL in the connection's
+// current database.
+const (
+	// guardSQL admits (resource, token, holder), inserting the mark or
+	// raising it, and leaves the guard row locked (exclusively, whether or
+	// not it was raised) until the transaction ends. Arguments: resource,
+	// token, holder, then (token, token, holder) before each IF and the new
+	// value after it.
+	//
+	// MySQL assigns left to right and each assignment sees the columns
+	// already assigned (MariaDB too, unless sql_mode has
+	// SIMULTANEOUS_ASSIGNMENT, where all see the old row). holder is
+	// assigned before token, and the token's condition then gives the same
+	// answer as the holder's under either rule: if holder was raised, the
+	// fence's token is at least the old one; otherwise nothing changed. An admission always bumps admissions, so an admitted existing
+	// row counts as 2 affected rows and a refused one as 0 (or 1 with
+	// CLIENT_FOUND_ROWS), whatever the DSN says. Placeholders stand in for
+	// VALUES(), which MySQL 8.0.20 deprecated in this clause and MariaDB
+	// has no replacement for.
+	guardSQL = `INSERT INTO fencekit_guard (resource, token, holder, updated_at)
+VALUES (?, ?, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    admissions = IF(? > token OR (? = token AND ? = holder), admissions + 1, admissions),
+    updated_at = IF(? > token OR (? = token AND ? = holder), UTC_TIMESTAMP(6), updated_at),
+    holder     = IF(? > token OR (? = token AND ? = holder), ?, holder),
+    token      = IF(? > token OR (? = token AND ? = holder), ?, token)`
+
+	// markSQL reads a resource's mark. As a locking read it sees the newest
+	// committed row (and the transaction's own change) whatever the
+	// snapshot; after guardSQL the row is locked already, so it waits for
+	// nobody and the mark it reads is the one that admitted or refused.
+	markSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE`
+
+	// highWaterSQL reads a resource's mark without locking it.
+	highWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = ?`
+)
+
+// Affected-row counts of guardSQL (MySQL's INSERT ... ON DUPLICATE KEY
+// UPDATE): a new row counts 1, a changed row 2, an unchanged row 0, or 1
+// when the connection asked for found rows (clientFoundRows=true).
+const rowsChanged = 2
+
+// Guard admits f as a statement of tx by the rule of [fence.Admits]: one
+// INSERT ... ON DUPLICATE KEY UPDATE on the guard table, which raises the
+// resource's high-water mark to (f.Token, f.Holder) and locks its guard row
+// until tx ends, so that other holders of the resource wait for tx and then
+// see its mark. Make it the first statement of tx: then everything tx reads
+// and writes afterwards is fenced.
+//
+// It must come first because InnoDB's plain reads are snapshots. At
+// REPEATABLE READ (MySQL's default) the snapshot is taken by the
+// transaction's first plain SELECT: a transaction that read anything before
+// its guard keeps reading data from before the previous holder's commit,
+// even after the guard waited for that commit, and writes a lost update. At
+// READ COMMITTED each statement reads afresh, but values read before the
+// guard are just as old.
+//
+// A stale f returns a [*fence.StaleError] (errors.Is(err, fence.ErrStale))
+// whose HighWater is the mark f lost to, and changes nothing; tx then holds
+// the guard row lock too (which makes the reported mark exact), so roll it
+// back promptly. Deadlocks and lock wait timeouts return an error matching
+// [ErrRetryable]: roll tx back and run it again. A missing guard table
+// returns an error matching [ErrNotMigrated]. Bad input (a nil ctx or tx,
+// an invalid fence, a holder longer than [MaxHolderLen]) is refused with an
+// error matching [fence.ErrInvalid] before anything is sent. ctx bounds the
+// statements, including the wait for the row lock (which the server also
+// ends after innodb_lock_wait_timeout).
+//
+// Admission does not depend on the connection's flags: the guard tells an
+// admission from a refusal by the affected-row count only where both
+// clientFoundRows settings agree, and reads the mark back otherwise.
+func Guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.mysql.guard", &f)
+	err := guardChecked(ctx, tx, f)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardChecked(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	if err := validate(f); err != nil {
+		return err
+	}
+	return guard(ctx, tx, f)
+}
+
+// validate checks f as every store does, and its holder against the guard
+// table's column.
+func validate(f fence.Fence) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if len(f.Holder) > MaxHolderLen {
+		return fmt.Errorf("mysql: %w: holder of %d bytes is longer than mysql.MaxHolderLen (%d)", fence.ErrInvalidFence, len(f.Holder), MaxHolderLen)
+	}
+	return nil
+}
+
+func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	t, h := int64(f.Token), f.Holder
+	res, err := tx.ExecContext(ctx, guardSQL, f.Resource, t, h,
+		t, t, h,
+		t, t, h,
+		t, t, h, h,
+		t, t, h, t)
+	if err != nil {
+		return fmt.Errorf("mysql: guard %s: %w", f, translate(err, true))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("mysql: guard %s: %w", f, err)
+	}
+	if n == rowsChanged {
+		return nil
+	}
+	// 1 is a new row, or with found rows a refusal; 0 is a refusal. The row
+	// is locked by tx either way, so its mark settles it.
+	mark, err := readMark(ctx, tx, markSQL, f.Resource)
+	if err != nil {
+		return err
+	}
+	if mark.Token == f.Token && mark.Holder == f.Holder {
+		return nil
+	}
+	return &fence.StaleError{Fence: f, HighWater: mark}
+}
+
+// GuardAll guards several resources in one transaction, as [Guard] does for
+// one. It locks their guard rows in ascending byte order of resource name,
+// whatever the order of fences, so two transactions guarding overlapping sets
+// can never deadlock on guard rows. A resource may appear only once. On the
+// first stale fence it returns that fence's [*fence.StaleError]; marks raised
+// before it are part of tx, which the caller must roll back.
+func GuardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.mysql.guard_all", nil)
+	err := guardAll(ctx, tx, fences...)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	if len(fences) == 0 {
+		return invalid("no fences to guard")
+	}
+	sorted := slices.Clone(fences)
+	for _, f := range sorted {
+		if err := validate(f); err != nil {
+			return err
+		}
+	}
+	// The guard table's key is VARBINARY: the server orders it by bytes,
+	// as strings.Compare does.
+	slices.SortFunc(sorted, func(a, b fence.Fence) int { return strings.Compare(a.Resource, b.Resource) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Resource == sorted[i-1].Resource {
+			return invalid("resource %q appears more than once", sorted[i].Resource)
+		}
+	}
+	fencesAttrs(ctx, sorted)
+	for _, f := range sorted {
+		if err := guard(ctx, tx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HighWater returns the high-water mark of resource: the newest fence the
+// guard table admitted for it, or a Fence with a zero Token when it never
+// admitted one. A lock whose counter was lost can advance it past the mark's
+// token. db may be a *sql.DB, a *sql.Conn or a *sql.Tx (whose snapshot then
+// applies). A resource that is empty or longer than [fence.MaxResourceLen]
+// is refused with an error matching [fence.ErrInvalid] before anything is
+// sent. ctx bounds the query.
+func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return fence.Fence{}, err
+	}
+	switch {
+	case resource == "":
+		return fence.Fence{}, invalid("empty resource")
+	case len(resource) > fence.MaxResourceLen:
+		return fence.Fence{}, invalid("resource of %d bytes is longer than fence.MaxResourceLen (%d)", len(resource), fence.MaxResourceLen)
+	}
+	return readMark(ctx, db, highWaterSQL, resource)
+}
+
+func readMark(ctx context.Context, db Querier, query, resource string) (fence.Fence, error) {
+	mark := fence.Fence{Resource: resource}
+	var token int64
+	err := db.QueryRowContext(ctx, query, resource).Scan(&token, &mark.Holder)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return mark, nil
+	case err != nil:
+		return fence.Fence{}, fmt.Errorf("mysql: high-water mark of %q: %w", resource, translate(err, true))
+	}
+	mark.Token = fence.Token(token)
+	return mark, nil
+}
+
+// checkCall refuses a nil handle or a context that is already done, before
+// anything is sent.
+func checkCall(ctx context.Context, handle any, name string) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if isNil(handle) {
+		return invalid("nil %s", name)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	return nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}

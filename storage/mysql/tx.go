@@ -1,0 +1,189 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// TxFunc is the body of a fenced transaction. It runs after the guard
+// admitted the fence; whatever it reads and writes through tx is fenced. It
+// must not commit or roll back tx itself.
+type TxFunc = func(ctx context.Context, tx *sql.Tx) error
+
+// InTx runs fn in a transaction fenced by f: it begins a transaction with
+// opts, guards f with [Guard] as its first statement, runs fn and commits.
+// If the guard, fn or the commit fails, the transaction is rolled back and
+// nothing fn did is kept.
+//
+// A stale f returns a [*fence.StaleError] without running fn. Deadlocks and
+// lock wait timeouts (errors 1213 and 1205), from the guard or from fn's
+// statements, return an error matching [ErrRetryable]; wrap InTx in [Retry]
+// to run it again. Other errors from fn are returned as they are.
+//
+// nil opts use the server's defaults (REPEATABLE READ on MySQL and MariaDB,
+// unless the server or DSN says otherwise); opts may set any isolation level
+// (the guard is correct at each of them) but not ReadOnly, since the guard
+// writes. ctx bounds the whole transaction, fn included. If it ends before
+// the COMMIT is sent, the transaction is rolled back and the error matches
+// ctx.Err(). If it ends while the COMMIT is in flight, or the connection
+// breaks then, nobody can tell whether the transaction committed: InTx
+// returns an error matching [fence.ErrOutcomeUnknown] (and its cause) at
+// once, never one that says nothing happened. The connection stays busy
+// with the COMMIT until the server answers or the driver gives up (set
+// readTimeout in the DSN to bound that). To find out, read under a new
+// fence, or run the work through [Once], which makes a retry tell the truth.
+//
+// If fn panics, InTx rolls the transaction back (releasing the guard row and
+// returning the connection to db's pool) and lets the panic continue with
+// its original value.
+func InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
+	ctx, span := startSpan(ctx, "fencekit.mysql.in_tx", &f)
+	err := inTx(ctx, db, opts, f, fn)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
+	if err := checkTx(ctx, db, opts, f, fn); err != nil {
+		return err
+	}
+	return runTx(ctx, db, opts, "mysql: InTx", func(ctx context.Context, tx *sql.Tx) error {
+		if err := guard(ctx, tx, f); err != nil {
+			return err
+		}
+		if err := fn(ctx, tx); err != nil {
+			return translate(err, false)
+		}
+		return nil
+	})
+}
+
+// checkTx refuses what InTx and Once cannot use, before anything is sent.
+func checkTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil transaction function")
+	}
+	if opts != nil && opts.ReadOnly {
+		return invalid("a read-only transaction cannot be fenced: the guard writes its mark")
+	}
+	return validate(f)
+}
+
+// runTx begins a transaction, runs body and commits, rolling back on any
+// error or panic of body. op names the call in errors.
+func runTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string, body TxFunc) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", op, translate(err, false))
+	}
+	committing := false
+	defer func() {
+		// This runs when body panics too: the guard row and the connection
+		// must not outlive the call, or every later holder of the resource
+		// waits for a transaction nobody will end. The panic then continues.
+		if !committing {
+			// A rollback error adds nothing: the transaction is void either
+			// way, and database/sql discards a connection it cannot roll
+			// back.
+			_ = tx.Rollback()
+		}
+	}()
+	if err := body(ctx, tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: before commit: %w", op, err)
+	}
+	committing = true
+	return commit(ctx, tx, op)
+}
+
+// commit commits tx, returning as soon as ctx ends. database/sql's Commit
+// does not watch the context once the COMMIT is sent; waiting for it in
+// another goroutine lets the call end with its context and report that the
+// outcome is unknown, while the COMMIT finishes in the background.
+func commit(ctx context.Context, tx *sql.Tx, op string) error {
+	op += " commit"
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// The context ended first and database/sql rolled back instead
+			// of committing.
+			return fmt.Errorf("%s: %w", op, ctx.Err())
+		}
+		return commitOutcome(op, err)
+	case <-ctx.Done():
+		return &fence.OutcomeUnknownError{Op: op, Err: ctx.Err()}
+	}
+}
+
+// DefaultRetryAttempts is how many times [Retry] calls its function when
+// attempts is zero.
+const DefaultRetryAttempts = 10
+
+// Retry calls fn until it succeeds, returns an error that a retry cannot
+// cure, or has been called attempts times (zero means
+// [DefaultRetryAttempts]). It retries errors that match [ErrRetryable] or
+// [fence.ErrConflict], waiting a short randomised, growing delay (1 ms
+// doubling up to 100 ms) between calls; it never retries [fence.ErrStale],
+// since a newer holder will stay newer, nor [fence.ErrOutcomeUnknown], since
+// the work may have been done.
+//
+// fn must redo the whole read-modify-write, reading afresh. Retry returns
+// fn's last error; if ctx ends while waiting, it returns an error matching
+// ctx.Err() that also wraps fn's last error. A panic in fn is not retried: it
+// continues unchanged, and Retry holds nothing that it would leak.
+func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if fn == nil {
+		return invalid("nil retry function")
+	}
+	if attempts < 0 {
+		return invalid("negative attempts %d", attempts)
+	}
+	if attempts == 0 {
+		attempts = DefaultRetryAttempts
+	}
+	delay := time.Millisecond
+	for i := 1; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mysql: retry: %w", err)
+		}
+		err := fn(ctx)
+		if err == nil || i == attempts || !retryable(err) {
+			return err
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		delay = min(2*delay, 100*time.Millisecond)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("mysql: retry: %w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func retryable(err error) bool {
+	if errors.Is(err, fence.ErrOutcomeUnknown) {
+		return false
+	}
+	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
+}
