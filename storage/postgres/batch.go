@@ -44,6 +44,7 @@ type Statement struct {
 func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
 	ctx, span := startSpan(ctx, "fencekit.postgres.exec", &f)
 	tags, err := exec(ctx, db, f, stmts...)
+	err = forHandle("Exec", err, db)
 	endSpan(ctx, span, err)
 	return tags, err
 }
@@ -128,7 +129,7 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 // raise has already run by then and commits like any admitted read's.
 func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.query", &f)
-	err := query(ctx, db, f, stmt, fn)
+	err := forHandle("Query", query(ctx, db, f, stmt, fn), db)
 	endSpan(ctx, span, err)
 	return err
 }

@@ -149,7 +149,8 @@ func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, e
 	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "-"}).Validate(); err != nil {
 		return fence.Fence{}, invalid("high-water mark: %w", err)
 	}
-	return highWater(ctx, db, resource)
+	mark, err := highWater(ctx, db, resource)
+	return mark, forHandle("HighWater", err, db)
 }
 
 func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {

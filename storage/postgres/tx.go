@@ -44,7 +44,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // original value.
 func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.in_tx", &f)
-	err := inTx(ctx, db, opts, f, fn, "postgres: InTx commit")
+	err := forHandle("InTx", inTx(ctx, db, opts, f, fn, "postgres: InTx commit"), db)
 	endSpan(ctx, span, err)
 	return err
 }
