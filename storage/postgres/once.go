@@ -55,7 +55,7 @@ const keyOnceRan = attribute.Key("fencekit.once.ran")
 //     the key can run later. The error is returned as it is; a panic
 //     continues with its original value once the transaction is rolled
 //     back and the connection returned;
-//   - a stale f returns a [*fence.StaleError] without running fn, whether or
+//   - a stale f returns an error wrapping a [*fence.StaleError] without running fn, whether or
 //     not the work is done;
 //   - racing calls for the same key, with the same resource or different
 //     ones: exactly one commits the work. The key's record is written

@@ -159,7 +159,7 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // inside a transaction that is the fenced read of a row, after which the
 // row is locked until the transaction ends.
 //
-// A refused f returns a [*fence.StaleError] carrying the row's mark as read
+// A refused f returns an error wrapping a [*fence.StaleError] carrying the row's mark as read
 // right after the refusal (its Resource is f.Resource); a missing row returns
 // an error matching [fence.ErrNotFound]. Either way nothing changed. Telling
 // them apart takes a second statement, only when no row was updated. ctx
@@ -210,7 +210,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
 // a row with that key exists, updates it as [Table.Update] does: only if its
-// mark admits f. A refused f returns a [*fence.StaleError] carrying the
+// mark admits f. A refused f returns an error wrapping a [*fence.StaleError] carrying the
 // row's mark, and nothing changed. ctx bounds the statements.
 func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.table_upsert", &f)
@@ -284,7 +284,7 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 	if holder != nil {
 		mark.Holder = *holder
 	}
-	return &fence.StaleError{Fence: f, HighWater: mark}
+	return fmt.Errorf("postgres: %q key %v: %w", r.display, key, &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // UpdateVersion writes values to the row whose key column equals key only if
