@@ -66,6 +66,7 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeUndefinedTable       = "42P01"
 	codeUndefinedFunction    = "42883"
+	codeUndefinedColumn      = "42703"
 )
 
 // CodeStale is the SQLSTATE that the fencekit_guard_admit function raises for
