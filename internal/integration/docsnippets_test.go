@@ -49,7 +49,8 @@ the snippet's file and line.
   with a word listed in notGoLead, or add its first word there.
 
 Fix the snippet itself when the error is in it: a snippet that does not
-compile, or drops an error, is a bug a reader will paste.`
+compile, or drops an error (TestDocSnippetsHandleErrors), is a bug a reader
+will paste.`
 
 // snippetImports maps a package name a snippet may use to its import path.
 var snippetImports = map[string]string{
@@ -370,6 +371,228 @@ func TestDocSnippetsCompile(t *testing.T) {
 	}
 }
 
+// droppedErrors returns the positions in body where an error is assigned to
+// err and then only inspected with errors.Is or errors.As before err is
+// assigned again or the block ends: every error the checks do not name falls
+// through, as in "if errors.Is(err, lock.ErrNotHeld) { return err }" with
+// Redis down. Uses inside function literals belong to their own err.
+func droppedErrors(body *ast.BlockStmt) []token.Pos {
+	var out []token.Pos
+	ast.Inspect(body, func(n ast.Node) bool {
+		var list []ast.Stmt
+		switch n := n.(type) {
+		case *ast.BlockStmt:
+			list = n.List
+		case *ast.CaseClause:
+			list = n.Body
+		case *ast.CommClause:
+			list = n.Body
+		default:
+			return true
+		}
+		for i, st := range list {
+			as, ok := st.(*ast.AssignStmt)
+			if !ok || !assignsErr(as) || makesError(as) {
+				continue
+			}
+			inspected, handled := 0, false
+			for _, next := range list[i+1:] {
+				if a, ok := next.(*ast.AssignStmt); ok && assignsErr(a) && !usesErr(a.Rhs) {
+					break
+				}
+				ins, other := errUses(next)
+				inspected += ins
+				handled = handled || other > 0
+			}
+			if !handled && inspected > 0 {
+				out = append(out, as.Pos())
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// makesError reports whether as builds an error (fmt.Errorf, errors.New,
+// errors.Join) rather than receives one from a call that can fail.
+func makesError(as *ast.AssignStmt) bool {
+	if len(as.Rhs) != 1 {
+		return false
+	}
+	call, ok := as.Rhs[0].(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	pkg, ok := sel.X.(*ast.Ident)
+	return ok && (pkg.Name == "fmt" && sel.Sel.Name == "Errorf" || pkg.Name == "errors" && (sel.Sel.Name == "New" || sel.Sel.Name == "Join"))
+}
+
+func assignsErr(as *ast.AssignStmt) bool {
+	for _, l := range as.Lhs {
+		if id, ok := l.(*ast.Ident); ok && id.Name == "err" {
+			return true
+		}
+	}
+	return false
+}
+
+func usesErr(exprs []ast.Expr) bool {
+	for _, e := range exprs {
+		if ins, other := errUses(e); ins+other > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// errUses counts the uses of err in n outside function literals: those that
+// are the first argument of errors.Is or errors.As, and all others. The body
+// of an if or a case whose condition only inspects err is that case's
+// handling, not the other errors', so it does not count.
+func errUses(n ast.Node) (inspected, other int) {
+	skip := map[*ast.Ident]bool{}
+	ast.Inspect(n, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.IfStmt:
+			ins, oth := errUses(n.Cond)
+			if ins == 0 || oth > 0 {
+				return true
+			}
+			inspected += ins
+			if n.Init != nil {
+				i, o := errUses(n.Init)
+				inspected, other = inspected+i, other+o
+			}
+			if n.Else != nil {
+				i, o := errUses(n.Else)
+				inspected, other = inspected+i, other+o
+			}
+			return false
+		case *ast.CaseClause:
+			var ins, oth int
+			for _, e := range n.List {
+				i, o := errUses(e)
+				ins, oth = ins+i, oth+o
+			}
+			if ins == 0 || oth > 0 {
+				return true
+			}
+			inspected += ins
+			return false
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && len(n.Args) > 0 {
+				if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "errors" && (sel.Sel.Name == "Is" || sel.Sel.Name == "As") {
+					if id, ok := n.Args[0].(*ast.Ident); ok && id.Name == "err" {
+						skip[id] = true
+						inspected++
+					}
+				}
+			}
+		case *ast.Ident:
+			if n.Name == "err" && !skip[n] {
+				other++
+			}
+		}
+		return true
+	})
+	return inspected, other
+}
+
+// exampleBodies returns the Example functions of the repository's test files:
+// go doc shows them with the package, so they are docs as much as snippets.
+func exampleBodies(t *testing.T, root string) (fset *token.FileSet, names []string, bodies []*ast.BlockStmt) {
+	t.Helper()
+	fset = token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") && fn.Body != nil {
+				names = append(names, filepath.ToSlash(rel)+":"+fn.Name.Name)
+				bodies = append(bodies, fn.Body)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fset, names, bodies
+}
+
+// examplesDroppingErrors are Example functions known to drop errors, in
+// packages whose owners fix them; the test fails once one is fixed, so that
+// its line goes too.
+var examplesDroppingErrors = map[string]bool{
+	"lock/example_test.go:ExampleLocker_Do":                    true,
+	"lock/lifecycle_example_test.go:ExampleLocker_Do_lost":     true,
+	"storage/redis/example_test.go:ExampleStore_Update":        true,
+	"storage/redis/example_test.go:ExampleStore_Set":           true,
+	"storage/redis/example_test.go:ExampleStore_Modify":        true,
+	"storage/redis/example_test.go:ExampleStore_CompareAndSet": true,
+}
+
+// TestDocSnippetsHandleErrors: no snippet and no Example function tests an
+// error for one sentinel and lets every other error fall through.
+func TestDocSnippetsHandleErrors(t *testing.T) {
+	const how = "after the cases it names, handle every other error too (if err != nil { return err }, or a switch with case err != nil)"
+	root := filepath.Join("..", "..")
+	for _, s := range repoSnippets(t, root) {
+		src, err := snippetSource(s)
+		if err != nil {
+			continue // TestDocSnippetsCompile reports it
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, s.file, src, parser.ParseComments)
+		if err != nil {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Body != nil {
+				for _, pos := range droppedErrors(fn.Body) {
+					p := fset.Position(pos)
+					t.Errorf("%s:%d: the error assigned here is only tested with errors.Is/As: %s", p.Filename, p.Line, how)
+				}
+			}
+		}
+	}
+	fset, names, bodies := exampleBodies(t, root)
+	for i, body := range bodies {
+		drops := droppedErrors(body)
+		switch {
+		case len(drops) > 0 && !examplesDroppingErrors[names[i]]:
+			for _, pos := range drops {
+				p := fset.Position(pos)
+				rel, _ := filepath.Rel(root, p.Filename)
+				t.Errorf("%s:%d (%s): the error assigned here is only tested with errors.Is/As: %s", filepath.ToSlash(rel), p.Line, names[i], how)
+			}
+		case len(drops) == 0 && examplesDroppingErrors[names[i]]:
+			t.Errorf("%s handles its errors now: remove it from examplesDroppingErrors", names[i])
+		}
+	}
+}
+
 // TestDocSnippetsCatchErrors shows that the harness fails on a snippet that
 // does not compile and names the snippet's file and line, for Markdown and
 // doc comments alike, and that it accepts the shapes the docs use.
@@ -418,5 +641,41 @@ package p
 	}
 	if out, failed := buildSnippets(t, good); failed {
 		t.Fatalf("good snippets failed:\n%s", out)
+	}
+}
+
+// TestDroppedErrors: the error check flags the issue's pattern (one sentinel
+// tested, every other error falling through) and passes the handled shapes.
+func TestDroppedErrors(t *testing.T) {
+	for _, c := range []struct {
+		code  string
+		drops bool
+	}{
+		{"f, err := locker.FenceLock(ctx, \"r\", \"v\")\nif errors.Is(err, lock.ErrNotHeld) {\n\treturn err\n}\n_ = f\n", true},
+		{"err := lease.Release(ctx)\nif errors.Is(err, lock.ErrNotHeld) {\n\tlog.Print(err)\n}\n", true},
+		{"err := lease.Release(ctx)\nswitch {\ncase errors.Is(err, lock.ErrNotHeld):\n\treturn err\n}\n", true},
+		{"f, err := locker.FenceLock(ctx, \"r\", \"v\")\nif err != nil {\n\treturn err\n}\n_ = f\n", false},
+		{"err := lease.Release(ctx)\nif errors.Is(err, lock.ErrNotHeld) {\n\treturn nil\n} else if err != nil {\n\treturn err\n}\n", false},
+		{"err := lease.Release(ctx)\nif errors.Is(err, lock.ErrNotHeld) {\n\treturn nil\n}\nreturn err\n", false},
+		{"err := lease.Release(ctx)\nswitch {\ncase errors.Is(err, lock.ErrNotHeld):\ncase err != nil:\n\treturn err\n}\n", false},
+		{"err := fmt.Errorf(\"x: %w\", lock.ErrNotHeld)\nif errors.Is(err, lock.ErrNotHeld) {\n\tlog.Print(\"built\")\n}\n", false},
+	} {
+		src, err := snippetSource(snippet{file: "t.md", line: 1, code: c.code})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), "", src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var drops int
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok {
+				drops += len(droppedErrors(fn.Body))
+			}
+		}
+		if (drops > 0) != c.drops {
+			t.Errorf("droppedErrors found %d in\n%s\nwant drops=%v", drops, c.code, c.drops)
+		}
 	}
 }
