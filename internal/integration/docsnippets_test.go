@@ -290,8 +290,9 @@ func snippetSource(s snippet) (string, error) {
 	return b.String(), nil
 }
 
-// buildSnippets compiles every snippet, each as a package of its own in the
-// directory dir of this module (an overlay: no file is written there), and
+// buildSnippets compiles every snippet, each as a package of its own in a
+// directory of this module that exists only in go build's overlay (nothing
+// is written into the repository), and
 // returns go build's output and whether it failed. Snippets that cannot be
 // turned into a file are reported in the output too.
 func buildSnippets(t *testing.T, snippets []snippet) (string, bool) {
