@@ -68,8 +68,13 @@ func HolderMark(holder string) string {
 // strings valid UTF-8 without NUL bytes (every store must be able to keep
 // them; PostgreSQL's text type refuses NUL and invalid UTF-8). The error
 // matches [ErrInvalidFence].
+//
+// The zero Fence gets an error of its own: it is what a caller holds after
+// ignoring the error of the call that should have produced the fence.
 func (f Fence) Validate() error {
 	switch {
+	case f == Fence{}:
+		return fmt.Errorf("%w: zero Fence: was an error from Acquire or FenceLock ignored?", ErrInvalidFence)
 	case f.Resource == "":
 		return fmt.Errorf("%w: empty resource", ErrInvalidFence)
 	case len(f.Resource) > MaxResourceLen:

@@ -119,6 +119,23 @@ func TestInvalidFenceIsInvalid(t *testing.T) {
 	}
 }
 
+// TestZeroFenceSaysWhy: the zero Fence is what a caller holds after ignoring
+// the error of the call that should have made it, so its error says that,
+// while a fence with only some fields missing keeps naming the field.
+func TestZeroFenceSaysWhy(t *testing.T) {
+	err := Fence{}.Validate()
+	const want = "zero Fence: was an error from Acquire or FenceLock ignored?"
+	if err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("Fence{}.Validate() = %v, want it to end %q", err, want)
+	}
+	if !errors.Is(err, ErrInvalidFence) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v: want a match for ErrInvalidFence and ErrInvalid", err)
+	}
+	if err := (Fence{Token: 3, Holder: "h"}).Validate(); err == nil || strings.Contains(err.Error(), "zero Fence") || !strings.Contains(err.Error(), "empty resource") {
+		t.Fatalf("Validate of a fence with no resource = %v, want it to name the empty resource", err)
+	}
+}
+
 func TestErrorsNameNoHolder(t *testing.T) {
 	secret := NewHolder()
 	f := Fence{Resource: "r", Token: 3, Holder: secret}

@@ -26,7 +26,7 @@ type Statement struct {
 // either f is admitted and every statement commits, or nothing does.
 //
 // A stale f makes the guard raise SQLSTATE [CodeStale], which aborts the
-// batch before any statement runs; Exec then returns a [*fence.StaleError]
+// batch before any statement runs; Exec then returns an error wrapping a [*fence.StaleError]
 // carrying the mark f lost to. A failing statement aborts the batch too, the
 // guard's mark included, and its error is returned. On success Exec returns
 // the command tag of each statement, in order.
@@ -44,6 +44,7 @@ type Statement struct {
 func Exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([]pgconn.CommandTag, error) {
 	ctx, span := startSpan(ctx, "fencekit.postgres.exec", &f)
 	tags, err := exec(ctx, db, f, stmts...)
+	err = forHandle("Exec", err, db)
 	endSpan(ctx, span, err)
 	return tags, err
 }
@@ -78,7 +79,7 @@ func exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	if err != nil {
 		var stale *fence.StaleError
 		if errors.As(err, &stale) {
-			return nil, stale
+			return nil, fmt.Errorf("postgres: Exec: %w", stale)
 		}
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 // the mark and while it holds the guard row, so no older holder can be
 // admitted between it and a later fenced write of the same holder.
 //
-// A stale f returns a [*fence.StaleError] without calling fn. fn must not
+// A stale f returns an error wrapping a [*fence.StaleError] without calling fn. fn must not
 // keep rows; an error from fn is returned as it is (the mark raise still
 // commits, as with any admitted read). On a pgx.Tx the read joins that
 // transaction. ctx bounds the batch and fn's reading. A batch whose reply
@@ -128,7 +129,7 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 // raise has already run by then and commits like any admitted read's.
 func Query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn func(rows pgx.Rows) error) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.query", &f)
-	err := query(ctx, db, f, stmt, fn)
+	err := forHandle("Query", query(ctx, db, f, stmt, fn), db)
 	endSpan(ctx, span, err)
 	return err
 }
@@ -174,7 +175,7 @@ func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn
 	if _, err := br.Exec(); err != nil {
 		var stale *fence.StaleError
 		if err := translate(err, f); errors.As(err, &stale) {
-			return stale
+			return fmt.Errorf("postgres: Query: %w", stale)
 		}
 		return failed(err)
 	}

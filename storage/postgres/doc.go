@@ -12,8 +12,11 @@
 // caller's transaction and leaves the guard row locked until the transaction
 // ends, so everything the transaction then reads and writes is fenced: no
 // older holder can be admitted in between, and newer holders wait for it. A
-// refused fence returns a [*fence.StaleError] that carries the mark, which a
-// lock uses to heal a counter Redis lost ([HighWater] reads it directly).
+// refused fence returns an error, prefixed "postgres:" like every error of
+// the package, that matches [fence.ErrStale] and wraps a [*fence.StaleError]
+// carrying the mark, which a lock uses to heal a counter Redis lost
+// ([fence.HighWater] takes it from the error; [HighWater] reads it from the
+// table).
 //
 // Reads that a later write depends on must be fenced as well: guard the read
 // transaction too, or an older holder's write can still land between your

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -25,7 +26,11 @@ var (
 	// that names one of fencekit's own objects matches it; a missing table
 	// (42P01) or function (42883) of the caller's comes back as the
 	// statement's own *pgconn.PgError.
-	ErrNotMigrated = errors.New("postgres: fencekit schema not found, apply migrations.Up first")
+	//
+	// The error's message names the migrations package's function for the
+	// caller's handle: UpPool for a *pgxpool.Pool, and both UpPool and Up
+	// (which takes a *sql.DB) otherwise.
+	ErrNotMigrated = errors.New("postgres: fencekit schema not found, apply the migrations package's migrations first")
 
 	// ErrNullVersion means [Table.UpdateVersion] found the row's version
 	// column NULL. A NULL version equals no version a caller can pass, so no
@@ -61,6 +66,7 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeUndefinedTable       = "42P01"
 	codeUndefinedFunction    = "42883"
+	codeUndefinedColumn      = "42703"
 )
 
 // CodeStale is the SQLSTATE that the fencekit_guard_admit function raises for
@@ -120,10 +126,42 @@ func translate(err error, f fence.Fence) error {
 		// so a table or function of theirs that is missing can fail the
 		// guard's step: only the name in the message tells whose it is.
 		if namesOwnObject(pgErr.Message) {
-			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
+			return &notMigratedError{apply: applyAny, err: err}
 		}
 	}
 	return err
+}
+
+// How to apply the migrations, for the handle a caller passed: a pool's user
+// has UpPool at hand, and cannot call Up without opening a *sql.DB.
+const (
+	applyPool = "run migrations.UpPool(ctx, pool) once per database"
+	applyAny  = "run migrations.UpPool with a pgx pool, or migrations.Up with a *sql.DB, once per database"
+)
+
+// notMigratedError is ErrNotMigrated with the server's error. Its message
+// carries no "postgres:" prefix: the call that returns it adds its own.
+type notMigratedError struct {
+	apply string // applyPool or applyAny
+	err   error
+}
+
+func (e *notMigratedError) Error() string {
+	return "fencekit's schema is missing (" + e.apply + "): " + e.err.Error()
+}
+
+func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }
+
+// forHandle rewrites a missing-schema error in err, returned by the call op,
+// to name the migrations function that fits db, the handle the caller
+// passed. The error is built anew because a wrapping error's message is
+// fixed when it is made.
+func forHandle(op string, err error, db any) error {
+	var nm *notMigratedError
+	if _, isPool := db.(*pgxpool.Pool); !isPool || !errors.As(err, &nm) {
+		return err
+	}
+	return fmt.Errorf("postgres: %s: %w", op, &notMigratedError{apply: applyPool, err: nm.err})
 }
 
 // ownObjects are the tables and functions the migrations create.

@@ -43,7 +43,7 @@ RETURNING true`
 // before reading or writing what the resource protects, and those reads and
 // writes are fenced.
 //
-// A stale f returns a [*fence.StaleError] (errors.Is(err, fence.ErrStale))
+// A stale f returns an error wrapping a [*fence.StaleError] (errors.Is(err, fence.ErrStale))
 // whose HighWater is the mark f lost to, and changes nothing. tx remains
 // usable, but it too holds the guard row lock (the upsert locks the row it
 // refused to update, which is what makes the reported mark exact), so roll
@@ -85,7 +85,7 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err != nil {
 		return err
 	}
-	return &fence.StaleError{Fence: f, HighWater: mark}
+	return fmt.Errorf("postgres: guard: %w", &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // GuardAll guards several resources in one transaction, as [Guard] does for
@@ -149,7 +149,8 @@ func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, e
 	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "-"}).Validate(); err != nil {
 		return fence.Fence{}, invalid("high-water mark: %w", err)
 	}
-	return highWater(ctx, db, resource)
+	mark, err := highWater(ctx, db, resource)
+	return mark, forHandle("HighWater", err, db)
 }
 
 func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {

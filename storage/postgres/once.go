@@ -55,7 +55,7 @@ const keyOnceRan = attribute.Key("fencekit.once.ran")
 //     the key can run later. The error is returned as it is; a panic
 //     continues with its original value once the transaction is rolled
 //     back and the connection returned;
-//   - a stale f returns a [*fence.StaleError] without running fn, whether or
+//   - a stale f returns an error wrapping a [*fence.StaleError] without running fn, whether or
 //     not the work is done;
 //   - racing calls for the same key, with the same resource or different
 //     ones: exactly one commits the work. The key's record is written
@@ -99,6 +99,7 @@ const keyOnceRan = attribute.Key("fencekit.once.ran")
 func Once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc) (ran bool, err error) {
 	ctx, span := startSpan(ctx, "fencekit.postgres.once", &f)
 	ran, err = once(ctx, db, f, key, fn)
+	err = forHandle("Once", err, db)
 	if span != nil && span.IsRecording() {
 		span.SetAttributes(keyOnceRan.Bool(ran))
 	}
@@ -172,7 +173,7 @@ func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error)
 	case errors.Is(err, pgx.ErrNoRows):
 		return OnceRecord{}, fmt.Errorf("postgres: once %q: %w", key, fence.ErrNotFound)
 	case err != nil:
-		return OnceRecord{}, fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, fence.Fence{}))
+		return OnceRecord{}, forHandle("LookupOnce", fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, fence.Fence{})), db)
 	}
 	rec.Fence.Token = fence.Token(token)
 	return rec, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -39,6 +40,10 @@ const (
 // every write to a piece of data the same way. Likewise, fenced writes do
 // not bump the version column, so [Table.UpdateVersion] does not notice
 // them.
+//
+// A fenced write to a table that lacks the token or holder column returns
+// an error naming the missing columns and the ALTER TABLE that adds them
+// (wrapping the server's *pgconn.PgError, SQLSTATE 42703).
 //
 // On a pool or a connection each write commits by itself. A write whose
 // reply is cut off (its ctx ends or its connection breaks after it was
@@ -73,10 +78,12 @@ type Value struct {
 // Set returns the [Value] that assigns v to column.
 func Set(column string, v any) Value { return Value{Column: column, Value: v} }
 
-// table holds the quoted names of a validated Table.
+// table holds the quoted names of a validated Table, and the token and
+// holder columns' own names for messages.
 type table struct {
 	name, key, token, holder, version string
 	display                           string
+	tokenCol, holderCol               string
 }
 
 // resolve validates t and values before anything is sent: every name is
@@ -120,12 +127,14 @@ func (t Table) resolve(values []Value) (table, error) {
 		role[v.Column] = "value"
 	}
 	return table{
-		name:    t.Name.Sanitize(),
-		key:     pgx.Identifier{managed[0].col}.Sanitize(),
-		token:   pgx.Identifier{managed[1].col}.Sanitize(),
-		holder:  pgx.Identifier{managed[2].col}.Sanitize(),
-		version: pgx.Identifier{managed[3].col}.Sanitize(),
-		display: display,
+		name:      t.Name.Sanitize(),
+		key:       pgx.Identifier{managed[0].col}.Sanitize(),
+		token:     pgx.Identifier{managed[1].col}.Sanitize(),
+		holder:    pgx.Identifier{managed[2].col}.Sanitize(),
+		version:   pgx.Identifier{managed[3].col}.Sanitize(),
+		display:   display,
+		tokenCol:  managed[1].col,
+		holderCol: managed[2].col,
 	}, nil
 }
 
@@ -159,7 +168,7 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // inside a transaction that is the fenced read of a row, after which the
 // row is locked until the transaction ends.
 //
-// A refused f returns a [*fence.StaleError] carrying the row's mark as read
+// A refused f returns an error wrapping a [*fence.StaleError] carrying the row's mark as read
 // right after the refusal (its Resource is f.Resource); a missing row returns
 // an error matching [fence.ErrNotFound]. Either way nothing changed. Telling
 // them apart takes a second statement, only when no row was updated. ctx
@@ -195,7 +204,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sb.String(), args...)
 		if err != nil {
-			err = fmt.Errorf("postgres: fenced update of %q: %w", r.display, translate(err, f))
+			err = fmt.Errorf("postgres: fenced update of %q: %w", r.display, r.markColumns(ctx, db, translate(err, f)))
 			if commits {
 				return unknownOutcome("postgres: Table.Update", err)
 			}
@@ -210,7 +219,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
 // a row with that key exists, updates it as [Table.Update] does: only if its
-// mark admits f. A refused f returns a [*fence.StaleError] carrying the
+// mark admits f. A refused f returns an error wrapping a [*fence.StaleError] carrying the
 // row's mark, and nothing changed. ctx bounds the statements.
 func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.table_upsert", &f)
@@ -252,7 +261,7 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
-			err = fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, translate(err, f))
+			err = fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, r.markColumns(ctx, db, translate(err, f)))
 			if commits {
 				return unknownOutcome("postgres: Table.Upsert", err)
 			}
@@ -263,6 +272,50 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 		}
 		return r.refusal(ctx, db, f, key)
 	})
+}
+
+// missingColumnsSQL returns which of the columns $2 the table $1 (a quoted,
+// possibly schema-qualified name) lacks, in the order given.
+const missingColumnsSQL = `SELECT coalesce(array_agg(u.c ORDER BY u.o), '{}')
+FROM unnest($2::text[]) WITH ORDINALITY AS u(c, o)
+WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+	WHERE a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped)`
+
+// markColumns turns the server's error for a missing token or holder column
+// (SQLSTATE 42703) into one that names the missing columns and the statement
+// that adds them; other errors come back as they are. On a pool or a
+// connection it asks the catalog which of the two are missing; in a
+// transaction, which the failed statement aborted, it names the column the
+// server named and adds both, each only if missing.
+func (r table) markColumns(ctx context.Context, db Querier, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != codeUndefinedColumn {
+		return err
+	}
+	cols := []string{r.tokenCol, r.holderCol}
+	types := map[string]string{r.tokenCol: "bigint", r.holderCol: "text"}
+	var missing []string
+	for _, c := range cols {
+		if strings.Contains(pgErr.Message, `"`+c+`"`) || strings.Contains(pgErr.Message, "."+c+" ") {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return err // a column of the caller's
+	}
+	add := cols
+	if _, inTx := db.(pgx.Tx); !inTx {
+		var absent []string
+		if qerr := db.QueryRow(ctx, missingColumnsSQL, r.name, cols).Scan(&absent); qerr == nil && len(absent) > 0 {
+			missing, add = absent, absent
+		}
+	}
+	alters := make([]string, len(add))
+	for i, c := range add {
+		alters[i] = "ADD COLUMN IF NOT EXISTS " + pgx.Identifier{c}.Sanitize() + " " + types[c]
+	}
+	return fmt.Errorf("table %q lacks the columns of the row's fence (missing %s); add them with ALTER TABLE %s %s, or name the table's own in Table.Token and Table.Holder: %w",
+		r.display, strings.Join(missing, ", "), r.name, strings.Join(alters, ", "), err)
 }
 
 // refusal tells a stale fence from a missing row after a fenced write
@@ -284,7 +337,7 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 	if holder != nil {
 		mark.Holder = *holder
 	}
-	return &fence.StaleError{Fence: f, HighWater: mark}
+	return fmt.Errorf("postgres: %q key %v: %w", r.display, key, &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // UpdateVersion writes values to the row whose key column equals key only if

@@ -22,7 +22,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // nothing fn did is kept; a commit cut off in flight is the one case where
 // InTx cannot tell, and says so (see below).
 //
-// A stale f returns a [*fence.StaleError] without running fn. Serialization
+// A stale f returns an error wrapping a [*fence.StaleError] without running fn. Serialization
 // failures and deadlocks (SQLSTATE 40001, 40P01), from the guard, from fn's
 // statements or from the commit, return an error matching [ErrRetryable];
 // wrap InTx in [Retry] to run it again. Other errors from fn are returned as
@@ -44,7 +44,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // original value.
 func InTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, fn TxFunc) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.in_tx", &f)
-	err := inTx(ctx, db, opts, f, fn, "postgres: InTx commit")
+	err := forHandle("InTx", inTx(ctx, db, opts, f, fn, "postgres: InTx commit"), db)
 	endSpan(ctx, span, err)
 	return err
 }
