@@ -79,6 +79,9 @@ var snippetImports = map[string]string{
 	"redsync":    "github.com/go-redsync/redsync/v4",
 	"goredis":    "github.com/go-redsync/redsync/v4/redis/goredis/v9",
 	"redislock":  "github.com/bsm/redislock",
+	"mysql":      "github.com/fencekit/fencekit/storage/mysql",
+	"gorm":       "gorm.io/gorm",
+	"sqlx":       "github.com/jmoiron/sqlx",
 }
 
 // snippetParams are the names every fragment may use without declaring them.
@@ -90,6 +93,11 @@ const snippetParams = `ctx context.Context, locker *lock.Locker, client *redis.C
 var snippetPreambles = map[string]string{
 	// README, Coming from redsync or redislock.
 	`f, err := locker.FenceLock(ctx, mutex.Name(), mutex.Value()) // redsync, after mutex.Lock()`: `var mutex *redsync.Mutex`,
+	// README, MySQL: GORM and sqlx transactions.
+	`err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {`: `var gdb *gorm.DB
+var dbx *sqlx.DB
+type Account struct{ ID, Balance int64 }
+var id, amount int64`,
 }
 
 // notGoLead lists the first words of doc-comment code blocks that are not Go:
