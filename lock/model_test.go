@@ -760,7 +760,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 	bg.Add(1)
 	go func() { defer bg.Done(); m.listen(lctx, ps) }()
 
-	const actors = 5
+	const actors = 6
 	var lockers []*lock.Locker
 	var wg sync.WaitGroup
 	for i := range actors {
@@ -778,7 +778,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 		}
 		lockers = append(lockers, l)
 		a := &actor{m: m, id: i, l: l, kind: kind, rng: rand.New(rand.NewPCG(m.seed, uint64(i))), owner: fmt.Sprintf("owner-%d", i), direct: c}
-		if i == actors-2 {
+		if i == actors-2 || i == actors-3 {
 			a.fresh = true
 			a.newLocker = func() *lock.Locker {
 				l, err := lock.New(c, opts...)
