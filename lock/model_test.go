@@ -59,8 +59,8 @@ import (
 // the drift between the local and the server's clock over one lease.
 const modelSlack = 250 * time.Microsecond
 
-// queueLife is how long a waiter's queue entry lives without a refresh
-// (lock.queueLife).
+// modelQueueLife is how long a waiter's queue entry lives without a
+// refresh (the lock package's queueLife).
 const modelQueueLife = 3 * time.Second
 
 func modelBudget(t *testing.T) time.Duration {
@@ -227,7 +227,6 @@ type observation struct {
 }
 
 func (m *model) observe(ctx context.Context, n *modelNode, key string) observation {
-	t0 := time.Now()
 	raw, err := observeScript.Run(ctx, n.c, []string{key}).Slice()
 	t1 := time.Now()
 	if err != nil || len(raw) != 4 {
@@ -236,7 +235,6 @@ func (m *model) observe(ctx context.Context, n *modelNode, key string) observati
 	sec, _ := strconv.ParseInt(fmt.Sprint(raw[2]), 10, 64)
 	usec, _ := strconv.ParseInt(fmt.Sprint(raw[3]), 10, 64)
 	srv := sec*1_000_000 + usec
-	_ = t0
 	// TIME ran before t1 on the local clock.
 	low := srv - t1.UnixMicro()
 	for {
