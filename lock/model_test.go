@@ -53,7 +53,8 @@ import (
 //
 // FENCEKIT_CHECK_SEED replays a run's schedule (each actor draws its steps
 // from the seed; goroutine interleavings still differ), FENCEKIT_CHECK_TIME
-// sets each run's budget (default 3s).
+// sets each run's budget (default 3s), FENCEKIT_CHECK_ALL=1 prints every
+// violation rather than a few of each kind.
 
 // modelSlack is the clock-rate allowance of the promise check, far above
 // the drift between the local and the server's clock over one lease.
@@ -841,8 +842,12 @@ func (m *model) report(t *testing.T, name string) {
 	if len(m.viol) == 0 {
 		return
 	}
-	// At most a few of each kind, each kind counted.
-	const show = 8
+	// At most a few of each kind (all with FENCEKIT_CHECK_ALL=1), each
+	// kind counted.
+	show := 8
+	if os.Getenv("FENCEKIT_CHECK_ALL") == "1" {
+		show = len(m.viol)
+	}
 	perKind := map[string]int{}
 	var kinds []string
 	for _, v := range m.viol {
