@@ -75,16 +75,16 @@ func resolveSpec(tbl Table, values []Value) bool {
 	}
 	seen := map[string]bool{}
 	for _, c := range []string{tbl.Key, orDefault(tbl.Token, DefaultTokenColumn), orDefault(tbl.Holder, DefaultHolderColumn), orDefault(tbl.Version, DefaultVersionColumn)} {
-		if !ok(c) || seen[c] {
+		if !ok(c) || seen[pgName(c)] {
 			return false
 		}
-		seen[c] = true
+		seen[pgName(c)] = true
 	}
 	for _, v := range values {
-		if !ok(v.Column) || seen[v.Column] {
+		if !ok(v.Column) || seen[pgName(v.Column)] {
 			return false
 		}
-		seen[v.Column] = true
+		seen[pgName(v.Column)] = true
 	}
 	return true
 }

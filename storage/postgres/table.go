@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -90,7 +91,8 @@ type table struct {
 // non-empty and free of NUL bytes (which pgx.Identifier.Sanitize would drop,
 // making "a\x00b" name column "ab"); key, token, holder and version, after
 // defaults, are four different columns; and each value names another column,
-// once.
+// once. Columns are told apart as PostgreSQL keeps their names: cut to 63
+// bytes, so two names that differ only after that are one column.
 func (t Table) resolve(values []Value) (table, error) {
 	display := strings.Join(t.Name, ".")
 	if len(t.Name) == 0 || len(t.Name) > 2 {
@@ -112,19 +114,19 @@ func (t Table) resolve(values []Value) (table, error) {
 		if err := checkIdent(display, m.role+" column", m.col); err != nil {
 			return table{}, err
 		}
-		if other, ok := role[m.col]; ok {
-			return table{}, invalid("table %q: %s and %s columns are both %q; they must differ", display, other, m.role, m.col)
+		if other, ok := role[keptName(m.col)]; ok {
+			return table{}, invalid("table %q: %s and %s columns are both %q (as PostgreSQL keeps the name); they must differ", display, other, m.role, keptName(m.col))
 		}
-		role[m.col] = m.role
+		role[keptName(m.col)] = m.role
 	}
 	for _, v := range values {
 		if err := checkIdent(display, "value column", v.Column); err != nil {
 			return table{}, err
 		}
-		if other, ok := role[v.Column]; ok {
+		if other, ok := role[keptName(v.Column)]; ok {
 			return table{}, invalid("table %q: column %q is set twice or is the %s column", display, v.Column, other)
 		}
-		role[v.Column] = "value"
+		role[keptName(v.Column)] = "value"
 	}
 	return table{
 		name:      t.Name.Sanitize(),
@@ -136,6 +138,23 @@ func (t Table) resolve(values []Value) (table, error) {
 		tokenCol:  managed[1].col,
 		holderCol: managed[2].col,
 	}, nil
+}
+
+// maxNameLen is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1
+// bytes); it cuts a longer one, at a character boundary, in DDL and queries
+// alike.
+const maxNameLen = 63
+
+// keptName is the name PostgreSQL keeps for identifier s.
+func keptName(s string) string {
+	if len(s) <= maxNameLen {
+		return s
+	}
+	n := maxNameLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // checkIdent refuses an empty name or one holding a NUL byte.
