@@ -137,26 +137,25 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	}
 	ctx, span := s.tel.start(ctx, op, key, &f)
 	defer func() { s.tel.end(ctx, span, err) }()
-	exp, wid := "", ""
-	if expected >= 0 {
-		exp = strconv.FormatInt(expected, 10)
-	}
-	if op != "get" {
-		wid = s.writeID()
-	}
-	if data == nil {
-		data = []byte{}
-	}
+	vkey := s.redisKey(key)
+	keys := []string{vkey, recordKey(vkey, s.callID())}
+	sent := newSendCount(millis(s.retryWindow))
+	tok := strconv.FormatInt(int64(f.Token), 10)
 	var cmd *goredis.Cmd
-	if op == "get" {
-		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
-			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention))
+	if op == "set" {
+		exp := ""
+		if expected >= 0 {
+			exp = strconv.FormatInt(expected, 10)
+		}
+		if data == nil {
+			data = []byte{}
+		}
+		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent,
+			exp, data, millis(cfg.ttl))
 	} else {
-		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
-			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention),
-			exp, data, millis(cfg.ttl), wid, millis(s.retryWindow))
+		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent)
 	}
-	r, err := decode(ctx, op, key, cmd)
+	r, err := s.decode(ctx, op, key, cmd, sent)
 	if err != nil {
 		return r, err
 	}
@@ -167,6 +166,8 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 		return r, &ResourceError{Key: key, Fence: f, Resource: r.res}
 	case "CONFLICT":
 		return r, fmt.Errorf("storage/redis: %s: %w", op, &fence.ConflictError{Key: key, Expected: expected, Actual: r.version})
+	case "LOST":
+		return r, &fence.OutcomeUnknownError{Op: fmt.Sprintf("storage/redis: %s %q", op, key), Err: errReadLost}
 	}
 	return r, nil
 }
