@@ -109,6 +109,7 @@ if op == 'del' and s.live then
 end
 if raises or s.stored_ver ~= tostring(s.ver) then
   redis.call('HSET', key, 'ver', s.ver, 'tok', tok, 'hold', hold, 'res', res)
+  claim(key, s, hold_for(s, retention))
 end
 local reply = read_reply()
 if op == 'del' then

@@ -15,7 +15,7 @@ import (
 
 // valueFields are the fields a value hash holds for itself; anything else
 // in it would be bookkeeping.
-var valueFields = map[string]bool{"v": true, "ver": true, "tok": true, "hold": true, "res": true, "exp": true}
+var valueFields = map[string]bool{"v": true, "ver": true, "tok": true, "hold": true, "res": true, "exp": true, "rt": true}
 
 // leftovers counts what a prefix's keys hold beyond their values: record
 // keys of any layout under the prefix's hash tags, and hash fields other

@@ -1,9 +1,15 @@
 -- Shared by every script of the store, which runs it before its own body.
 --
 -- A value hash holds v (the value's bytes), ver (its version), exp (when the
--- value expires, ms since the epoch by the server's clock; absent: never)
--- and the key's high-water mark: tok, hold (token and holder of the newest
--- admitted fence) and res (the resource that fence was for).
+-- value expires, ms since the epoch by the server's clock; absent: never),
+-- the key's high-water mark: tok, hold (token and holder of the newest
+-- admitted fence) and res (the resource that fence was for), and rt: how
+-- long (ms) the hash must outlive its last live value, the longest mark
+-- retention of the stores that wrote it; absent: for ever. A store that
+-- keeps marks for ever removes rt; a store with a retention sets it on a hash
+-- it creates and raises it on one that has it, never lowers it and never
+-- adds it to a hash kept for ever. So a store with a shorter retention never
+-- lets Redis collect a mark that another store keeps longer.
 --
 -- Retry records live outside the hash: every call that may change something
 -- names a key of its own in the hash's slot (KEYS[2]), and a run that changes
@@ -26,7 +32,7 @@ end
 -- and the reply for a key this store cannot use (left as it is). The server
 -- clock is read only when something needs it (see clock).
 local function read_value(key)
-  local h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp')
+  local h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'rt')
   local kind = 'hash'
   if h.err then
     kind = redis.call('TYPE', key)['ok']
@@ -41,7 +47,7 @@ local function read_value(key)
     return nil, {'WRONGTYPE', 'hash without a version field'}
   end
   local s = {kind = kind, data = h[1], stored_ver = h[2], tok = h[3], hold = h[4], res = h[5],
-             exp = h[6], ver = tonumber(h[2] or '0')}
+             exp = h[6], rt = h[7], ver = tonumber(h[2] or '0')}
   s.live = s.data and (not s.exp or tonumber(s.exp) > clock(s))
   if s.data and not s.live then
     -- An expired value counts as deleted at its expiry, so its version moves on.
@@ -72,10 +78,40 @@ local function remember(rkey, window, reply)
   return reply
 end
 
+-- hold_for returns how long (ms) the hash must outlive its last live value
+-- once a store with mark retention own (ms, 0: for ever) has written it.
+local function hold_for(s, own)
+  if s.kind == 'none' then
+    return own
+  end
+  local rt = tonumber(s.rt or '0')
+  if rt == 0 or own == 0 then
+    return 0
+  end
+  return math.max(rt, own)
+end
+
+-- claim records hold (see hold_for) in the hash; a hash kept for ever loses
+-- any TTL a store with a retention gave it. It runs with the call's writes.
+local function claim(key, s, hold)
+  if hold == tonumber(s.rt or '0') then
+    return
+  end
+  if hold == 0 then
+    redis.call('HDEL', key, 'rt')
+    redis.call('PERSIST', key)
+    s.rt = nil
+  else
+    redis.call('HSET', key, 'rt', hold)
+    s.rt = tostring(hold)
+  end
+end
+
 -- keep_mark restarts the retention of a hash holding no live value, as
 -- drop_value does, without changing anything else: a refused fence keeps the
 -- mark that refused it alive.
 local function keep_mark(key, s, retention)
+  retention = hold_for(s, retention)
   if retention > 0 and s.kind == 'hash' and not s.live then
     local ttl = redis.call('PTTL', key)
     if ttl >= 0 and ttl < retention then
@@ -85,10 +121,11 @@ local function keep_mark(key, s, retention)
 end
 
 -- write_value stores data as the value with the next version, living ttl ms
--- (0: no expiry), plus the field/value pairs in extra. retention (ms, 0:
--- none) bounds how long the hash outlives an expiring value. Returns the
--- reply.
+-- (0: no expiry), plus the field/value pairs in extra. retention (the
+-- store's, ms, 0: none; see hold_for) bounds how long the hash outlives an
+-- expiring value. Returns the reply.
 local function write_value(key, s, data, ttl, retention, extra)
+  retention = hold_for(s, retention)
   local ver = s.ver + 1
   local exp = 0
   local fields = {'v', data, 'ver', ver}
@@ -112,16 +149,20 @@ local function write_value(key, s, data, ttl, retention, extra)
     -- can there be one to remove.
     redis.call('PERSIST', key)
   end
+  claim(key, s, retention)
   return {'OK', ver, false, exp}
 end
 
 -- drop_value removes the value's bytes (keeping version and mark); the hash,
--- holding no live value, then lives at least retention ms from now.
+-- holding no live value, then lives at least as long as the longest
+-- retention of the stores that wrote it (see hold_for) from now.
 local function drop_value(key, s, retention)
+  retention = hold_for(s, retention)
   if s.data then
     redis.call('HDEL', key, 'v', 'exp')
   end
   if retention > 0 and redis.call('PTTL', key) < retention then
     redis.call('PEXPIRE', key, retention)
   end
+  claim(key, s, retention)
 end
