@@ -64,7 +64,10 @@ func (s *Store) load(ctx context.Context, key string) (_ reply, err error) {
 // A mismatch gets a [*fence.ConflictError] carrying the version found and
 // changes nothing. A client retry of a CompareAndSet whose reply was lost
 // reports the first run's outcome, not a conflict with its own write (see
-// [WithRetryWindow]). ctx bounds the call.
+// [WithRetryWindow]). ctx bounds the call; a call that may have applied and
+// cannot tell gets an error matching [fence.ErrOutcomeUnknown] (load and
+// compare again: a second CompareAndSet with the same expected version
+// conflicts if the first applied).
 func (s *Store) CompareAndSet(ctx context.Context, key string, expected int64, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {

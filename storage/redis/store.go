@@ -130,8 +130,15 @@ func WithPrefix(prefix string) Option {
 // never evicts them. Without a retention the store's hashes carry no TTL, so
 // volatile-* policies leave them alone.
 //
-// d must be at least the retry window ([WithRetryWindow]), since the hash
-// holds the records of its recent writes, and at most [MaxDuration].
+// Stores with different retentions may share keys: a hash lives as long as
+// the longest retention of the stores that wrote it, and a store without
+// retention keeps every hash it writes for ever, so a store with a shorter
+// retention never lets Redis collect a mark that another keeps longer.
+//
+// d must be at least the retry window ([WithRetryWindow]): a retried fenced
+// read checks its record against the version its hash holds, which a hash
+// collected and written anew within the window could repeat. d must be at
+// most [MaxDuration].
 // Default: 0, the hash and its mark are kept forever.
 func WithMarkRetention(d time.Duration) Option {
 	return func(s *Store) error {
