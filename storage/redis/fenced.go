@@ -150,7 +150,7 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	defer func() { s.tel.end(ctx, span, err) }()
 	vkey := s.redisKey(key)
 	keys := []string{vkey, recordKey(vkey, s.callID())}
-	sent := newSendCount(millis(s.retryWindow))
+	sent := newSendCount(millis(s.retryWindow), s.knownClient)
 	tok := strconv.FormatInt(int64(f.Token), 10)
 	var cmd *goredis.Cmd
 	if op == "set" {

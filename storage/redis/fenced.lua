@@ -8,19 +8,22 @@
 -- ARGV[3]  fence token (decimal, no leading zeros)
 -- ARGV[4]  fence holder
 -- ARGV[5]  retention in milliseconds of a key holding no live value, 0 to keep it forever
--- ARGV[6]  retry window in milliseconds: how long the call's record is kept
+-- ARGV[6]  retry window in milliseconds: how long the call's record is kept;
+--          negative on a send that may repeat one that already ran (a
+--          client's resend), the only kind that looks for the call's record
 -- ARGV[7]  expected version, "" for no version check (set only)
 -- ARGV[8]  value bytes (set only)
 -- ARGV[9]  value lifetime in milliseconds, 0 for none (set only)
 -- "get" and "del" pass ARGV[1] to ARGV[6] only: the fewer arguments, the
 -- cheaper the call.
 --
--- A write whose record exists is a retry of a run that already happened: it
--- gets that run's reply, before any check. A get is recorded only when it
--- raises the mark; a get that raises nothing (its fence is the mark, or is
--- refused) looks for the record of an earlier run of the same call, which
--- was admitted: it answers as that run did while the value is as that run
--- saw it, and with LOST once the value has changed since. Otherwise every
+-- A resent write whose record exists is a retry of a run that already
+-- happened: it gets that run's reply, before any check. A get is recorded
+-- only when it raises the mark; a resent get that raises nothing (its fence
+-- is the mark, or is refused) looks for the record of an earlier run of the
+-- same call, which was admitted: it answers as that run did while the value
+-- is as that run saw it, and with LOST once the value has changed since. A
+-- first send skips every look-up: it cannot repeat anything. Otherwise every
 -- check comes before the first write, so a refused call changes nothing but
 -- the retention of the mark that refused it.
 -- Replies: {"OK", version, data|false, expiresAtMs} for a live value,
@@ -31,8 +34,10 @@
 local key, rkey = KEYS[1], KEYS[2]
 local op, res, tok, hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local retention, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+local resent = window < 0
+window = math.abs(window)
 
-if op ~= 'get' then
+if resent and op ~= 'get' then
   local record = redis.call('GET', rkey)
   if record then
     return replay(record)
@@ -72,7 +77,7 @@ local function read_reply()
   return {'NOTFOUND', s.ver}
 end
 
-if op == 'get' and c <= 0 then
+if resent and op == 'get' and c <= 0 then
   -- A get that raises nothing: is it a retry of one that did?
   local record = redis.call('GET', rkey)
   if record then

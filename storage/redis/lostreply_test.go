@@ -410,3 +410,30 @@ func TestNothingSentIsNotUnknown(t *testing.T) {
 		}
 	})
 }
+
+// TestLostReplyThroughAWrapper is TestLostReplyReportsFirstRun's first case
+// through a client whose options the store cannot read: every send of it
+// looks for its record, so the retry still reports the first run.
+func TestLostReplyThroughAWrapper(t *testing.T) {
+	ctx := context.Background()
+	via, p, direct := lostReplyStores(t)
+	wrapped, err := New(scripter{via.client}, WithPrefix(via.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Bool
+	p.LoseNextReply(func() {
+		if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
+			t.Error(err)
+		}
+		lost.Store(true)
+	})
+	v, err := wrapped.Set(ctx, fen(1, "a"), "k", []byte("a"))
+	if !lost.Load() {
+		t.Fatal("no reply was lost; the test did not exercise a retry")
+	}
+	if err != nil || v != 1 {
+		t.Fatalf("Set whose reply was lost = %d, %v; want 1, <nil>", v, err)
+	}
+	wantValue("b", 2)(t, direct)
+}

@@ -103,7 +103,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 	ctx, span := s.tel.start(ctx, spanOp, key, nil)
 	defer func() { s.tel.end(ctx, span, err) }()
 	vkey := s.redisKey(key)
-	sent := newSendCount(millis(s.retryWindow))
+	sent := newSendCount(millis(s.retryWindow), s.knownClient)
 	var cmd *goredis.Cmd
 	if op == "set" {
 		cmd = casScript.Run(ctx, s.client, []string{vkey, recordKey(vkey, s.callID())},

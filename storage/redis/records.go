@@ -32,24 +32,38 @@ func (s *Store) callID() string {
 	return s.storeID + strconv.FormatUint(s.callSeq.Add(1), 36)
 }
 
-// sendCount is a script argument that counts how many times go-redis wrote
-// the script's command to a connection: go-redis marshals an argument that
-// implements encoding.BinaryMarshaler each time it writes the command, first
-// send and retries alike. A call whose command was never written cannot
-// have run.
+// sendCount is the script argument that carries the retry window and
+// counts how many times go-redis wrote the script's command to a connection:
+// go-redis marshals an argument that implements encoding.BinaryMarshaler each
+// time it writes the command, first send and resends alike. A call whose
+// command was never written cannot have run.
+//
+// The first send carries the window as it is; every later one carries it
+// negated, which tells the script that the send may repeat one that already
+// ran, and only then does the script look for the call's record. A first
+// send cannot repeat anything, so it skips that look-up. A client whose
+// options could not be read is not known to marshal arguments on every send
+// (it might reuse the bytes of the first), so every send of it is marked as a
+// possible repeat.
 type sendCount struct {
-	n    atomic.Int32
-	text []byte
+	n            atomic.Int32
+	first, later []byte
 }
 
-func newSendCount(ms int64) *sendCount {
-	return &sendCount{text: strconv.AppendInt(nil, ms, 10)}
+func newSendCount(windowMs int64, known bool) *sendCount {
+	later := strconv.AppendInt(nil, -windowMs, 10)
+	if !known {
+		return &sendCount{first: later, later: later}
+	}
+	return &sendCount{first: strconv.AppendInt(nil, windowMs, 10), later: later}
 }
 
-// MarshalBinary returns the argument's text and counts one send.
+// MarshalBinary counts one send and returns the window's text for it.
 func (c *sendCount) MarshalBinary() ([]byte, error) {
-	c.n.Add(1)
-	return c.text, nil
+	if c.n.Add(1) == 1 {
+		return c.first, nil
+	}
+	return c.later, nil
 }
 
 // sends returns how many times the command was written.

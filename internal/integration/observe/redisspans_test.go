@@ -52,7 +52,7 @@ func spanStrings(sp sdktrace.ReadOnlySpan) []string {
 	out := []string{sp.Name(), sp.Status().Description}
 	attrs := func(kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			out = append(out, string(kv.Key), kv.Value.Emit())
+			out = append(out, string(kv.Key), kv.Value.String())
 		}
 	}
 	attrs(sp.Attributes())
