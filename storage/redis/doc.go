@@ -82,8 +82,9 @@
 // Each record expires by itself at the end of its own window (Redis PX), so
 // memory returns to the values alone one window after the last write, and
 // no key grows with the write rate: a hot key's hash stays the size of its
-// value, and its records are many small keys, each about 164 bytes of
-// server memory with the default prefix and short keys. A store with a
+// value, and its records are many small keys, each 165-180 bytes of server
+// memory (measured with the default prefix and short keys). Shorter client
+// timeouts and fewer retries give a shorter window, and so fewer records. A store with a
 // shorter window never touches another store's records. Refusals change
 // nothing and are not recorded (a retry is refused again).
 //

@@ -167,9 +167,27 @@ func logLatency(t *testing.T, c *goredis.Client, when string) {
 	var parts []string
 	for _, r := range rows {
 		row, _ := r.([]any)
-		if len(row) >= 4 {
-			parts = append(parts, fmt.Sprintf("%v max %v ms", row[0], row[3]))
+		if len(row) < 4 {
+			continue
 		}
+		// Every event of the kind over the threshold, for its median.
+		hist, err := c.Do(ctx, "LATENCY", "HISTORY", row[0]).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms []int64
+		for _, h := range hist {
+			if p, _ := h.([]any); len(p) == 2 {
+				v, _ := p[1].(int64)
+				ms = append(ms, v)
+			}
+		}
+		slices.Sort(ms)
+		median := int64(0)
+		if len(ms) > 0 {
+			median = ms[len(ms)/2]
+		}
+		parts = append(parts, fmt.Sprintf("%v: %d events, median %d ms, max %v ms", row[0], len(ms), median, row[3]))
 	}
 	t.Logf("server latency events %s (threshold 1 ms): %v", when, parts)
 	if err := c.Do(ctx, "LATENCY", "RESET").Err(); err != nil {
