@@ -140,6 +140,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v does not match %v", err, tt.is)
 			}
+			if tt.is != context.Canceled && !errors.Is(err, fence.ErrInvalid) {
+				t.Fatalf("error %v does not match fence.ErrInvalid", err)
+			}
 			for problem, words := range map[string]string{"nil context": "nil context", "too long": "longer than 1024", "ttl": "TTL"} {
 				if strings.Contains(tt.name, problem) && !strings.Contains(err.Error(), words) {
 					t.Errorf("error %q does not say %q", err, words)
