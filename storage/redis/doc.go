@@ -9,9 +9,10 @@
 // bytes, its version, its optional expiry and the key's high-water mark (the
 // newest fence admitted for the key, with the resource that fence was for).
 // The retry record of a call (see Retries below) is a small string key of
-// its own in the same Redis Cluster slot: "{tag}fkr:<call id>", where tag is
-// the part of the value's key that the cluster hashes. So every script
-// touches one slot; a hash tag in the caller's key (such as "{user42}:cart")
+// its own in the same Redis Cluster slot: "{<tag>}fkr:<call id>", where tag
+// is the shortest number that hashes to that slot, so a record's size does
+// not grow with its value's key (SCAN MATCH "*}fkr:*" finds records). So
+// every script touches one slot; a hash tag in the caller's key (such as "{user42}:cart")
 // decides that slot, because the prefix may not contain braces. No value key
 // starts with a brace, so records never meet values. The store takes the narrowest
 // client it needs, a [goredis.Scripter]: a *goredis.Client or a
@@ -82,8 +83,8 @@
 // Each record expires by itself at the end of its own window (Redis PX), so
 // memory returns to the values alone one window after the last write, and
 // no key grows with the write rate: a hot key's hash stays the size of its
-// value, and its records are many small keys, each 165-180 bytes of server
-// memory (measured with the default prefix and short keys). Shorter client
+// value, and its records are many small keys, each about 155 bytes of
+// server memory whatever the key's length. Shorter client
 // timeouts and fewer retries give a shorter window, and so fewer records. A store with a
 // shorter window never touches another store's records. Refusals change
 // nothing and are not recorded (a retry is refused again).

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -51,11 +50,10 @@ func newShortStore(t testing.TB, opts ...Option) (*Store, *goredis.Client) {
 	return s, c
 }
 
-// recordKeys returns the retry records of the store's key.
+// recordKeys returns the retry records of the store's calls on key.
 func recordKeys(t testing.TB, c *goredis.Client, s *Store, key string) []string {
 	t.Helper()
-	pattern := "{" + slotTag(s.redisKey(key)) + "}" + recordKeyMarker + "*"
-	pattern = strings.NewReplacer("{", `\{`, "}", `\}`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(pattern[:len(pattern)-1]) + "*"
+	pattern := `\{` + slotTag(s.redisKey(key)) + `\}` + s.storeID + "*"
 	keys, err := scanAll(c, pattern)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 )
 
 // recordKey returns the key of the retry record of the call with id id on
-// the value key vkey. It lies in vkey's Redis Cluster slot, so one script
-// touches both, and no value key can take it: value keys start with a
+// the value key vkey: "{<slot tag>}fkr:<store id>:<sequence>". It lies in
+// vkey's Redis Cluster slot, so one script touches both, and its length does
+// not grow with vkey's. No value key can take it: value keys start with a
 // store's prefix, which holds no brace, and record keys start with one.
 func recordKey(vkey, id string) string {
 	return "{" + slotTag(vkey) + "}" + id

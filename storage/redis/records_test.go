@@ -17,13 +17,13 @@ import (
 // in it would be bookkeeping.
 var valueFields = map[string]bool{"v": true, "ver": true, "tok": true, "hold": true, "res": true, "exp": true, "rt": true}
 
-// leftovers counts what a prefix's keys hold beyond their values: record
-// keys of any layout under the prefix's hash tags, and hash fields other
-// than a value's own.
-func leftovers(t *testing.T, c *goredis.Client, prefix string) int {
+// leftovers counts what a store's keys hold beyond their values: its
+// record keys, and hash fields other than a value's own.
+func leftovers(t *testing.T, c *goredis.Client, s *Store) int {
 	t.Helper()
 	ctx := context.Background()
-	records, err := scanAll(c, `\{`+prefix+"*")
+	prefix := s.Prefix()
+	records, err := scanAll(c, "*}"+s.storeID+"*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestEveryChangeLeavesOneRecord(t *testing.T) {
 			}
 		}
 	}
-	if n := leftovers(t, c, s.Prefix()) - want; n != 0 {
+	if n := leftovers(t, c, s) - want; n != 0 {
 		t.Fatalf("the value's hash holds %d fields beyond the value's own", n)
 	}
 	eventually(t, window+10*time.Second, "every record gone without another write", func() bool {
@@ -139,11 +139,11 @@ func TestRecordsGoWithoutWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := leftovers(t, c, s.Prefix()); n == 0 {
+	if n := leftovers(t, c, s); n == 0 {
 		t.Fatal("no records within the window: the test cannot see them")
 	}
 	eventually(t, window+15*time.Second, "every record gone one window after the last write", func() bool {
-		return leftovers(t, c, s.Prefix()) == 0
+		return leftovers(t, c, s) == 0
 	})
 }
 

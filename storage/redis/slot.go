@@ -6,16 +6,12 @@ import (
 	"sync"
 )
 
-// slotTag returns a hash tag that puts a key in key's Redis Cluster slot:
-// "{" + slotTag(key) + "}" followed by anything hashes like key. It is the
-// part of key that the cluster hashes when that part holds no '}', and
-// otherwise a short number that hashes to the same slot.
+// slotTag returns a short hash tag that puts a key in key's Redis Cluster
+// slot: "{" + slotTag(key) + "}" followed by anything hashes like key. It is
+// the smallest decimal number that hashes to that slot, at most five
+// characters whatever key's length.
 func slotTag(key string) string {
-	h := hashedPart(key)
-	if !strings.Contains(h, "}") {
-		return h
-	}
-	return slotTags()[keySlot(h)]
+	return slotTags()[keySlot(hashedPart(key))]
 }
 
 // hashedPart returns the part of key that Redis Cluster hashes: the content
@@ -34,7 +30,15 @@ func hashedPart(key string) string {
 func keySlot(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
+	}
+	return crc & 16383
+}
+
+// crcTable holds the CRC16 of every byte, for keySlot.
+var crcTable = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -42,12 +46,13 @@ func keySlot(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc & 16383
-}
+	return t
+}()
 
 // slotTags maps each slot to the smallest decimal number that hashes to it,
-// built once, on the first key whose hashed part holds a '}'.
+// built once, on first use.
 var slotTags = sync.OnceValue(func() *[16384]string {
 	var tags [16384]string
 	for i, left := 0, len(tags); left > 0; i++ {

@@ -191,8 +191,8 @@ func WithMarkRetention(d time.Duration) Option {
 // [DefaultRetryWindow]; choose d above that client's own retry horizon.
 //
 // The cost is memory for the window: one small key per call that changed
-// something, 165-180 bytes (measured with the default prefix and short
-// keys), each expiring by itself. d must be between [MinRetryWindow] and
+// something, about 155 bytes of server memory whatever the key's length,
+// each expiring by itself. d must be between [MinRetryWindow] and
 // [MaxRetryWindow]. Default: the client's retry horizon rounded up to a
 // whole second (at least [MinRetryWindow]), or [DefaultRetryWindow] for a
 // client whose options cannot be read.
