@@ -7,6 +7,9 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -110,7 +113,8 @@ func (r *RejectionCounter) Count(ctx context.Context, err error, resourceMismatc
 }
 
 // End ends span with err: a refusal (reason not empty) is recorded as the
-// span's outcome and error, any other error as the span's error.
+// span's outcome and error, any other error as the span's error. Error texts
+// go out as valid UTF-8 (see [Sanitize]).
 func End(span trace.Span, err error, reason string) {
 	if span.IsRecording() {
 		switch {
@@ -118,20 +122,68 @@ func End(span trace.Span, err error, reason string) {
 			span.SetAttributes(KeyOutcome.String("ok"))
 		case reason != "":
 			span.SetAttributes(KeyOutcome.String(reason))
-			span.RecordError(err)
+			recordError(span, err)
 			span.SetStatus(codes.Error, reason)
 		default:
 			span.SetAttributes(KeyOutcome.String("error"))
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			recordError(span, err)
+			span.SetStatus(codes.Error, Sanitize(err.Error()))
 		}
 	}
 	span.End()
 }
 
-// FenceAttrs puts a fence on a recording span.
+// recordError records err on span as an exception event, as
+// span.RecordError does, with its message made valid UTF-8.
+func recordError(span trace.Span, err error) {
+	msg := err.Error()
+	if utf8.ValidString(msg) {
+		span.RecordError(err)
+		return
+	}
+	span.AddEvent("exception", trace.WithAttributes(
+		attribute.String("exception.type", reflect.TypeOf(err).String()),
+		attribute.String("exception.message", Sanitize(msg)),
+	))
+}
+
+// FenceAttrs puts a fence on a recording span: its resource and token,
+// never its holder (a lock's holder id is what releases the lock).
 func FenceAttrs(span trace.Span, f fence.Fence) {
 	if span.IsRecording() {
-		span.SetAttributes(KeyResource.String(f.Resource), KeyToken.Int64(int64(f.Token)))
+		span.SetAttributes(String(KeyResource, f.Resource), KeyToken.Int64(int64(f.Token)))
 	}
+}
+
+// String returns a string attribute whose value is v made valid UTF-8 (see
+// [Sanitize]). Every string attribute of a span goes through it: keys and
+// resources may hold any bytes, and one invalid string makes an OTLP
+// exporter drop the whole batch it belongs to.
+func String(k attribute.Key, v string) attribute.KeyValue {
+	return k.String(Sanitize(v))
+}
+
+// Sanitize returns s unchanged when it is valid UTF-8, and otherwise s with
+// every byte that does not belong to a valid UTF-8 sequence written as \xNN,
+// so that distinct binary keys stay distinct and readable.
+func Sanitize(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 {
+			b.WriteString(`\x`)
+			b.WriteByte(hex[s[i]>>4])
+			b.WriteByte(hex[s[i]&0xf])
+			i++
+			continue
+		}
+		b.WriteString(s[i : i+n])
+		i += n
+	}
+	return b.String()
 }

@@ -67,4 +67,19 @@ func clusterOps(t *testing.T, cc *redis.ClusterClient) {
 	if hw, err := s.HighWater(ctx, key); err != nil || hw != fen(2, "b") {
 		t.Fatalf("mark = %v, %v; want %v", hw, err, fen(2, "b"))
 	}
+	// Every call's record lies in its value's slot, whatever braces the
+	// caller's key holds: the cluster refuses a script whose keys do not.
+	for _, k := range []string{"plain", "a}b", "x{}y", "{}", "{{t}}", "open{", "}{", "{tag}rest"} {
+		if _, err := s.Set(ctx, fen(1, "a"), k, []byte("v")); err != nil {
+			t.Fatalf("Set %q: %v", k, err)
+		}
+		if _, err := s.CompareAndSet(ctx, k, 1, []byte("w")); err != nil {
+			t.Fatalf("CompareAndSet %q: %v", k, err)
+		}
+		vkey := s.redisKey(k)
+		want := cc.ClusterKeySlot(ctx, vkey).Val()
+		if got := cc.ClusterKeySlot(ctx, recordKey(vkey, "fkr:x:1")).Val(); got != want || int64(keySlot(hashedPart(vkey))) != want {
+			t.Fatalf("key %q: record in slot %d, value in %d (computed %d)", k, got, want, keySlot(hashedPart(vkey)))
+		}
+	}
 }

@@ -6,12 +6,15 @@
 //
 // Every value lives in one Redis hash under the store's prefix (default
 // [DefaultPrefix]) followed by the caller's key. The hash holds the value's
-// bytes, its version, its optional expiry, the key's high-water mark (the
-// newest fence admitted for the key, with the resource that fence was for),
-// and the records of its recent writes (see Retries below).
-// One key means one Redis Cluster slot, so every script touches one slot; a
-// hash tag in the caller's key (such as "{user42}:cart") decides that slot,
-// because the prefix may not contain braces. The store takes the narrowest
+// bytes, its version, its optional expiry and the key's high-water mark (the
+// newest fence admitted for the key, with the resource that fence was for).
+// The retry record of a call (see Retries below) is a small string key of
+// its own in the same Redis Cluster slot: "{<tag>}fkr:<call id>", where tag
+// is the shortest number that hashes to that slot, so a record's size does
+// not grow with its value's key (SCAN MATCH "*}fkr:*" finds records). So
+// every script touches one slot; a hash tag in the caller's key (such as "{user42}:cart")
+// decides that slot, because the prefix may not contain braces. No value key
+// starts with a brace, so records never meet values. The store takes the narrowest
 // client it needs, a [goredis.Scripter]: a *goredis.Client or a
 // *goredis.ClusterClient both serve.
 //
@@ -61,24 +64,58 @@
 //
 // go-redis sends a command again after a connection reset or a read timeout
 // (Options.MaxRetries, 3 by default), even when the server ran it and only
-// the reply was lost. Every write therefore carries an id unique to the call,
-// and the key's hash records the reply of each write under its id for the
-// retry window ([WithRetryWindow], default [DefaultRetryWindow]). A run that
-// finds its own id recorded is such a retry: before any fence or version
-// check, it returns the first run's reply, whatever other clients wrote in
-// between. So a write is never applied twice, and a write that was applied is
-// never reported as stale or as a conflict. [Store.Update] and [Store.Modify]
-// never apply their function's change twice.
+// the reply was lost. Every call that may change something therefore names
+// a record key unique to the call, and a run that changes something stores
+// its reply there for the retry window ([WithRetryWindow]). A run that finds
+// its record is such a retry: before any fence or version check, it returns
+// the first run's reply, whatever other clients wrote in between. So a write
+// is never applied twice, and a write that was applied is never reported as
+// stale or as a conflict. [Store.Update] and [Store.Modify] never apply their
+// function's change twice.
 //
-// The records cost memory: up to about 170 bytes per write, kept for the
-// window and dropped a few at a time by later writes of the same key, so a
-// key holds about the records of its writes of the last window (a key
-// written 1,000 times a second holds about 10 MB with the default window).
-// Refusals change nothing and are not recorded (a retry is refused again),
-// nor is a [Store.CompareAndDelete] of a key that never existed (there is
-// nothing to record it in; a retry after another client created the key
-// reports a conflict). Reads are not recorded either: a retried [Store.Get]
-// reads the key afresh, and may be refused if a newer holder came in between.
+// A fenced [Store.Get] that raises the mark is recorded too; one that raises
+// nothing (its fence is already the mark) writes nothing and only looks for
+// the record of an earlier run of the same call. A retried Get whose first
+// run was admitted is therefore never refused: it returns what that run read
+// while the value is unchanged, and an error matching [fence.ErrOutcomeUnknown]
+// once the value has changed, since what the first run read is gone.
+//
+// Each record expires by itself at the end of its own window (Redis PX), so
+// memory returns to the values alone one window after the last write, and
+// no key grows with the write rate: a hot key's hash stays the size of its
+// value, and its records are many small keys, each about 155 bytes of
+// server memory whatever the key's length. Shorter client
+// timeouts and fewer retries give a shorter window, and so fewer records. A store with a
+// shorter window never touches another store's records. Refusals change
+// nothing and are not recorded (a retry is refused again).
+//
+// The window must outlast the client's retries. [New] derives the client's
+// retry horizon from its options (the formula is at [WithRetryWindow]:
+// about 232 s with go-redis's defaults), uses it as the default window, and
+// refuses a shorter one. Records carry a TTL, so a volatile-*
+// maxmemory-policy may evict them early, and a retry after that runs again
+// (see Eviction).
+//
+// # Outcomes
+//
+// A call reports that it applied (nil error, or a refusal that changed
+// nothing), that it did not (any other error), or that the store cannot
+// tell: an error matching [fence.ErrOutcomeUnknown], an
+// [*fence.OutcomeUnknownError] that also matches its cause (ctx.Err(), the
+// network error). The last happens when the call's context ends, or its
+// connection breaks, after go-redis wrote its script to a connection and
+// before a reply arrived, and go-redis's retries did not bring the reply
+// back: the script may have run. The store counts how often go-redis wrote
+// the command; a call whose command was never written (the server could not
+// be reached, the context ended first), or whose only send got an error
+// reply, did not apply and says so with a plain error.
+//
+// What to do after an unknown outcome: read the key under the same fence
+// ([Store.Get]) and decide from what it holds, or run the work through an
+// exactly-once record so that a retry tells the truth. Do not blindly retry
+// a write with the same fence: the fence that was admitted once is admitted
+// again, and the write may apply twice. A retry of [Store.CompareAndSet] with
+// the version read before is safe: it conflicts if the first run applied.
 //
 // # Expiry
 //
@@ -92,6 +129,9 @@
 // collect it once it has gone that long without a live value and without an
 // operation (a refused one counts); after that any fence is admitted again,
 // so the retention must be far longer than any pause a holder can survive.
+// Stores with different retentions may share keys: a hash lives as long as
+// the longest retention of the stores that wrote it, and for ever once a
+// store without retention has written it.
 //
 // # Eviction
 //
@@ -99,8 +139,10 @@
 // volatile-* maxmemory-policy (volatile-lru, volatile-lfu, volatile-random,
 // volatile-ttl) never evicts them. With it, a hash that holds no live value,
 // or an expiring one, carries a TTL and becomes evictable under those
-// policies: Redis may drop it, mark and write records included, long before
-// the retention ends, and then admit old fences and re-run retried writes.
+// policies: Redis may drop it, mark included, long before the retention
+// ends, and then admit old fences. Retry records always carry a TTL, so
+// under a volatile-* policy Redis may evict a record before its window ends
+// and then run a retried write again.
 // Under an allkeys-* policy any hash may be evicted, retention or not. Give
 // the store's keys a server whose maxmemory-policy is noeviction (writes fail
 // with an out-of-memory error instead, and nothing is lost), or use no
@@ -109,8 +151,9 @@
 // # Observability
 //
 // Every script call is a span (fencekit.redis.get, .set, .delete, .load,
-// .compare_and_set, .compare_and_delete) with the key, the fence and the
-// outcome, and every refusal counts in fencekit.fence.rejections with
+// .compare_and_set, .compare_and_delete) with the key (bytes that are not
+// valid UTF-8 written as \xNN), the fence's resource and token (never its
+// holder) and the outcome, and every refusal counts in fencekit.fence.rejections with
 // storage="redis" and reason stale, conflict or resource_mismatch. The
 // global OpenTelemetry providers are used unless [WithMeterProvider] or
 // [WithTracerProvider] say otherwise.
@@ -124,10 +167,13 @@
 // [fence.MaxResourceLen] bytes). A key that holds another type, or a hash
 // this store did not write, gets [ErrWrongType] naming the key, and is left
 // as it was. Empty keys ([ErrInvalidKey]), bad options and arguments,
-// including a nil context ([ErrInvalidOption]), and ended contexts (an error
-// matching ctx.Err()) are reported before anything is sent. A context that
-// ends while a script is in flight also gives an error matching ctx.Err(),
-// but the script may have run: a fenced read with the same fence tells.
+// including a nil context and a retry window shorter than the client's
+// retries ([ErrInvalidOption]), and ended contexts (an error matching
+// ctx.Err()) are reported before anything is sent; the invalid ones all
+// match [fence.ErrInvalid]. A call that may have applied and cannot tell
+// gets an error matching [fence.ErrOutcomeUnknown] (see Outcomes). Errors
+// and spans name holders only by [fence.HolderMark]: a lock's holder id is
+// what releases it.
 //
 // # Round trips
 //

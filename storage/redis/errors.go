@@ -24,14 +24,25 @@ var (
 	// changed. Errors that match it are usually a [*ResourceError].
 	ErrResourceMismatch = errors.New("storage/redis: key is fenced by another resource")
 
-	// ErrInvalidKey means a value key was empty. Nothing was sent.
-	ErrInvalidKey = errors.New("storage/redis: invalid key")
+	// ErrInvalidKey means a value key was empty. Nothing was sent. It
+	// matches [fence.ErrInvalid] too.
+	ErrInvalidKey error = &invalidError{"storage/redis: invalid key"}
 
 	// ErrInvalidOption means an option passed to [New] or to a write, or an
 	// argument of a call, was invalid: out of range, nil (a nil context, a
-	// nil function). The error names the problem. Nothing was sent.
-	ErrInvalidOption = errors.New("storage/redis: invalid option")
+	// nil function), or a retry window shorter than the client's retry
+	// horizon. The error names the problem. Nothing was sent. It matches
+	// [fence.ErrInvalid] too.
+	ErrInvalidOption error = &invalidError{"storage/redis: invalid option"}
 )
+
+// invalidError is a sentinel of this package that also matches
+// [fence.ErrInvalid], so that one errors.Is covers every package's invalid
+// arguments.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return fence.ErrInvalid }
 
 // ResourceError is a fence refused because the key's high-water mark belongs
 // to another resource. It matches [ErrResourceMismatch].
@@ -52,6 +63,29 @@ func (e *ResourceError) Error() string {
 // Unwrap returns [ErrResourceMismatch].
 func (e *ResourceError) Unwrap() error { return ErrResourceMismatch }
 
+// mayHaveRun reports whether a call that failed with err may have run its
+// script on the server: unless go-redis never wrote its command, or wrote it
+// once and got an error reply. Every script checks before it writes, and
+// Redis lets a script that has written go on writing even past maxmemory,
+// so an error reply means the script changed nothing. A client whose
+// options could not be read may not write arguments through go-redis, so
+// its sends cannot be counted.
+func (s *Store) mayHaveRun(err error, sent *sendCount) bool {
+	switch n := sent.sends(); {
+	case n == 0:
+		return !s.knownClient
+	case n == 1:
+		var answered goredis.Error
+		return !errors.As(err, &answered)
+	}
+	return true
+}
+
+// errReadLost is the cause of a fenced read's unknown outcome: its reply
+// was lost, its first run raised the mark, and the value changed before the
+// client's retry, so what it read cannot be given.
+var errReadLost = errors.New("the reply was lost and the value changed before the client's retry; the first run was admitted and raised the mark, read again")
+
 // reply is one script's answer, decoded. Every script answers with an array
 // whose first element is a status word; this is the only place that reads
 // driver replies and errors.
@@ -68,14 +102,20 @@ type reply struct {
 // decode turns a script's result into a reply, or a driver or context error
 // into an error naming the operation and the key. A failure after ctx ended
 // matches ctx.Err(), whatever the driver made of it (a closed connection, a
-// read timeout).
-func decode(ctx context.Context, op, key string, cmd *goredis.Cmd) (reply, error) {
+// read timeout). sent counts the sends of a call that may change something
+// (nil for a read): when such a call fails after its script may have run,
+// the error is an [*fence.OutcomeUnknownError].
+func (s *Store) decode(ctx context.Context, op, key string, cmd *goredis.Cmd, sent *sendCount) (reply, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
+		cause := err
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			return reply{}, fmt.Errorf("storage/redis: %s %q: %w (%v)", op, key, ctxErr, err)
+			cause = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
-		return reply{}, fmt.Errorf("storage/redis: %s %q: %w", op, key, err)
+		if sent != nil && s.mayHaveRun(err, sent) {
+			return reply{}, &fence.OutcomeUnknownError{Op: fmt.Sprintf("storage/redis: %s %q", op, key), Err: cause}
+		}
+		return reply{}, fmt.Errorf("storage/redis: %s %q: %w", op, key, cause)
 	}
 	var r reply
 	if len(vals) == 0 {
@@ -124,6 +164,8 @@ func decode(ctx context.Context, op, key string, cmd *goredis.Cmd) (reply, error
 		return r, fmt.Errorf("%w: %s %q: the key holds a %s; it was left unchanged", ErrWrongType, op, key, r.kind)
 	case "RESOURCE":
 		r.res = str(1)
+	case "LOST":
+		r.version = num(1)
 	default:
 		return r, fmt.Errorf("storage/redis: %s %q: unexpected script reply %q", op, key, r.status)
 	}

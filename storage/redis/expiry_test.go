@@ -63,7 +63,7 @@ func TestExpiryKeepsMark(t *testing.T) {
 func TestMarkRetention(t *testing.T) {
 	// The shortest retention a store accepts: its retry window, at least 1s.
 	const retention = time.Second
-	s, c := newStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
+	s, c := newShortStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
 	ctx := context.Background()
 	pttl := func(key string) time.Duration { return c.PTTL(ctx, s.Prefix()+key).Val() }
 

@@ -23,7 +23,11 @@ import (
 // A refused fence gets a [*fence.StaleError] carrying the mark, or a
 // [*ResourceError] when the key's mark was set for another resource; neither
 // changes anything but the retention of the mark (see [WithMarkRetention]).
-// ctx bounds the call.
+// A client retry of a Get whose reply was lost and whose first run raised
+// the mark is never refused: it returns what that run read, or an error
+// matching [fence.ErrOutcomeUnknown] when the value has changed since (see
+// the package doc's Retries). ctx bounds the call; a call that may have
+// raised the mark and cannot tell also gets such an error.
 //
 // Get fences key only: a later write to another key is not refused because
 // a newer holder has since written this one. A write that depends on several
@@ -48,7 +52,10 @@ func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, erro
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
 // [*ResourceError]) and changes nothing. A client retry of a Set whose reply
 // was lost reports the first run's outcome (see [WithRetryWindow]). ctx
-// bounds the call.
+// bounds the call. When the call fails after its script may have run (ctx
+// ended or the connection broke with the script in flight), the error
+// matches [fence.ErrOutcomeUnknown] and its cause: read the key before
+// writing again (see the package doc's Outcomes).
 func (s *Store) Set(ctx context.Context, f fence.Fence, key string, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
@@ -89,7 +96,8 @@ func (s *Store) SetIfVersion(ctx context.Context, f fence.Fence, key string, exp
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
 // [*ResourceError]) and changes nothing. A client retry of a Delete whose
 // reply was lost reports the first run's outcome, and deletes nothing written
-// since. ctx bounds the call.
+// since. ctx bounds the call; an outcome it cannot tell gets an error
+// matching [fence.ErrOutcomeUnknown], as for [Store.Set].
 func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
 	_, err := s.fenced(ctx, "del", f, key, nil, writeConfig{}, -1)
 	return err
@@ -105,7 +113,10 @@ func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
 // the write fail with a [*fence.StaleError]. A version-checked write without
 // a fence ([Store.CompareAndSet]) in between gives a [*fence.ConflictError].
 // An error from fn is returned as it is and nothing is written, although the
-// read has already raised the mark. ctx bounds the whole call.
+// read has already raised the mark; a panic in fn writes nothing and reaches
+// the caller unchanged. An error matching [fence.ErrOutcomeUnknown] means
+// the read or the write may have applied: read again before deciding. ctx
+// bounds the whole call.
 func (s *Store) Update(ctx context.Context, f fence.Fence, key string, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
 	if fn == nil {
 		return Value{}, fmt.Errorf("%w: nil update function", ErrInvalidOption)
@@ -137,26 +148,25 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	}
 	ctx, span := s.tel.start(ctx, op, key, &f)
 	defer func() { s.tel.end(ctx, span, err) }()
-	exp, wid := "", ""
-	if expected >= 0 {
-		exp = strconv.FormatInt(expected, 10)
-	}
-	if op != "get" {
-		wid = s.writeID()
-	}
-	if data == nil {
-		data = []byte{}
-	}
+	vkey := s.redisKey(key)
+	keys := []string{vkey, recordKey(vkey, s.callID())}
+	sent := newSendCount(millis(s.retryWindow), s.knownClient)
+	tok := strconv.FormatInt(int64(f.Token), 10)
 	var cmd *goredis.Cmd
-	if op == "get" {
-		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
-			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention))
+	if op == "set" {
+		exp := ""
+		if expected >= 0 {
+			exp = strconv.FormatInt(expected, 10)
+		}
+		if data == nil {
+			data = []byte{}
+		}
+		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent,
+			exp, data, millis(cfg.ttl))
 	} else {
-		cmd = fencedScript.Run(ctx, s.client, []string{s.redisKey(key)},
-			op, f.Resource, strconv.FormatInt(int64(f.Token), 10), f.Holder, millis(s.retention),
-			exp, data, millis(cfg.ttl), wid, millis(s.retryWindow))
+		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent)
 	}
-	r, err := decode(ctx, op, key, cmd)
+	r, err := s.decode(ctx, op, key, cmd, sent)
 	if err != nil {
 		return r, err
 	}
@@ -167,6 +177,8 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 		return r, &ResourceError{Key: key, Fence: f, Resource: r.res}
 	case "CONFLICT":
 		return r, fmt.Errorf("storage/redis: %s: %w", op, &fence.ConflictError{Key: key, Expected: expected, Actual: r.version})
+	case "LOST":
+		return r, &fence.OutcomeUnknownError{Op: fmt.Sprintf("storage/redis: %s %q", op, key), Err: errReadLost}
 	}
 	return r, nil
 }

@@ -6,7 +6,7 @@
 -- Replies: {"OK"|"NOTFOUND", version, data|false, expiresAtMs, resource|false,
 --           token|false, holder|false}, {"WRONGTYPE", type}.
 
-local s, refusal = read_value(KEYS[1], '')
+local s, refusal = read_value(KEYS[1])
 if not s then
   return refusal
 end

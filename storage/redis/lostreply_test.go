@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -210,4 +211,229 @@ func TestLostReplyOfRefusal(t *testing.T) {
 		t.Fatalf("conflicting CompareAndSet whose reply was lost = %v; want ErrConflict", err)
 	}
 	wantValue("b", 1)(t, direct)
+}
+
+// TestShorterWindowKeepsOthersRecords loses the reply of a Modify through a
+// store with the client's full window, lets a store with a 1 s window write
+// the same key 1.1 s later, and checks that go-redis's resend still finds
+// its record: a store never drops another store's record, so the counter
+// ends at 2, each increment applied once.
+func TestShorterWindowKeepsOthersRecords(t *testing.T) {
+	ctx := context.Background()
+	via, p, _ := lostReplyStores(t)
+	short, err := New(noRetryClient(t), WithPrefix(via.Prefix()), WithRetryWindow(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, other atomic.Int32
+	var lost atomic.Bool
+	v, err := via.Modify(ctx, "k", 5, incr(&calls, func() {
+		p.LoseNextReply(func() {
+			time.Sleep(1100 * time.Millisecond)
+			if _, err := short.Modify(ctx, "k", 5, incr(&other, nil)); err != nil {
+				t.Error(err)
+			}
+			lost.Store(true)
+		})
+	}))
+	if !lost.Load() {
+		t.Fatal("no reply was lost; the test did not exercise a retry")
+	}
+	if err != nil || v.Version != 1 || calls.Load() != 1 {
+		t.Fatalf("Modify whose reply was lost = version %d, %v after %d runs of fn; want version 1, <nil>, 1 run", v.Version, err, calls.Load())
+	}
+	wantValue("2", 2)(t, short)
+}
+
+// TestLostReplyOfRaisingGet loses the reply of a fenced Get that raised the
+// key's mark, lets other clients act before go-redis sends it again, and
+// checks that the Get never reports a refusal: its first run was admitted.
+// It answers as that run did while the value is as that run saw it, and
+// with an unknown outcome once the value has changed.
+func TestLostReplyOfRaisingGet(t *testing.T) {
+	ctx := context.Background()
+	old, a, b := fen(1, "old"), fen(2, "a"), fen(3, "b")
+	tests := []struct {
+		name    string
+		between func(direct *Store) error
+		want    string // "" for ErrOutcomeUnknown
+	}{
+		{"nothing in between", func(*Store) error { return nil }, "v"},
+		{"a newer holder's Get", func(d *Store) error { _, err := d.Get(ctx, b, "k"); return err }, "v"},
+		{"a newer holder's Set", func(d *Store) error { _, err := d.Set(ctx, b, "k", []byte("w")); return err }, ""},
+		{"a compare-and-set", func(d *Store) error { _, err := d.CompareAndSet(ctx, "k", 1, []byte("w")); return err }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			via, p, direct := lostReplyStores(t)
+			if _, err := direct.Set(ctx, old, "k", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			var lost atomic.Bool
+			p.LoseNextReply(func() {
+				if err := tt.between(direct); err != nil {
+					t.Error(err)
+				}
+				lost.Store(true)
+			})
+			v, err := via.Get(ctx, a, "k")
+			if !lost.Load() {
+				t.Fatal("no reply was lost; the test did not exercise a retry")
+			}
+			if errors.Is(err, fence.ErrStale) {
+				t.Fatalf("Get whose first run raised the mark reports a refusal: %v", err)
+			}
+			if tt.want == "" {
+				if !errors.Is(err, fence.ErrOutcomeUnknown) {
+					t.Fatalf("Get after the value changed = %q, %v; want ErrOutcomeUnknown", v.Data, err)
+				}
+				return
+			}
+			if err != nil || string(v.Data) != tt.want || v.Version != 1 {
+				t.Fatalf("Get = %q at version %d, %v; want %q at version 1 (its first run's read)", v.Data, v.Version, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestOutcomeUnknownAfterSend ends a call's context, or breaks its
+// connection, after its script ran and before its reply arrived, and checks
+// that the call says its outcome is unknown (and still matches the cause),
+// never that nothing was applied.
+func TestOutcomeUnknownAfterSend(t *testing.T) {
+	calls := map[string]func(ctx context.Context, s *Store) error{
+		"Set": func(ctx context.Context, s *Store) error {
+			_, err := s.Set(ctx, fen(1, "a"), "k", []byte("x"))
+			return err
+		},
+		"Delete": func(ctx context.Context, s *Store) error { return s.Delete(ctx, fen(1, "a"), "k") },
+		"Get":    func(ctx context.Context, s *Store) error { _, err := s.Get(ctx, fen(1, "a"), "k"); return err },
+		"CompareAndSet": func(ctx context.Context, s *Store) error {
+			_, err := s.CompareAndSet(ctx, "k", 0, []byte("x"))
+			return err
+		},
+		"CompareAndDelete": func(ctx context.Context, s *Store) error {
+			_, err := s.CompareAndDelete(ctx, "k", 0)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name+" whose context ends", func(t *testing.T) {
+			via, p, _ := lostReplyStores(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p.LoseNextReply(cancel)
+			err := call(ctx, via)
+			if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s = %v; want an error matching ErrOutcomeUnknown and context.Canceled", name, err)
+			}
+		})
+		t.Run(name+" whose connection breaks", func(t *testing.T) {
+			via, p, _ := lostReplyStores(t)
+			nc := goredis.NewClient(&goredis.Options{Addr: p.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = nc.Close() })
+			noRetry, err := New(nc, WithPrefix(via.Prefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := noRetry.Preload(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			p.LoseNextReply(nil)
+			if err := call(context.Background(), noRetry); !errors.Is(err, fence.ErrOutcomeUnknown) {
+				t.Fatalf("%s = %v; want an error matching ErrOutcomeUnknown", name, err)
+			}
+		})
+	}
+}
+
+// TestNothingSentIsNotUnknown checks that calls that surely did not run keep
+// saying so: a server nobody can reach, a server that resets every
+// connection before the command is written, an ended context, and an error
+// reply to the only send.
+func TestNothingSentIsNotUnknown(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, what string, s *Store) {
+		t.Helper()
+		_, err := s.Set(ctx, fen(1, "a"), "k", []byte("x"))
+		if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
+			t.Fatalf("Set %s = %v; want an error that does not say the outcome is unknown", what, err)
+		}
+	}
+	t.Run("unreachable", func(t *testing.T) {
+		c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "on an unreachable server", s)
+	})
+	t.Run("reset before the command", func(t *testing.T) {
+		p := testenv.StartProxy(t, testenv.Redis(t).Options().Addr)
+		p.CutFor(time.Hour)
+		c := goredis.NewClient(&goredis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "on connections reset before the command", s)
+	})
+	t.Run("ended context", func(t *testing.T) {
+		s, _ := newStore(t)
+		ctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := s.Set(ctx, fen(1, "a"), "k", nil); !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
+			t.Fatalf("Set with an ended context = %v; want context.Canceled alone", err)
+		}
+	})
+	t.Run("error reply", func(t *testing.T) {
+		srv := testenv.StartRedis(t)
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Preload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Out of memory: the script's first write is refused, so nothing
+		// changes, and the server says so.
+		if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "refused for memory", s)
+		if n := c.DBSize(ctx).Val(); n != 0 {
+			t.Fatalf("%d keys after a refused Set", n)
+		}
+	})
+}
+
+// TestLostReplyThroughAWrapper is TestLostReplyReportsFirstRun's first case
+// through a client whose options the store cannot read: every send of it
+// looks for its record, so the retry still reports the first run.
+func TestLostReplyThroughAWrapper(t *testing.T) {
+	ctx := context.Background()
+	via, p, direct := lostReplyStores(t)
+	wrapped, err := New(scripter{via.client}, WithPrefix(via.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Bool
+	p.LoseNextReply(func() {
+		if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
+			t.Error(err)
+		}
+		lost.Store(true)
+	})
+	v, err := wrapped.Set(ctx, fen(1, "a"), "k", []byte("a"))
+	if !lost.Load() {
+		t.Fatal("no reply was lost; the test did not exercise a retry")
+	}
+	if err != nil || v != 1 {
+		t.Fatalf("Set whose reply was lost = %d, %v; want 1, <nil>", v, err)
+	}
+	wantValue("b", 2)(t, direct)
 }

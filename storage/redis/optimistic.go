@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -50,7 +52,7 @@ func (s *Store) load(ctx context.Context, key string) (_ reply, err error) {
 	defer func() { s.tel.end(ctx, span, err) }()
 	// EVALSHA, not EVALSHA_RO: the read-only form needs Redis 7, and embedded
 	// test servers such as miniredis refuse TIME in it.
-	return decode(ctx, "load", key, loadScript.Run(ctx, s.client, []string{s.redisKey(key)}))
+	return s.decode(ctx, "load", key, loadScript.Run(ctx, s.client, []string{s.redisKey(key)}), nil)
 }
 
 // CompareAndSet stores data as key's value only if the key's version is
@@ -62,7 +64,10 @@ func (s *Store) load(ctx context.Context, key string) (_ reply, err error) {
 // A mismatch gets a [*fence.ConflictError] carrying the version found and
 // changes nothing. A client retry of a CompareAndSet whose reply was lost
 // reports the first run's outcome, not a conflict with its own write (see
-// [WithRetryWindow]). ctx bounds the call.
+// [WithRetryWindow]). ctx bounds the call; a call that may have applied and
+// cannot tell gets an error matching [fence.ErrOutcomeUnknown] (load and
+// compare again: a second CompareAndSet with the same expected version
+// conflicts if the first applied).
 func (s *Store) CompareAndSet(ctx context.Context, key string, expected int64, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
@@ -97,9 +102,17 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 	}
 	ctx, span := s.tel.start(ctx, spanOp, key, nil)
 	defer func() { s.tel.end(ctx, span, err) }()
-	cmd := casScript.Run(ctx, s.client, []string{s.redisKey(key)},
-		op, strconv.FormatInt(expected, 10), data, millis(cfg.ttl), millis(s.retention), s.writeID(), millis(s.retryWindow))
-	r, err := decode(ctx, "compare-and-"+op, key, cmd)
+	vkey := s.redisKey(key)
+	sent := newSendCount(millis(s.retryWindow), s.knownClient)
+	var cmd *goredis.Cmd
+	if op == "set" {
+		cmd = casScript.Run(ctx, s.client, []string{vkey, recordKey(vkey, s.callID())},
+			op, strconv.FormatInt(expected, 10), millis(s.retention), sent, data, millis(cfg.ttl))
+	} else {
+		cmd = casScript.Run(ctx, s.client, []string{vkey, recordKey(vkey, s.callID())},
+			op, strconv.FormatInt(expected, 10), millis(s.retention), sent)
+	}
+	r, err := s.decode(ctx, "compare-and-"+op, key, cmd, sent)
 	if err != nil {
 		return reply{}, err
 	}

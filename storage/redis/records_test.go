@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,44 +13,61 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// records returns how many write records and queue entries key's hash holds.
-func records(t *testing.T, c *goredis.Client, key string) (w, q int) {
+// valueFields are the fields a value hash holds for itself; anything else
+// in it would be bookkeeping.
+var valueFields = map[string]bool{"v": true, "ver": true, "tok": true, "hold": true, "res": true, "exp": true, "rt": true}
+
+// leftovers counts what a store's keys hold beyond their values: its
+// record keys, and hash fields other than a value's own.
+func leftovers(t *testing.T, c *goredis.Client, s *Store) int {
 	t.Helper()
-	fields, err := c.HKeys(context.Background(), key).Result()
+	ctx := context.Background()
+	prefix := s.Prefix()
+	records, err := scanAll(c, "*}"+s.storeID+"*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fields {
-		switch {
-		case strings.HasPrefix(f, "w:"):
-			w++
-		case strings.HasPrefix(f, "q:"):
-			q++
+	n := len(records)
+	values, err := scanAll(c, prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range values {
+		fields, err := c.HKeys(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fields {
+			if !valueFields[f] {
+				n++
+			}
 		}
 	}
-	return w, q
+	return n
 }
 
-// TestRecordsLastTheWindow checks that every kind of write leaves one record,
-// that reads and refusals leave none, and that records older than the retry
-// window are dropped by later writes, a few per write, so that a key holds
-// about the records of its last window.
-func TestRecordsLastTheWindow(t *testing.T) {
-	const window = time.Second
-	s, c := newStore(t, WithRetryWindow(window))
+// TestEveryChangeLeavesOneRecord checks that every call that changes
+// something leaves exactly one record, a small key of its own that expires
+// after the store's window, that reads and refusals that change nothing
+// leave none, and that the records go by themselves once the window has
+// passed, with no further write of the key.
+func TestEveryChangeLeavesOneRecord(t *testing.T) {
+	const window = 3 * time.Second
+	s, c := newShortStore(t, WithRetryWindow(window))
 	ctx := context.Background()
-	key := s.Prefix() + "k"
 	a := fen(2, "a")
 	steps := []struct {
 		name   string
 		run    func() error
 		record bool
 	}{
+		{"Get that raises the mark", func() error { _, err := s.Get(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }, true},
 		{"Set", func() error { _, err := s.Set(ctx, a, "k", []byte("1")); return err }, true},
-		{"Get", func() error { _, err := s.Get(ctx, a, "k"); return err }, false},
+		{"Get that raises nothing", func() error { _, err := s.Get(ctx, a, "k"); return err }, false},
 		{"Load", func() error { _, err := s.Load(ctx, "k"); return err }, false},
 		{"SetIfVersion", func() error { _, err := s.SetIfVersion(ctx, a, "k", 1, []byte("2")); return err }, true},
 		{"stale Set", func() error { _, err := s.Set(ctx, fen(1, "z"), "k", nil); return ignore(err, fence.ErrStale) }, false},
+		{"stale Get", func() error { _, err := s.Get(ctx, fen(1, "z"), "k"); return ignore(err, fence.ErrStale) }, false},
 		{"conflicting SetIfVersion", func() error {
 			_, err := s.SetIfVersion(ctx, a, "k", 1, nil)
 			return ignore(err, fence.ErrConflict)
@@ -70,6 +87,7 @@ func TestRecordsLastTheWindow(t *testing.T) {
 			_, err := s.Modify(ctx, "k", 1, func(Value) ([]byte, error) { return []byte("6"), nil })
 			return err
 		}, true},
+		{"newer holder's Get", func() error { _, err := s.Get(ctx, fen(3, "b"), "k"); return err }, true},
 	}
 	want := 0
 	for _, st := range steps {
@@ -79,33 +97,95 @@ func TestRecordsLastTheWindow(t *testing.T) {
 		if st.record {
 			want++
 		}
-		if w, q := records(t, c, key); w != want || q != want {
-			t.Fatalf("after %s: %d records, %d queue entries; want %d of each", st.name, w, q, want)
+		keys := recordKeys(t, c, s, "k")
+		if len(keys) != want {
+			t.Fatalf("after %s: %d records; want %d", st.name, len(keys), want)
+		}
+		for _, k := range keys {
+			if typ := c.Type(ctx, k).Val(); typ != "string" {
+				t.Fatalf("record %s is a %s; want a string", k, typ)
+			}
+			if d := c.PTTL(ctx, k).Val(); d <= 0 || d > window {
+				t.Fatalf("record %s lives %v more; want its own window, at most %v", k, d, window)
+			}
 		}
 	}
-	last := c.Time(ctx).Val()
-	eventually(t, 10*time.Second, "the retry window passing", func() bool {
-		return c.Time(ctx).Val().Sub(last) > window
+	if n := leftovers(t, c, s) - want; n != 0 {
+		t.Fatalf("the value's hash holds %d fields beyond the value's own", n)
+	}
+	eventually(t, window+10*time.Second, "every record gone without another write", func() bool {
+		return len(recordKeys(t, c, s, "k")) == 0
 	})
-	// Each write drops up to four expired records and adds its own.
-	for i := range 3 {
-		if _, err := s.Set(ctx, a, "k", []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		wantW := max(want-4*(i+1), 0) + i + 1
-		if w, q := records(t, c, key); w != wantW || q != wantW {
-			t.Fatalf("write %d after the window: %d records, %d queue entries; want %d", i+1, w, q, wantW)
-		}
-	}
-	if v, err := s.Load(ctx, "k"); err != nil || string(v.Data) != "x" {
+	if v, err := s.Load(ctx, "k"); err != nil || string(v.Data) != "6" {
 		t.Fatalf("value %q, %v", v.Data, err)
 	}
 }
 
-// TestCompareAndDeleteOfNothingIsNotRecorded pins the one write that leaves
-// no record: a compare-and-delete of a key that never existed changes
-// nothing, so it creates no hash.
-func TestCompareAndDeleteOfNothingIsNotRecorded(t *testing.T) {
+// TestRecordsGoWithoutWrites checks that the records of keys that are never
+// written again go once the window has passed, for many keys written once
+// and for one key written many times: nothing is left but the values.
+func TestRecordsGoWithoutWrites(t *testing.T) {
+	const window = time.Second
+	s, c := newShortStore(t, WithRetryWindow(window))
+	ctx := context.Background()
+	f := fen(1, "a")
+	for i := range 200 {
+		if _, err := s.Set(ctx, f, "once:"+strconv.Itoa(i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 300 {
+		if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := leftovers(t, c, s); n == 0 {
+		t.Fatal("no records within the window: the test cannot see them")
+	}
+	eventually(t, window+15*time.Second, "every record gone one window after the last write", func() bool {
+		return leftovers(t, c, s) == 0
+	})
+}
+
+// TestHotKeyHashStaysSmall checks that no key grows with the write rate:
+// the value's hash keeps its own fields however often it is written, and
+// each record is a small key of its own.
+func TestHotKeyHashStaysSmall(t *testing.T) {
+	s, c := newShortStore(t, WithRetryWindow(time.Minute))
+	ctx := context.Background()
+	f := fen(1, "a")
+	key := s.Prefix() + "hot"
+	if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	fields := c.HLen(ctx, key).Val()
+	for range 500 {
+		if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.HLen(ctx, key).Val(); n != fields {
+		t.Fatalf("the value's hash grew from %d to %d fields over 500 writes", fields, n)
+	}
+	keys := recordKeys(t, c, s, "hot")
+	if len(keys) != 501 {
+		t.Fatalf("%d records for 501 writes; want one each", len(keys))
+	}
+	for _, k := range keys[:10] {
+		if n := c.MemoryUsage(ctx, k).Val(); n > 200 {
+			t.Fatalf("record %s takes %d bytes", k, n)
+		}
+	}
+	// Clean up now rather than after a minute.
+	if err := c.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCompareAndDeleteOfNothingCreatesNoValue pins that a compare-and-delete
+// of a key that never existed creates no value hash; only its record, which
+// goes by itself.
+func TestCompareAndDeleteOfNothingCreatesNoValue(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	if v, err := s.CompareAndDelete(ctx, "none", 0); err != nil || v != 0 {
@@ -121,7 +201,7 @@ func TestCompareAndDeleteOfNothingIsNotRecorded(t *testing.T) {
 // that keeps retrying is not admitted while it does.
 func TestRefusalKeepsMark(t *testing.T) {
 	const retention = time.Second
-	s, c := newStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
+	s, c := newShortStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
 	ctx := context.Background()
 	key := s.Prefix() + "k"
 	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v")); err != nil {

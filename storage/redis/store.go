@@ -2,18 +2,15 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -22,12 +19,18 @@ const (
 	// DefaultPrefix is the key prefix used when [WithPrefix] is not given.
 	DefaultPrefix = "fencekit:data:"
 
-	// DefaultRetryWindow is how long a write's outcome is kept for client
-	// retries when [WithRetryWindow] is not given. It outlasts go-redis's
-	// retries with their default timeouts (3 retries, each within a 5 s dial,
-	// a 3 s write and a 3 s read, and at most 512 ms of backoff: about 35 s
-	// after the first run).
-	DefaultRetryWindow = time.Minute
+	// DefaultRetryWindow is how long a call's retry record is kept when
+	// [WithRetryWindow] is not given and the client's options cannot be read
+	// (a client other than a *goredis.Client, *goredis.ClusterClient or
+	// *goredis.Ring). It covers go-redis's retries with its default options,
+	// which may resend a command up to about 232 s after its first run (see
+	// [WithRetryWindow] for the formula). For those three clients the
+	// default window is derived from their own options instead.
+	DefaultRetryWindow = 4 * time.Minute
+
+	// MinRetryWindow is the shortest retry window [WithRetryWindow] accepts,
+	// and the window of a client that never retries.
+	MinRetryWindow = time.Second
 
 	// MaxRetryWindow is the longest retry window [WithRetryWindow] accepts.
 	// Records cost memory for every write of the window; no client retries
@@ -50,13 +53,18 @@ type Store struct {
 	prefix      string
 	retention   time.Duration
 	retryWindow time.Duration
+	windowSet   bool // by WithRetryWindow
+	// knownClient says whether client is one whose options were read; only
+	// such a client is known to write script arguments through go-redis,
+	// which lets the store count a call's sends (see sendCount).
+	knownClient bool
 
-	// Every write carries an id unique to the call, under which the value
-	// hash records the write's reply for the retry window: a client retry of
-	// a write whose reply was lost finds it and reports the first run's
-	// outcome instead of running again.
-	writeIDs string // random per Store
-	writeSeq atomic.Uint64
+	// Every call that may change something names a retry record of its own
+	// (see recordKey): a client retry of a call whose reply was lost finds
+	// the record and reports the first run's outcome instead of running
+	// again.
+	storeID string // random per Store
+	callSeq atomic.Uint64
 
 	meters  metric.MeterProvider
 	tracers trace.TracerProvider
@@ -122,8 +130,15 @@ func WithPrefix(prefix string) Option {
 // never evicts them. Without a retention the store's hashes carry no TTL, so
 // volatile-* policies leave them alone.
 //
-// d must be at least the retry window ([WithRetryWindow]), since the hash
-// holds the records of its recent writes, and at most [MaxDuration].
+// Stores with different retentions may share keys: a hash lives as long as
+// the longest retention of the stores that wrote it, and a store without
+// retention keeps every hash it writes for ever, so a store with a shorter
+// retention never lets Redis collect a mark that another keeps longer.
+//
+// d must be at least the retry window ([WithRetryWindow]): a retried fenced
+// read checks its record against the version its hash holds, which a hash
+// collected and written anew within the window could repeat. d must be at
+// most [MaxDuration].
 // Default: 0, the hash and its mark are kept forever.
 func WithMarkRetention(d time.Duration) Option {
 	return func(s *Store) error {
@@ -141,40 +156,69 @@ func WithMarkRetention(d time.Duration) Option {
 	}
 }
 
-// WithRetryWindow sets how long the store remembers the outcome of each
-// write, so that a client's retry of a write whose reply was lost (go-redis
-// retries after a connection reset or a read timeout, 3 times by default)
-// gets the outcome of the first run, whatever other clients did in between,
-// instead of running again. Choose d longer than the longest time a client
-// may take to retry: its dial, write and read timeouts and its backoff, over
-// all its retries. A retry that arrives later runs as a new write.
+// WithRetryWindow sets how long the store keeps the record of each call
+// that changed something, so that a client's retry of a call whose reply was
+// lost (go-redis sends a command again after a connection reset or a read
+// timeout) gets the outcome of the first run, whatever other clients did in
+// between, instead of running again. A retry that arrives after the window
+// runs as a new call.
 //
-// The cost is memory: every write keeps a record of up to about 170 bytes
-// in its key's hash for d, and each later write of the key drops a few
-// expired records, so a key holds about as many records as it had writes in
-// the last d. d must be between one second and [MaxRetryWindow].
-// Default: [DefaultRetryWindow].
+// [New] refuses a window shorter than the client's retry horizon, derived
+// from its options: the longest time from a command's first run on the
+// server to the arrival of its last resend. For go-redis v9.23 that is
+//
+//	MaxRetries × (ReadTimeout + MaxRetryBackoff + PoolTimeout
+//	              + DialerRetries × DialTimeout + (DialerRetries − 1) × dial pause + DialTimeout
+//	              + 3 × (WriteTimeout + ReadTimeout) + WriteTimeout)
+//
+// with go-redis's defaults and meanings applied to every field: each resend
+// follows a failure that the client sees at most ReadTimeout after the
+// previous send ran, then waits out its backoff, a pooled connection, a new
+// connection's dial attempts (and one more dial timeout for a connection
+// another goroutine is still setting up), that connection's three handshake
+// round trips, and the write of the command. The dial pause is
+// DialerRetryTimeout, or the longest DialerRetryBackoff gives. A
+// *goredis.ClusterClient sends a command up to (MaxRedirects + 1) ×
+// (MaxRetries + 1) times, so its MaxRetries in the formula is that product
+// less one; a *goredis.Ring retries MaxRetries times itself. With go-redis's
+// defaults the horizon is about 232 s for a Client, a ClusterClient and a
+// Ring alike. A client that retries with its read, write or dial timeout
+// disabled has no horizon, and [New] refuses it: set the timeouts, or turn
+// retries off (MaxRetries -1, MaxRedirects -1).
+//
+// The options of any other client (a wrapper of your own) cannot be read:
+// the store then accepts any window from [MinRetryWindow] and defaults to
+// [DefaultRetryWindow]; choose d above that client's own retry horizon.
+//
+// The cost is memory for the window: one small key per call that changed
+// something, about 155 bytes of server memory whatever the key's length,
+// each expiring by itself. d must be between [MinRetryWindow] and
+// [MaxRetryWindow]. Default: the client's retry horizon rounded up to a
+// whole second (at least [MinRetryWindow]), or [DefaultRetryWindow] for a
+// client whose options cannot be read.
 func WithRetryWindow(d time.Duration) Option {
 	return func(s *Store) error {
-		if d < time.Second {
-			return fmt.Errorf("%w: retry window %v is below one second, shorter than client retries take", ErrInvalidOption, d)
+		if d < MinRetryWindow {
+			return fmt.Errorf("%w: retry window %v is below %v", ErrInvalidOption, d, MinRetryWindow)
 		}
 		if d > MaxRetryWindow {
 			return fmt.Errorf("%w: retry window %v is longer than %v", ErrInvalidOption, d, MaxRetryWindow)
 		}
-		s.retryWindow = d
+		s.retryWindow, s.windowSet = d, true
 		return nil
 	}
 }
 
 // New returns a store that runs its scripts on client: a *goredis.Client, a
-// *goredis.ClusterClient or anything else that runs Lua scripts. It reports
-// an error for a nil client or an invalid option, and sends nothing.
+// *goredis.ClusterClient, a *goredis.Ring or anything else that runs Lua
+// scripts. It reports an error for a nil client, an invalid option, or a
+// retry window shorter than the client's retry horizon (see
+// [WithRetryWindow]), and sends nothing.
 func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if client == nil || isNilPointer(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, retryWindow: DefaultRetryWindow, writeIDs: randomID()}
+	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID()}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
@@ -183,9 +227,13 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := s.setRetryWindow(); err != nil {
+		return nil, err
+	}
 	if s.retention > 0 && s.retention < s.retryWindow {
-		// Redis would collect the hash, and the records of its writes with
-		// it, before their retries stopped coming.
+		// Redis would collect the hash before the retries of a fenced read
+		// stopped coming, and a hash written anew could then pass for the
+		// one that read saw.
 		return nil, fmt.Errorf("%w: mark retention %v is shorter than the retry window %v", ErrInvalidOption, s.retention, s.retryWindow)
 	}
 	tel, err := newInstruments(s.meters, s.tracers)
@@ -194,6 +242,37 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	}
 	s.tel = tel
 	return s, nil
+}
+
+// setRetryWindow derives the retry window from the client's options, or
+// checks the one given against them.
+func (s *Store) setRetryWindow() error {
+	plan, known := planOf(s.client)
+	s.knownClient = known
+	if !known {
+		if !s.windowSet {
+			s.retryWindow = DefaultRetryWindow
+		}
+		return nil
+	}
+	horizon, err := plan.horizon()
+	if err != nil {
+		return err
+	}
+	if !s.windowSet {
+		s.retryWindow = max(horizon.Truncate(time.Second), MinRetryWindow)
+		if s.retryWindow < horizon {
+			s.retryWindow += time.Second
+		}
+		if s.retryWindow > MaxRetryWindow {
+			return fmt.Errorf("%w: the client may resend a command up to %v after its first run, longer than the longest retry window %v: shorten its timeouts or retries", ErrInvalidOption, horizon, MaxRetryWindow)
+		}
+		return nil
+	}
+	if s.retryWindow < horizon {
+		return fmt.Errorf("%w: retry window %v is shorter than the client's retry horizon %v (the longest time from a command's first run to its last resend, from the client's options); a resend after the window would run again", ErrInvalidOption, s.retryWindow, horizon)
+	}
+	return nil
 }
 
 func isNilPointer(v any) bool {
@@ -289,17 +368,6 @@ func checkFenced(ctx context.Context, f fence.Fence, key string) error {
 }
 
 func (s *Store) redisKey(key string) string { return s.prefix + key }
-
-// writeID returns an id unique to one write.
-func (s *Store) writeID() string {
-	return s.writeIDs + strconv.FormatUint(s.writeSeq.Add(1), 36)
-}
-
-func randomID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:]) + ":"
-}
 
 // millis rounds d up to whole milliseconds; options keep d within
 // [MaxDuration], far from overflowing.

@@ -16,6 +16,7 @@ import (
 
 func TestNewValidates(t *testing.T) {
 	c := testenv.Redis(t)
+	quick := noRetryClient(t)
 	var nilClient *goredis.Client
 	tests := []struct {
 		name   string
@@ -33,9 +34,10 @@ func TestNewValidates(t *testing.T) {
 		{"overflowing retention", c, []Option{WithMarkRetention(math.MaxInt64)}, "longer than"},
 		{"retention past MaxDuration", c, []Option{WithMarkRetention(MaxDuration + time.Millisecond)}, "longer than"},
 		{"retention shorter than the retry window", c, []Option{WithMarkRetention(30 * time.Second)}, "shorter than the retry window"},
-		{"retention shorter than a set retry window", c, []Option{WithRetryWindow(2 * time.Second), WithMarkRetention(time.Second)}, "shorter than the retry window"},
-		{"zero retry window", c, []Option{WithRetryWindow(0)}, "below one second"},
-		{"sub-second retry window", c, []Option{WithRetryWindow(999 * time.Millisecond)}, "below one second"},
+		{"retention shorter than a set retry window", quick, []Option{WithRetryWindow(2 * time.Second), WithMarkRetention(time.Second)}, "shorter than the retry window"},
+		{"zero retry window", c, []Option{WithRetryWindow(0)}, "below 1s"},
+		{"sub-second retry window", quick, []Option{WithRetryWindow(999 * time.Millisecond)}, "below 1s"},
+		{"retry window shorter than the client's retries", c, []Option{WithRetryWindow(time.Minute)}, "shorter than the client's retry horizon"},
 		{"overflowing retry window", c, []Option{WithRetryWindow(math.MaxInt64)}, "longer than"},
 		{"nil option", c, []Option{nil}, "nil option"},
 	}
@@ -45,8 +47,8 @@ func TestNewValidates(t *testing.T) {
 			if err == nil || s != nil {
 				t.Fatalf("New = %v, %v; want an error", s, err)
 			}
-			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("New error %q does not match ErrInvalidOption or lacks %q", err, tt.want)
+			if !errors.Is(err, ErrInvalidOption) || !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New error %q does not match ErrInvalidOption and fence.ErrInvalid or lacks %q", err, tt.want)
 			}
 		})
 	}
@@ -54,13 +56,16 @@ func TestNewValidates(t *testing.T) {
 	if err != nil || s.Prefix() != DefaultPrefix {
 		t.Fatalf("New with defaults = %v, %v; want prefix %q", s, err, DefaultPrefix)
 	}
-	for _, opts := range [][]Option{
-		{WithMarkRetention(MaxDuration)},
-		{WithMarkRetention(DefaultRetryWindow)},
-		{WithRetryWindow(time.Second), WithMarkRetention(time.Second)},
-		{WithRetryWindow(MaxRetryWindow)},
+	for _, b := range []struct {
+		client goredis.Scripter
+		opts   []Option
+	}{
+		{c, []Option{WithMarkRetention(MaxDuration)}},
+		{c, []Option{WithMarkRetention(DefaultRetryWindow)}},
+		{quick, []Option{WithRetryWindow(time.Second), WithMarkRetention(time.Second)}},
+		{c, []Option{WithRetryWindow(MaxRetryWindow)}},
 	} {
-		if _, err := New(c, opts...); err != nil {
+		if _, err := New(b.client, b.opts...); err != nil {
 			t.Errorf("New at a bound: %v", err)
 		}
 	}
@@ -134,6 +139,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 			err := tt.call()
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("error %v does not match %v", err, tt.is)
+			}
+			if tt.is != context.Canceled && !errors.Is(err, fence.ErrInvalid) {
+				t.Fatalf("error %v does not match fence.ErrInvalid", err)
 			}
 			for problem, words := range map[string]string{"nil context": "nil context", "too long": "longer than 1024", "ttl": "TTL"} {
 				if strings.Contains(tt.name, problem) && !strings.Contains(err.Error(), words) {

@@ -76,7 +76,7 @@ func (in *instruments) start(ctx context.Context, op, key string, f *fence.Fence
 	}
 	ctx, span := in.tracer.Start(ctx, spanNames[op], telemetry.ClientSpan...)
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.KeyKey.String(key))
+		span.SetAttributes(telemetry.String(telemetry.KeyKey, key))
 		if f != nil {
 			telemetry.FenceAttrs(span, *f)
 		}
