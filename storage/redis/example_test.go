@@ -34,9 +34,12 @@ func ExampleStore_Update() {
 		})
 		return err
 	})
-	if errors.Is(err, fence.ErrStale) {
+	switch {
+	case errors.Is(err, fence.ErrStale):
 		hw, _ := fence.HighWater(err)
 		fmt.Println("a newer holder got in first, with token", hw.Token)
+	case err != nil:
+		panic(err) // Redis unreachable, or the outcome is unknown (fence.ErrOutcomeUnknown)
 	}
 }
 
@@ -56,7 +59,12 @@ func ExampleStore_Set() {
 		panic(err)
 	}
 	_, err = store.Set(ctx, older, "profile:7", []byte(`{"name":"stale"}`))
-	fmt.Println(errors.Is(err, fence.ErrStale))
+	switch {
+	case errors.Is(err, fence.ErrStale):
+		fmt.Println("refused: a newer fence was admitted")
+	case err != nil:
+		panic(err)
+	}
 }
 
 // Optimistic read-modify-write with no lock at all: retried on a version
@@ -73,9 +81,12 @@ func ExampleStore_Modify() {
 		}
 		return append(old.Data, '!'), nil
 	})
-	if errors.Is(err, fence.ErrConflict) {
+	switch {
+	case errors.Is(err, fence.ErrConflict):
 		fmt.Println("too busy, try later")
 		return
+	case err != nil:
+		panic(err)
 	}
 	fmt.Println(string(v.Data), v.Version)
 }
@@ -94,7 +105,10 @@ func ExampleStore_CompareAndSet() {
 	}
 	_, err = store.CompareAndSet(ctx, "settings", cur.Version, []byte("dark-mode=on"))
 	var ce *fence.ConflictError
-	if errors.As(err, &ce) {
+	switch {
+	case errors.As(err, &ce):
 		fmt.Println("someone else wrote version", ce.Actual)
+	case err != nil:
+		panic(err)
 	}
 }
