@@ -100,7 +100,8 @@ type Account struct{ ID, Balance int64 }
 var id, amount int64`,
 }
 
-// notGoLead lists the first words of doc-comment code blocks that are not Go:
+// notGoLead lists the first words of doc-comment code blocks that are not Go
+// (blocks that use × or − are formulas, and are skipped too):
 // commands (the "go" command only with a subcommand after it) and SQL.
 var notGoLead = []string{
 	"go build", "go run", "go test", "go get", "go install", "go vet", "go mod", "go list", "go work",
@@ -199,6 +200,9 @@ func docSnippets(fset *token.FileSet, file string, f *ast.File) []snippet {
 
 func notGo(code string) bool {
 	first := strings.TrimSpace(code)
+	if strings.ContainsAny(first, "×−") {
+		return true // a formula, in the notation of arithmetic (× and −), not Go
+	}
 	for _, lead := range notGoLead {
 		if first == lead || strings.HasPrefix(first, lead+" ") || strings.HasPrefix(first, lead+"\t") {
 			return true
