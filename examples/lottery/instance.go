@@ -108,6 +108,12 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	}
 
 	ran, chosen, err := db.draw(ctx, r.cfg, f)
+	if errors.Is(err, fence.ErrOutcomeUnknown) && !r.cfg.Unfenced {
+		// COMMIT's reply was lost: Once called again says whether the draw
+		// committed, and draws only if it did not.
+		r.log.printf("%s: the draw's outcome is unknown (%v); calling Once again", who, err)
+		ran, chosen, err = db.draw(ctx, r.cfg, f)
+	}
 	if err != nil {
 		return r.refused(inst, who, err)
 	}
