@@ -83,24 +83,21 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	who := fmt.Sprintf("instance %d (token %d)", id, f.Token)
 	r.log.printf("%s: acquired %s", who, resource)
 
-	existing, chosen, err := db.read(ctx, r.cfg, f)
+	rec, drawn, err := db.drawn(ctx, r.cfg)
 	if err != nil {
-		return r.refused(inst, who, "read", err)
+		return inst, fmt.Errorf("instance %d: check: %w", id, err)
 	}
-	if existing != 0 {
-		inst.Outcome = FoundExisting
-		r.log.printf("%s: found the draw already recorded by token %d", who, existing)
-		return inst, nil
+	if drawn {
+		return r.found(inst, who, rec), nil
 	}
-	inst.Chosen = chosen
-	r.log.printf("%s: no draw yet, chose winners %v", who, chosen)
+	r.log.printf("%s: no draw yet", who)
 
 	if pause {
 		inst.Paused = true
 		// Sleep past the lease, then stay stopped until the others are done,
 		// so that one of them takes over while this instance is away.
 		d := time.Until(expires) + r.cfg.TTL/4
-		r.log.printf("%s: pausing past its lease (%v)", who, r.cfg.TTL)
+		r.log.printf("%s: pausing past its lease (%v) before drawing", who, r.cfg.TTL)
 		time.Sleep(d)
 		select {
 		case <-r.othersDone:
@@ -110,32 +107,48 @@ func (r *race) run(ctx context.Context, id int) (Instance, error) {
 		r.log.printf("%s: resumes, still believing it holds the lock", who)
 	}
 
-	drawRows, err := db.record(ctx, r.cfg, f, id, chosen)
+	ran, chosen, err := db.draw(ctx, r.cfg, f)
+	if errors.Is(err, fence.ErrOutcomeUnknown) && !r.cfg.Unfenced {
+		// COMMIT's reply was lost: Once called again says whether the draw
+		// committed, and draws only if it did not.
+		r.log.printf("%s: the draw's outcome is unknown (%v); calling Once again", who, err)
+		ran, chosen, err = db.draw(ctx, r.cfg, f)
+	}
 	if err != nil {
-		return r.refused(inst, who, "write", err)
+		return r.refused(inst, who, err)
 	}
-	inst.Outcome = Drew
-	if drawRows == 0 {
-		inst.Outcome = LateWrite
+	if !ran {
+		// The day was drawn between the check and Once: its record says by
+		// which grant.
+		if rec, drawn, err = db.drawn(ctx, r.cfg); err != nil {
+			return inst, fmt.Errorf("instance %d: look up the draw: %w", id, err)
+		}
+		if !drawn {
+			return inst, fmt.Errorf("instance %d: Once found the day drawn, yet it has no record", id)
+		}
+		return r.found(inst, who, rec), nil
 	}
-	switch inst.Outcome {
-	case Drew:
-		r.log.printf("%s: recorded the draw and %d winners", who, len(chosen))
-	case LateWrite:
-		r.log.printf("%s: the day was already drawn, yet its %d winner rows went in", who, len(chosen))
-	}
+	inst.Outcome, inst.Chosen = Drew, chosen
+	r.log.printf("%s: drew winners %v", who, chosen)
 	return inst, nil
+}
+
+// found reports an instance that found the day drawn by the grant rec names.
+func (r *race) found(inst Instance, who string, rec Record) Instance {
+	inst.Outcome, inst.FoundBy = FoundExisting, rec.Token
+	r.log.printf("%s: found the day drawn by token %d", who, rec.Token)
+	return inst
 }
 
 // refused reports a stale fence as the normal end of an instance that a
 // newer holder overtook: its work is dropped, never retried with a newer
 // token. Any other error is returned.
-func (r *race) refused(inst Instance, who, step string, err error) (Instance, error) {
+func (r *race) refused(inst Instance, who string, err error) (Instance, error) {
 	hw, ok := fence.HighWater(err)
 	if !errors.Is(err, fence.ErrStale) || !ok {
-		return inst, fmt.Errorf("instance %d: %s: %w", inst.ID, step, err)
+		return inst, fmt.Errorf("instance %d: draw: %w", inst.ID, err)
 	}
 	inst.Outcome, inst.HighWater = RefusedStale, hw
-	r.log.printf("%s: its %s was refused as stale: a newer holder (token %d) took over; nothing written", who, step, hw.Token)
+	r.log.printf("%s: refused as stale: a newer holder (token %d) took over; it drew nothing", who, hw.Token)
 	return inst, nil
 }

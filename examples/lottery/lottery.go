@@ -16,8 +16,8 @@ import (
 // Config describes one run of the job: which day to draw, how many
 // instances race for it and where the servers are.
 type Config struct {
-	// Store names the database that holds users, draws and the guard
-	// table: "postgres" or "mysql". default: "postgres".
+	// Store names the database that holds users, winners and fencekit's
+	// tables: "postgres" or "mysql". default: "postgres".
 	Store string
 	// PostgresURL is the PostgreSQL database, for Store "postgres".
 	PostgresURL string
@@ -39,12 +39,13 @@ type Config struct {
 	Users int
 	// TTL is each instance's lease. default: 500ms.
 	TTL time.Duration
-	// Pause makes the first instance to win the lock stop after choosing
-	// its winners and before recording them, until its lease has expired
-	// and every other instance has finished.
+	// Pause makes the first instance to win the lock stop after finding the
+	// day not drawn and before drawing, until its lease has expired and
+	// every other instance has finished.
 	Pause bool
-	// Unfenced runs the same job with the lock alone: plain reads and
-	// writes, no fence. It exists to show what goes wrong.
+	// Unfenced runs the same job with the lock alone: no fence and no
+	// completion record, only a check for the day's winners before drawing.
+	// It exists to show what goes wrong.
 	Unfenced bool
 	// Log receives a line per step as it happens. default: none.
 	Log io.Writer
@@ -52,22 +53,28 @@ type Config struct {
 
 // Result is what a run did and what the database holds for the day after it.
 type Result struct {
-	Day       string
+	Day string
+	// Key is the day's draw as Once knows it: the key of its completion
+	// record.
+	Key       string
 	Instances []Instance
-	// Draws is the number of draw rows for the day (the unique key keeps it
-	// at most one).
+	// Record is the day's completion record, written by Once with the draw;
+	// nil if the day has none (not drawn, or drawn with Unfenced).
+	Record *Record
+	// Drawer is the instance of this run whose grant the record names, or 0.
+	Drawer int
+	// Winners are the winner rows stored for the day, by user id.
+	Winners []Winner
+	// Draws is how many holders wrote winners for the day: more than one
+	// means the draw is corrupt.
 	Draws int
-	// Draw is the recorded draw, if Draws is one.
-	Draw Recorded
 }
 
-// Recorded is a draw as stored.
-type Recorded struct {
-	Token    fence.Token
-	Holder   string
-	Instance int
-	DrawnAt  time.Time
-	Winners  []Winner
+// Record says which grant drew a day: the fence it drew under and when.
+type Record struct {
+	Token  fence.Token
+	Holder string
+	Done   time.Time
 }
 
 // Winner is one stored winner row and the token that wrote it.
@@ -81,16 +88,13 @@ type Winner struct {
 type Outcome int
 
 const (
-	// Drew: the instance chose winners and recorded its draw.
+	// Drew: the instance chose winners and its draw committed.
 	Drew Outcome = iota + 1
-	// FoundExisting: the instance's read found the day already drawn.
+	// FoundExisting: the instance found the day drawn.
 	FoundExisting
 	// RefusedStale: storage refused the instance's fence because a newer
-	// holder had taken over; it wrote nothing.
+	// holder had taken over; it drew nothing.
 	RefusedStale
-	// LateWrite: the draw key already existed when the instance wrote, yet
-	// its winner rows went in (only without the fence).
-	LateWrite
 )
 
 func (o Outcome) String() string {
@@ -98,11 +102,9 @@ func (o Outcome) String() string {
 	case Drew:
 		return "drew"
 	case FoundExisting:
-		return "found existing"
+		return "found the day drawn"
 	case RefusedStale:
 		return "refused as stale"
-	case LateWrite:
-		return "late write"
 	}
 	return "unknown"
 }
@@ -115,8 +117,10 @@ type Instance struct {
 	Outcome Outcome
 	// Paused is set on the instance that was made to pause past its lease.
 	Paused bool
-	// Chosen are the users the instance picked, if it got that far.
+	// Chosen are the users the instance drew, if it drew.
 	Chosen []int64
+	// FoundBy is the token that had drawn the day, for FoundExisting.
+	FoundBy fence.Token
 	// HighWater is the mark a refused fence lost to.
 	HighWater fence.Fence
 }
@@ -136,8 +140,12 @@ func (e *unreachableError) Unwrap() error { return e.Err }
 
 var errConfig = errors.New("lottery: invalid configuration")
 
-// dayLayout is the -day format and the day's name in resources.
+// dayLayout is the -day format and the day's name in the lock's resource
+// and the draw's key.
 const dayLayout = "2006-01-02"
+
+// drawKey names a day's draw, the work Once runs at most once.
+func drawKey(day time.Time) string { return "lottery-draw:" + day.Format(dayLayout) }
 
 func (c Config) normalised() (Config, error) {
 	if c.Instances == 0 {
@@ -181,9 +189,9 @@ func (c Config) normalised() (Config, error) {
 
 // Draw runs the job once: it prepares the schema, lets cfg.Instances
 // instances race for the day's lock, and returns what each did and what the
-// database holds for the day. With the fence, the day has at most one draw
-// whose winners all come from one holder, however the instances pause; a
-// day that is already drawn is left unchanged. ctx bounds the whole run.
+// database holds for the day. With the fence, the day's draw commits at most
+// once, with winners from one holder, however the instances pause; a day
+// that is already drawn is left unchanged. ctx bounds the whole run.
 func Draw(ctx context.Context, cfg Config) (Result, error) {
 	cfg, err := cfg.normalised()
 	if err != nil {
@@ -215,7 +223,7 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Instances == 1 {
 		r.closeOthers()
 	}
-	res := Result{Day: cfg.Day.Format(dayLayout), Instances: make([]Instance, cfg.Instances)}
+	res := Result{Day: cfg.Day.Format(dayLayout), Key: drawKey(cfg.Day), Instances: make([]Instance, cfg.Instances)}
 	errs := make([]error, cfg.Instances)
 	var wg sync.WaitGroup
 	for i := range cfg.Instances {
@@ -228,8 +236,20 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
-	res.Draws, res.Draw, err = db.readDraw(ctx, cfg.Day)
-	return res, err
+	if res.Record, res.Winners, err = db.readDay(ctx, cfg.Day); err != nil {
+		return res, fmt.Errorf("lottery: read the day: %w", err)
+	}
+	tokens := map[fence.Token]bool{}
+	for _, w := range res.Winners {
+		tokens[w.Token] = true
+	}
+	res.Draws = len(tokens)
+	for _, in := range res.Instances {
+		if res.Record != nil && in.Holder == res.Record.Holder {
+			res.Drawer = in.ID
+		}
+	}
+	return res, nil
 }
 
 // The stores a run can record its draw in.
@@ -244,9 +264,9 @@ type store interface {
 	// missing and seeds users; running it again changes nothing.
 	setup(ctx context.Context, users int) error
 	countUsers(ctx context.Context) (int, error)
-	// readDraw returns how many draw rows the day has and, if one, that
-	// draw with every winner row stored for the day.
-	readDraw(ctx context.Context, day time.Time) (int, Recorded, error)
+	// readDay returns the day's completion record (nil if none) and every
+	// winner row stored for the day.
+	readDay(ctx context.Context, day time.Time) (*Record, []Winner, error)
 	// instance opens the connections of one instance, as a separate
 	// process would have its own.
 	instance(ctx context.Context) (instanceStore, error)
@@ -255,14 +275,13 @@ type store interface {
 
 // instanceStore is one instance's view of the store.
 type instanceStore interface {
-	// read is the check before drawing: the day's draw token if there is
-	// one, otherwise the chosen winners. With the fence it is a fenced read,
-	// which raises the guard's mark so that older holders can no longer
-	// write.
-	read(ctx context.Context, cfg Config, f fence.Fence) (existing fence.Token, chosen []int64, err error)
-	// record writes the draw and its winners in one transaction (fenced
-	// unless cfg.Unfenced) and returns how many draw rows it inserted.
-	record(ctx context.Context, cfg Config, f fence.Fence, id int, chosen []int64) (drawRows int64, err error)
+	// drawn is the check before drawing: the day's completion record
+	// (LookupOnce) or, unfenced, the token of any winner row of the day.
+	drawn(ctx context.Context, cfg Config) (rec Record, ok bool, err error)
+	// draw chooses the winners and stores them with f's token: through Once
+	// under f, which returns ran = false if the day's draw had committed,
+	// or unfenced in a plain transaction.
+	draw(ctx context.Context, cfg Config, f fence.Fence) (ran bool, chosen []int64, err error)
 	close()
 }
 

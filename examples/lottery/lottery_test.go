@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,16 +20,34 @@ import (
 
 const testWinners = 5
 
+// testStore is one database the tests run the job on: a configuration of
+// the test's own, and a check of what is stored that uses SQL of its own,
+// so that it does not rest on the code under test.
+type testStore struct {
+	name   string
+	config func(t *testing.T) Config
+	stored func(t *testing.T, ctx context.Context, cfg Config, day string) stored
+}
+
+// stored is what a day holds, counted by a test.
+type stored struct {
+	winners, users, tokens int         // winner rows, distinct users, distinct tokens
+	records                int         // completion records for the day's key
+	recordToken            fence.Token // the record's token, if any
+	mark                   fence.Token // the guard's mark for the day's resource
+}
+
+var testStores = []testStore{
+	{"postgres", testConfig, storedPostgres},
+	{"mysql", testMySQLConfig, storedMySQL},
+}
+
 // testConfig points a run at a schema and a key prefix of the test's own.
 func testConfig(t *testing.T) Config {
 	t.Helper()
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	return Config{
 		PostgresURL: testenv.PostgresURL(t),
-		Redis:       *opt,
+		Redis:       testRedis(t),
 		LockPrefix:  testenv.Prefix(t),
 		Instances:   3,
 		Winners:     testWinners,
@@ -36,6 +55,14 @@ func testConfig(t *testing.T) Config {
 		TTL:         200 * time.Millisecond,
 		Pause:       true,
 	}
+}
+
+func testRedis(t *testing.T) redis.Options {
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *opt
 }
 
 func testContext(t *testing.T) context.Context {
@@ -66,136 +93,132 @@ func pausedInstance(t *testing.T, res Result) Instance {
 }
 
 // TestOneDrawPerDayDespitePause runs the job with a forced pause on several
-// days, twice each, and checks the database itself: one draw per day, whose
-// winners are exactly the drawer's distinct choices written by one token;
-// the paused instance refused; the second run recording nothing.
+// days, twice each, on each store, and checks the database itself: one
+// completion record per day, naming the drawer; winners that are exactly
+// the drawer's distinct choices, written by its token; the paused instance
+// refused; the second run finding the day drawn by that token and changing
+// nothing.
 func TestOneDrawPerDayDespitePause(t *testing.T) {
-	ctx := testContext(t)
-	cfg := testConfig(t)
-	for _, day := range []string{"2031-03-01", "2031-03-02", "2031-03-03"} {
-		t.Run(day, func(t *testing.T) {
-			cfg.Day, _ = time.Parse(dayLayout, day)
-			first, err := Draw(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if first.Draws != 1 {
-				t.Fatalf("%d draws recorded, want 1", first.Draws)
-			}
-			drew := instanceWith(first, Drew)
-			if len(drew) != 1 {
-				t.Fatalf("%d instances drew, want 1: %+v", len(drew), first.Instances)
-			}
-			if late := instanceWith(first, LateWrite); len(late) != 0 {
-				t.Fatalf("late writes with the fence: %+v", late)
-			}
-			d := first.Draw
-			if d.Token != drew[0].Token || d.Holder != drew[0].Holder || d.Instance != drew[0].ID {
-				t.Fatalf("recorded draw %+v is not the drawer's %+v", d, drew[0])
-			}
-			paused := pausedInstance(t, first)
-			if paused.Outcome != RefusedStale || paused.HighWater.Token <= paused.Token {
-				t.Fatalf("paused instance %+v: want refused as stale by a newer token", paused)
-			}
-			if paused.Token >= d.Token {
-				t.Fatalf("paused token %d not older than the draw's %d", paused.Token, d.Token)
-			}
-			var got []int64
-			for _, w := range d.Winners {
-				if w.Token != d.Token {
-					t.Errorf("winner %d written by token %d, draw by %d", w.UserID, w.Token, d.Token)
-				}
-				got = append(got, w.UserID)
-			}
-			want := slices.Sorted(slices.Values(drew[0].Chosen))
-			if len(got) != testWinners || !slices.Equal(got, slices.Compact(slices.Clone(got))) || !slices.Equal(got, want) {
-				t.Fatalf("winners %v, want the drawer's %d distinct choices %v", got, testWinners, want)
-			}
-			assertStored(t, ctx, cfg, day, d.Token)
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := testContext(t)
+			cfg := st.config(t)
+			for _, day := range []string{"2031-03-01", "2031-03-02"} {
+				t.Run(day, func(t *testing.T) {
+					cfg.Day, _ = time.Parse(dayLayout, day)
+					first, err := Draw(ctx, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					drew := instanceWith(first, Drew)
+					if len(drew) != 1 || first.Draws != 1 {
+						t.Fatalf("%d instances drew, %d draws stored; want 1 and 1: %+v", len(drew), first.Draws, first.Instances)
+					}
+					rec := first.Record
+					if rec == nil || rec.Token != drew[0].Token || rec.Holder != drew[0].Holder || first.Drawer != drew[0].ID {
+						t.Fatalf("completion record %+v (drawer %d) is not the drawer's %+v", rec, first.Drawer, drew[0])
+					}
+					paused := pausedInstance(t, first)
+					if paused.Outcome != RefusedStale || paused.HighWater.Token <= paused.Token {
+						t.Fatalf("paused instance %+v: want refused as stale by a newer token", paused)
+					}
+					var got []int64
+					for _, w := range first.Winners {
+						if w.Token != rec.Token {
+							t.Errorf("winner %d written by token %d, the draw by %d", w.UserID, w.Token, rec.Token)
+						}
+						got = append(got, w.UserID)
+					}
+					want := slices.Sorted(slices.Values(drew[0].Chosen))
+					if len(got) != testWinners || !slices.Equal(got, slices.Compact(slices.Clone(got))) || !slices.Equal(got, want) {
+						t.Fatalf("winners %v, want the drawer's %d distinct choices %v", got, testWinners, want)
+					}
+					wantStored(t, st.stored(t, ctx, cfg, day), rec.Token)
 
-			again, err := Draw(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
+					again, err := Draw(ctx, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, in := range again.Instances {
+						if in.Outcome != FoundExisting || in.FoundBy != rec.Token {
+							t.Fatalf("second run: instance %+v; want every one to find the day drawn by token %d", in, rec.Token)
+						}
+					}
+					if again.Record == nil || *again.Record != *rec || !slices.Equal(again.Winners, first.Winners) || again.Drawer != 0 {
+						t.Fatalf("second run changed the day: %+v, was %+v", again, first)
+					}
+					wantStored(t, st.stored(t, ctx, cfg, day), rec.Token)
+				})
 			}
-			if n := len(instanceWith(again, FoundExisting)); n != cfg.Instances {
-				t.Fatalf("re-run: %d of %d instances found the draw: %+v", n, cfg.Instances, again.Instances)
-			}
-			if again.Draws != 1 || !drawEqual(again.Draw, d) {
-				t.Fatalf("re-run changed the draw: %+v, was %+v", again.Draw, d)
-			}
-			assertStored(t, ctx, cfg, day, d.Token)
 		})
 	}
 }
 
-func drawEqual(a, b Recorded) bool {
-	return a.Token == b.Token && a.Holder == b.Holder && a.Instance == b.Instance &&
-		a.DrawnAt.Equal(b.DrawnAt) && slices.Equal(a.Winners, b.Winners)
+func wantStored(t *testing.T, s stored, token fence.Token) {
+	t.Helper()
+	if s.winners != testWinners || s.users != testWinners || s.tokens != 1 || s.records != 1 || s.recordToken != token {
+		t.Fatalf("stored %+v; want %d winner rows of %d users from 1 token, and 1 record of token %d", s, testWinners, testWinners, token)
+	}
+	if s.mark < token {
+		t.Fatalf("guard mark %d is below the draw's token %d", s.mark, token)
+	}
 }
 
-// assertStored counts rows with SQL of its own, so the check does not rest
-// on the code under test, and checks that the guard's mark is at least the
-// draw's token.
-func assertStored(t *testing.T, ctx context.Context, cfg Config, day string, token fence.Token) {
+func storedPostgres(t *testing.T, ctx context.Context, cfg Config, day string) stored {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, cfg.PostgresURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var draws, winners, distinct, tokens int
+	var s stored
 	err = conn.QueryRow(ctx, `SELECT
-    (SELECT count(*) FROM lottery_draws WHERE day = $1),
-    (SELECT count(*) FROM lottery_winners WHERE day = $1),
-    (SELECT count(DISTINCT user_id) FROM lottery_winners WHERE day = $1),
-    (SELECT count(DISTINCT token) FROM lottery_winners WHERE day = $1)`, day).Scan(&draws, &winners, &distinct, &tokens)
+    (SELECT count(*) FROM lottery_day_winners WHERE day = $1),
+    (SELECT count(DISTINCT user_id) FROM lottery_day_winners WHERE day = $1),
+    (SELECT count(DISTINCT token) FROM lottery_day_winners WHERE day = $1),
+    (SELECT count(*) FROM fencekit_once WHERE key = 'lottery-draw:' || $1),
+    (SELECT coalesce(max(token), 0) FROM fencekit_once WHERE key = 'lottery-draw:' || $1)`, day).
+		Scan(&s.winners, &s.users, &s.tokens, &s.records, &s.recordToken)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if draws != 1 || winners != testWinners || distinct != testWinners || tokens != 1 {
-		t.Fatalf("stored for %s: %d draws, %d winner rows, %d distinct users, %d tokens; want 1, %d, %d, 1",
-			day, draws, winners, distinct, tokens, testWinners, testWinners)
 	}
 	mark, err := postgres.HighWater(ctx, conn, "lottery:"+day)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mark.Token < token {
-		t.Fatalf("guard mark %v for %s is below the draw's token %d", mark, day, token)
-	}
+	s.mark = mark.Token
+	return s
 }
 
-// TestLockAloneCorruptsTheDraw is the negative control: the same job and
-// statements with the lock alone. The unique draw key still keeps a second
-// draw row out, but the paused instance's late write adds its winners to the
-// day's draw. If the control shows no corruption, the test above could not
-// have seen one either, and this test fails.
+// TestLockAloneCorruptsTheDraw is the negative control: the same job with
+// the lock alone, no fence and no completion record. The paused instance
+// found the day not drawn before its pause, and its late draw adds its
+// winners to the day's. If the control shows no corruption, the test above
+// could not have seen one either, and this test fails.
 func TestLockAloneCorruptsTheDraw(t *testing.T) {
-	ctx := testContext(t)
-	cfg := testConfig(t)
-	cfg.Unfenced = true
-	for _, day := range []string{"2031-04-01", "2031-04-02"} {
-		cfg.Day, _ = time.Parse(dayLayout, day)
-		res, err := Draw(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		paused := pausedInstance(t, res)
-		tokens := map[int64]bool{}
-		for _, w := range res.Draw.Winners {
-			tokens[int64(w.Token)] = true
-		}
-		if paused.Outcome != LateWrite || len(res.Draw.Winners) <= testWinners || len(tokens) < 2 {
-			t.Fatalf("%s: control saw no corruption: paused %+v, %d winners from %d tokens; the test cannot see the failure it guards against",
-				day, paused, len(res.Draw.Winners), len(tokens))
-		}
-		t.Logf("%s without fencing: %d winner rows from %d holders for one draw", day, len(res.Draw.Winners), len(tokens))
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := testContext(t)
+			cfg := st.config(t)
+			cfg.Unfenced = true
+			cfg.Day, _ = time.Parse(dayLayout, "2031-04-01")
+			res, err := Draw(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paused := pausedInstance(t, res)
+			if paused.Outcome != Drew || len(res.Winners) <= testWinners || res.Draws < 2 || res.Record != nil {
+				t.Fatalf("control saw no corruption: paused %+v, %d winners from %d draws, record %+v; the test cannot see the failure it guards against",
+					paused, len(res.Winners), res.Draws, res.Record)
+			}
+			t.Logf("without fence or record: %d winner rows from %d draws for one day", len(res.Winners), res.Draws)
+		})
 	}
 }
 
 // TestLoneInstancePausedStillDraws shows that fencing refuses only writes
 // that a newer holder overtook: a lone instance that pauses past its lease,
-// with nobody taking over, still records its draw.
+// with nobody taking over, still draws.
 func TestLoneInstancePausedStillDraws(t *testing.T) {
 	ctx := testContext(t)
 	cfg := testConfig(t)
@@ -206,8 +229,8 @@ func TestLoneInstancePausedStillDraws(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := res.Instances[0]
-	if !in.Paused || in.Outcome != Drew || res.Draws != 1 || len(res.Draw.Winners) != testWinners {
-		t.Fatalf("lone paused instance %+v, draw %+v: want it paused and drawn", in, res.Draw)
+	if !in.Paused || in.Outcome != Drew || res.Draws != 1 || res.Drawer != 1 || len(res.Winners) != testWinners {
+		t.Fatalf("lone paused instance %+v, result %+v: want it paused and drawn", in, res)
 	}
 }
 
@@ -219,6 +242,8 @@ func TestConfigValidation(t *testing.T) {
 		want   string
 	}{
 		{"empty url", func(c *Config) { c.PostgresURL = "" }, "PostgreSQL URL"},
+		{"empty dsn", func(c *Config) { c.Store = storeMySQL }, "MySQL DSN"},
+		{"unknown store", func(c *Config) { c.Store = "oracle" }, "oracle"},
 		{"empty redis", func(c *Config) { c.Redis.Addr = "" }, "Redis address"},
 		{"no day", func(c *Config) { c.Day = time.Time{} }, "no day"},
 		{"negative instances", func(c *Config) { c.Instances = -1 }, "instances"},
@@ -239,7 +264,7 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 	c, err := valid.normalised()
-	if err != nil || c.Instances != 3 || c.Winners != 5 || c.Users != 300 || c.TTL != 500*time.Millisecond {
+	if err != nil || c.Instances != 3 || c.Winners != 5 || c.Users != 300 || c.TTL != 500*time.Millisecond || c.Store != storePostgres {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}
 }
@@ -264,11 +289,56 @@ func TestCancelledContext(t *testing.T) {
 	}
 }
 
+// TestCommandLine runs the program as a user would: -h says in one line
+// what it shows and exits 0; a paused run draws once and says who drew; a
+// second run says the day was found drawn, and by which token.
+func TestCommandLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-h: exit %d, want 0", code)
+	}
+	first, _, _ := strings.Cut(stderr.String(), "\n")
+	if !strings.HasPrefix(first, "lottery: ") || !strings.Contains(stderr.String(), "go run ./examples/lottery") ||
+		!strings.Contains(stderr.String(), "-unfenced") || !strings.Contains(stderr.String(), "(default \"postgres://postgres@127.0.0.1:5432/test\")") {
+		t.Fatalf("-h printed:\n%s", stderr.String())
+	}
+
+	cfg := testConfig(t)
+	args := []string{"-postgres", cfg.PostgresURL, "-redis", cfg.Redis.Addr, "-pause", "-ttl", "200ms", "-day", "2031-07-01"}
+	stdout.Reset()
+	if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"refused as stale (lost to token", "completion record lottery-draw:2031-07-01: token", "5 winners stored for 2031-07-01"} {
+		if !strings.Contains(out, want) || strings.Contains(out, "corrupt") {
+			t.Fatalf("output does not show one clean draw (%q):\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("second run: exit %d, stderr %q", code, stderr.String())
+	}
+	found := regexp.MustCompile(`(?m)^instance \d: token \d+: found the day drawn by token \d+$`)
+	if out := stdout.String(); len(found.FindAllString(out, -1)) != 3 || !strings.Contains(out, "(an earlier run)") {
+		t.Fatalf("second run does not say the day was drawn, by which token:\n%s", out)
+	}
+
+	stdout.Reset()
+	args = []string{"-postgres", cfg.PostgresURL, "-redis", cfg.Redis.Addr, "-pause", "-ttl", "200ms", "-unfenced"}
+	if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("-unfenced: exit %d, stderr %q", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "draws a day no earlier run has drawn") || !strings.Contains(out, "the draw is corrupt") {
+		t.Fatalf("-unfenced output does not show the corrupt draw:\n%s", out)
+	}
+}
+
 // TestUnreachableServers checks the exit status and that the message names
 // the flag to fix, and that nothing was written when Redis was missing.
 func TestUnreachableServers(t *testing.T) {
 	var stderr bytes.Buffer
-	code := run(t.Context(), []string{"-postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable"}, &bytes.Buffer{}, &stderr)
+	code := run(t.Context(), []string{"-postgres", "postgres://postgres@127.0.0.1:1/test"}, &bytes.Buffer{}, &stderr)
 	if code != 2 || !strings.Contains(stderr.String(), "-postgres") {
 		t.Fatalf("exit %d, stderr %q: want 2 naming -postgres", code, stderr.String())
 	}
@@ -295,5 +365,9 @@ func TestUnreachableServers(t *testing.T) {
 	stderr.Reset()
 	if code := run(t.Context(), []string{"-day", "tomorrow"}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "-day") {
 		t.Fatalf("exit %d, stderr %q: want 2 naming -day", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run(t.Context(), []string{"-nosuchflag"}, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Fatalf("a bad flag: exit %d, want 2", code)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/examples/internal/cli"
 )
 
 func main() {
@@ -22,17 +24,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lottery", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres or mysql")
-	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL (with -store postgres)")
+	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (with -store postgres)")
 	myDSN := fs.String("mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL or MariaDB DSN, user:password@tcp(host:port)/dbname (with -store mysql)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port")
 	instances := fs.Int("instances", 3, "instances racing for the draw")
 	day := fs.String("day", time.Now().Format(dayLayout), "day to draw, YYYY-MM-DD")
 	winners := fs.Int("winners", 5, "winners per draw")
 	ttl := fs.Duration("ttl", 500*time.Millisecond, "lease of each instance's lock")
-	pause := fs.Bool("pause", false, "make the first instance to win the lock pause past its lease before recording")
-	unfenced := fs.Bool("unfenced", false, "use the lock alone, without fencing, to show the failure (draws a day of its own unless -day is given)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pause := fs.Bool("pause", false, "make the first instance to win the lock pause past its lease before drawing")
+	unfenced := fs.Bool("unfenced", false, "use the lock alone, without fence or completion record, to show the failure (draws a day of its own unless -day is given)")
+	if done, code := cli.Parse(fs, "lottery", "instances racing to draw a day's winners, once, though the first lock winner pauses past its lease (-unfenced: the lock alone draws twice)", args); done {
+		return code
 	}
 	d, err := time.Parse(dayLayout, *day)
 	if err != nil {
@@ -86,12 +88,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// report prints what each instance did and the day's recorded draw.
+// report prints what each instance did and what the day holds.
 func report(w io.Writer, res Result) {
 	fmt.Fprintln(w)
 	for _, in := range res.Instances {
 		line := fmt.Sprintf("instance %d: token %d: %s", in.ID, in.Token, in.Outcome)
-		if in.Outcome == RefusedStale {
+		switch in.Outcome {
+		case FoundExisting:
+			line += fmt.Sprintf(" by token %d", in.FoundBy)
+		case RefusedStale:
 			line += fmt.Sprintf(" (lost to token %d)", in.HighWater.Token)
 		}
 		if in.Paused {
@@ -99,21 +104,24 @@ func report(w io.Writer, res Result) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if res.Draws == 0 {
-		fmt.Fprintf(w, "no draw recorded for %s\n", res.Day)
+	if rec := res.Record; rec != nil {
+		by := "an earlier run"
+		if res.Drawer != 0 {
+			by = fmt.Sprintf("instance %d", res.Drawer)
+		}
+		fmt.Fprintf(w, "completion record %s: token %d (%s) at %s\n",
+			res.Key, rec.Token, by, rec.Done.UTC().Format(time.RFC3339))
+	}
+	if len(res.Winners) == 0 {
+		fmt.Fprintf(w, "no winners stored for %s\n", res.Day)
 		return
 	}
-	d := res.Draw
-	names := make([]string, len(d.Winners))
-	tokens := map[int64]bool{}
-	for i, win := range d.Winners {
+	names := make([]string, len(res.Winners))
+	for i, win := range res.Winners {
 		names[i] = fmt.Sprintf("%s (token %d)", win.Name, win.Token)
-		tokens[int64(win.Token)] = true
 	}
-	fmt.Fprintf(w, "recorded draw for %s: token %d by instance %d at %s\n",
-		res.Day, d.Token, d.Instance, d.DrawnAt.UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "  %d winners: %s\n", len(d.Winners), strings.Join(names, ", "))
-	if len(tokens) > 1 {
-		fmt.Fprintf(w, "  the winners were written by %d different holders: the draw is corrupt\n", len(tokens))
+	fmt.Fprintf(w, "%d winners stored for %s: %s\n", len(res.Winners), res.Day, strings.Join(names, ", "))
+	if res.Draws > 1 {
+		fmt.Fprintf(w, "  the winners were drawn by %d different holders: the draw is corrupt\n", res.Draws)
 	}
 }

@@ -15,6 +15,42 @@ import (
 	"github.com/fencekit/fencekit/storage/mysql"
 )
 
+// The example's own tables on MySQL or MariaDB, in the DSN's database next to
+// fencekit's guard and completion tables.
+const (
+	myCreateUsersSQL = `CREATE TABLE IF NOT EXISTS lottery_users (
+    id   BIGINT      PRIMARY KEY,
+    name VARCHAR(64) NOT NULL
+)`
+
+	// Each winner row names the token that drew it, so a day whose winners
+	// came from two draws is visible. Nothing here keeps a second draw out:
+	// that is Once's completion record.
+	myCreateWinnersSQL = `CREATE TABLE IF NOT EXISTS lottery_day_winners (
+    day     DATE   NOT NULL,
+    user_id BIGINT NOT NULL,
+    token   BIGINT NOT NULL,
+    PRIMARY KEY (day, user_id),
+    FOREIGN KEY (user_id) REFERENCES lottery_users (id)
+)`
+
+	// mySeedUserSQL adds one user unless it exists; fixed ids make a
+	// concurrent seed harmless.
+	mySeedUserSQL = `INSERT INTO lottery_users (id, name) VALUES (?, ?) ON DUPLICATE KEY UPDATE id = id`
+
+	myCountUsersSQL    = `SELECT COUNT(*) FROM lottery_users`
+	myChooseWinnersSQL = `SELECT id FROM lottery_users ORDER BY RAND() LIMIT ?`
+	myInsertWinnerSQL  = `INSERT INTO lottery_day_winners (day, user_id, token) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE day = day`
+
+	// myAnyWinnerSQL is the unfenced run's check: a day with winners is drawn.
+	myAnyWinnerSQL = `SELECT token FROM lottery_day_winners WHERE day = ? LIMIT 1`
+
+	myReadWinnersSQL = `SELECT w.user_id, u.name, w.token
+FROM lottery_day_winners AS w JOIN lottery_users AS u ON u.id = w.user_id
+WHERE w.day = ? ORDER BY w.user_id`
+)
+
 // myStore records draws in MySQL or MariaDB, through database/sql.
 type myStore struct {
 	cfg *drv.Config
@@ -56,7 +92,7 @@ func (s *myStore) setup(ctx context.Context, users int) error {
 	if err := migrations.UpMySQL(ctx, s.db); err != nil {
 		return fmt.Errorf("lottery: %w", err)
 	}
-	for _, q := range []string{myCreateUsersSQL, myCreateDrawsSQL, myCreateWinnersSQL} {
+	for _, q := range []string{myCreateUsersSQL, myCreateWinnersSQL} {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("lottery: setup: %w", err)
 		}
@@ -79,35 +115,37 @@ func (s *myStore) countUsers(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func (s *myStore) readDraw(ctx context.Context, day time.Time) (int, Recorded, error) {
-	var d Recorded
-	var token int64
-	err := s.db.QueryRowContext(ctx, myReadDrawSQL, day).Scan(&token, &d.Holder, &d.Instance, &d.DrawnAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, d, nil
-	}
+func (s *myStore) readDay(ctx context.Context, day time.Time) (*Record, []Winner, error) {
+	rec, ok, err := lookupDrawMySQL(ctx, s.db, day)
 	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read draw: %w", err)
+		return nil, nil, err
 	}
-	d.Token = fence.Token(token)
 	rows, err := s.db.QueryContext(ctx, myReadWinnersSQL, day)
 	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read winners: %w", err)
+		return nil, nil, err
 	}
 	defer rows.Close()
+	var winners []Winner
 	for rows.Next() {
 		var w Winner
-		var t int64
-		if err := rows.Scan(&w.UserID, &w.Name, &t); err != nil {
-			return 0, d, fmt.Errorf("lottery: read winners: %w", err)
+		if err := rows.Scan(&w.UserID, &w.Name, &w.Token); err != nil {
+			return nil, nil, err
 		}
-		w.Token = fence.Token(t)
-		d.Winners = append(d.Winners, w)
+		winners = append(winners, w)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, d, fmt.Errorf("lottery: read winners: %w", err)
+	if !ok {
+		return nil, winners, rows.Err()
 	}
-	return 1, d, nil
+	return &rec, winners, rows.Err()
+}
+
+// lookupDrawMySQL reads the day's completion record.
+func lookupDrawMySQL(ctx context.Context, db mysql.Querier, day time.Time) (Record, bool, error) {
+	r, err := mysql.LookupOnce(ctx, db, drawKey(day))
+	if errors.Is(err, fence.ErrNotFound) {
+		return Record{}, false, nil
+	}
+	return Record{Token: r.Fence.Token, Holder: r.Fence.Holder, Done: r.Done}, err == nil, err
 }
 
 func (s *myStore) instance(context.Context) (instanceStore, error) {
@@ -124,71 +162,56 @@ type myInstance struct{ db *sql.DB }
 
 func (m myInstance) close() { m.db.Close() }
 
-// inTx runs fn in a transaction fenced by f, or in a plain one when the
-// run is unfenced.
-func (m myInstance) inTx(ctx context.Context, cfg Config, f fence.Fence, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (m myInstance) drawn(ctx context.Context, cfg Config) (Record, bool, error) {
 	if !cfg.Unfenced {
-		return mysql.InTx(ctx, m.db, nil, f, fn)
+		return lookupDrawMySQL(ctx, m.db, cfg.Day)
 	}
-	tx, err := m.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+	var rec Record
+	err := m.db.QueryRowContext(ctx, myAnyWinnerSQL, cfg.Day).Scan(&rec.Token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, false, nil
 	}
-	defer tx.Rollback()
-	if err := fn(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return rec, err == nil, err
 }
 
-func (m myInstance) read(ctx context.Context, cfg Config, f fence.Fence) (existing fence.Token, chosen []int64, err error) {
-	err = m.inTx(ctx, cfg, f, func(ctx context.Context, tx *sql.Tx) error {
-		existing, chosen = 0, nil
-		var token int64
-		err := tx.QueryRowContext(ctx, myFindDrawSQL, cfg.Day).Scan(&token)
-		if err == nil {
-			existing = fence.Token(token)
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
+func (m myInstance) draw(ctx context.Context, cfg Config, f fence.Fence) (ran bool, chosen []int64, err error) {
+	work := func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, myChooseWinnersSQL, cfg.Winners)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		var c []int64
 		for rows.Next() {
 			var id int64
 			if err := rows.Scan(&id); err != nil {
 				return err
 			}
-			chosen = append(chosen, id)
+			c = append(c, id)
 		}
-		return rows.Err()
-	})
-	return existing, chosen, err
-}
-
-// record writes the draw and its winners in one transaction: with the
-// fence, the guard is its first statement and a stale fence sends nothing
-// else.
-func (m myInstance) record(ctx context.Context, cfg Config, f fence.Fence, id int, chosen []int64) (int64, error) {
-	var drawRows int64
-	err := m.inTx(ctx, cfg, f, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, myInsertDrawSQL, cfg.Day, int64(f.Token), f.Holder, id)
-		if err != nil {
+		if err := rows.Err(); err != nil {
 			return err
 		}
-		if drawRows, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		for _, u := range chosen {
+		for _, u := range c {
 			if _, err := tx.ExecContext(ctx, myInsertWinnerSQL, cfg.Day, u, int64(f.Token)); err != nil {
 				return err
 			}
 		}
+		chosen = c
 		return nil
-	})
-	return drawRows, err
+	}
+	if !cfg.Unfenced {
+		ran, err = mysql.Once(ctx, m.db, f, drawKey(cfg.Day), work)
+		return ran, chosen, err
+	}
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, nil, err
+	}
+	defer tx.Rollback()
+	if err := work(ctx, tx); err != nil {
+		return false, nil, err
+	}
+	err = tx.Commit()
+	return err == nil, chosen, err
 }

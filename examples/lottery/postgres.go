@@ -15,6 +15,48 @@ import (
 	"github.com/fencekit/fencekit/storage/postgres"
 )
 
+// The example's own tables, in the first schema of the connection's
+// search_path, next to fencekit's guard and completion tables.
+const (
+	// setupLockSQL serialises setup across processes that start at once:
+	// concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog.
+	setupLockSQL = `SELECT pg_advisory_xact_lock(7132205946410627705)`
+
+	createUsersSQL = `CREATE TABLE IF NOT EXISTS lottery_users (
+    id   bigint PRIMARY KEY,
+    name text   NOT NULL
+)`
+
+	// Each winner row names the token that drew it, so a day whose winners
+	// came from two draws is visible. Nothing here keeps a second draw out:
+	// that is Once's completion record.
+	createWinnersSQL = `CREATE TABLE IF NOT EXISTS lottery_day_winners (
+    day     date   NOT NULL,
+    user_id bigint NOT NULL REFERENCES lottery_users (id),
+    token   bigint NOT NULL,
+    PRIMARY KEY (day, user_id)
+)`
+
+	// seedUsersSQL adds users 1..$1 that are missing; fixed ids make a
+	// concurrent seed harmless.
+	seedUsersSQL = `INSERT INTO lottery_users (id, name)
+SELECT g, 'user-' || g FROM generate_series(1, $1::bigint) AS g
+ON CONFLICT (id) DO NOTHING`
+
+	countUsersSQL    = `SELECT count(*) FROM lottery_users`
+	chooseWinnersSQL = `SELECT id FROM lottery_users ORDER BY random() LIMIT $1`
+	insertWinnersSQL = `INSERT INTO lottery_day_winners (day, user_id, token)
+SELECT $1, u, $2 FROM unnest($3::bigint[]) AS u
+ON CONFLICT (day, user_id) DO NOTHING`
+
+	// anyWinnerSQL is the unfenced run's check: a day with winners is drawn.
+	anyWinnerSQL = `SELECT token FROM lottery_day_winners WHERE day = $1 LIMIT 1`
+
+	readWinnersSQL = `SELECT w.user_id, u.name, w.token
+FROM lottery_day_winners AS w JOIN lottery_users AS u ON u.id = w.user_id
+WHERE w.day = $1 ORDER BY w.user_id`
+)
+
 // pgStore records draws in PostgreSQL, through pgx.
 type pgStore struct {
 	url  string
@@ -47,7 +89,7 @@ func (s *pgStore) setup(ctx context.Context, users int) error {
 		return fmt.Errorf("lottery: %w", err)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for _, sql := range []string{setupLockSQL, createUsersSQL, createDrawsSQL, createWinnersSQL} {
+		for _, sql := range []string{setupLockSQL, createUsersSQL, createWinnersSQL} {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return err
 			}
@@ -67,29 +109,30 @@ func (s *pgStore) countUsers(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func (s *pgStore) readDraw(ctx context.Context, day time.Time) (int, Recorded, error) {
-	var d Recorded
-	var token int64
-	err := s.pool.QueryRow(ctx, readDrawSQL, day).Scan(&token, &d.Holder, &d.Instance, &d.DrawnAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, d, nil
-	}
+func (s *pgStore) readDay(ctx context.Context, day time.Time) (*Record, []Winner, error) {
+	rec, ok, err := lookupDraw(ctx, s.pool, day)
 	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read draw: %w", err)
+		return nil, nil, err
 	}
-	d.Token = fence.Token(token)
 	rows, _ := s.pool.Query(ctx, readWinnersSQL, day)
-	d.Winners, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Winner, error) {
+	winners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Winner, error) {
 		var w Winner
-		var t int64
-		err := row.Scan(&w.UserID, &w.Name, &t)
-		w.Token = fence.Token(t)
+		err := row.Scan(&w.UserID, &w.Name, &w.Token)
 		return w, err
 	})
-	if err != nil {
-		return 0, d, fmt.Errorf("lottery: read winners: %w", err)
+	if !ok {
+		return nil, winners, err
 	}
-	return 1, d, nil
+	return &rec, winners, err
+}
+
+// lookupDraw reads the day's completion record.
+func lookupDraw(ctx context.Context, db postgres.Querier, day time.Time) (Record, bool, error) {
+	r, err := postgres.LookupOnce(ctx, db, drawKey(day))
+	if errors.Is(err, fence.ErrNotFound) {
+		return Record{}, false, nil
+	}
+	return Record{Token: r.Fence.Token, Holder: r.Fence.Holder, Done: r.Done}, err == nil, err
 }
 
 func (s *pgStore) instance(ctx context.Context) (instanceStore, error) {
@@ -110,55 +153,35 @@ type pgInstance struct{ pool *pgxpool.Pool }
 
 func (p pgInstance) close() { p.pool.Close() }
 
-func (p pgInstance) read(ctx context.Context, cfg Config, f fence.Fence) (existing fence.Token, chosen []int64, err error) {
-	fn := func(ctx context.Context, tx pgx.Tx) error {
-		existing, chosen = 0, nil
-		var token int64
-		err := tx.QueryRow(ctx, findDrawSQL, cfg.Day).Scan(&token)
-		if err == nil {
-			existing = fence.Token(token)
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		rows, _ := tx.Query(ctx, chooseWinnersSQL, cfg.Winners)
-		chosen, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
+func (p pgInstance) drawn(ctx context.Context, cfg Config) (Record, bool, error) {
+	if !cfg.Unfenced {
+		return lookupDraw(ctx, p.pool, cfg.Day)
 	}
-	if cfg.Unfenced {
-		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
-	} else {
-		err = postgres.InTx(ctx, p.pool, pgx.TxOptions{}, f, fn)
+	var rec Record
+	err := p.pool.QueryRow(ctx, anyWinnerSQL, cfg.Day).Scan(&rec.Token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, nil
 	}
-	return existing, chosen, err
+	return rec, err == nil, err
 }
 
-// record sends the draw and its winners as one batch. With the fence the
-// guard leads the batch and a stale fence aborts it whole.
-func (p pgInstance) record(ctx context.Context, cfg Config, f fence.Fence, id int, chosen []int64) (int64, error) {
-	stmts := []postgres.Statement{
-		{SQL: insertDrawSQL, Args: []any{cfg.Day, int64(f.Token), f.Holder, id}},
-		{SQL: insertWinnersSQL, Args: []any{cfg.Day, int64(f.Token), chosen}},
-	}
-	if !cfg.Unfenced {
-		tags, err := postgres.Exec(ctx, p.pool, f, stmts...)
+func (p pgInstance) draw(ctx context.Context, cfg Config, f fence.Fence) (ran bool, chosen []int64, err error) {
+	work := func(ctx context.Context, tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, chooseWinnersSQL, cfg.Winners)
+		c, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
-			return 0, err
+			return err
 		}
-		return tags[0].RowsAffected(), nil
+		if _, err := tx.Exec(ctx, insertWinnersSQL, cfg.Day, int64(f.Token), c); err != nil {
+			return err
+		}
+		chosen = c
+		return nil
 	}
-	b := &pgx.Batch{}
-	for _, s := range stmts {
-		b.Queue(s.SQL, s.Args...)
+	if cfg.Unfenced {
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return work(ctx, tx) })
+		return err == nil, chosen, err
 	}
-	br := p.pool.SendBatch(ctx, b)
-	tag, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag.RowsAffected(), err
+	ran, err = postgres.Once(ctx, p.pool, f, drawKey(cfg.Day), work)
+	return ran, chosen, err
 }
