@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -191,7 +192,8 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	g.token, err1 = strconv.ParseInt(tok, 10, 64)
 	g.ref, err2 = strconv.ParseInt(ref, 10, 64)
 	ms, err3 := strconv.ParseInt(age, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || g.token < 1 || ms < 0 {
+	// An age past what a Duration holds would wrap and date the lease wrong.
+	if err1 != nil || err2 != nil || err3 != nil || g.token < 1 || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
 		return "", g, false
 	}
 	g.age = time.Duration(ms) * time.Millisecond
