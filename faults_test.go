@@ -32,6 +32,7 @@ import (
 // Each storage needs a cluster of its own (seven seconds to start), so the
 // default run uses Redis storage; FENCEKIT_SOAK adds PostgreSQL.
 func TestFencedSurvivesClusterFailover(t *testing.T) {
+	testenv.Slow(t)
 	stores := []storage{redisStorage()}
 	if os.Getenv("FENCEKIT_SOAK") != "" {
 		stores = append(stores, postgresStorage())
@@ -83,6 +84,7 @@ func TestFencedSurvivesClusterFailover(t *testing.T) {
 // another is killed for good: the quorum holds on, tokens come from
 // whichever nodes grant, and nothing acknowledged is lost.
 func TestFencedRedlockSurvivesNodeLoss(t *testing.T) {
+	testenv.Slow(t)
 	var (
 		srvs    []*testenv.RedisServer
 		clients []redis.UniversalClient
@@ -218,6 +220,7 @@ func netFaultRun(t *testing.T, f netFault, mode workload.Mode) workload.Result {
 // lease happened to run out under a holder proves nothing, so it runs again
 // (up to five times) until one did; every run must be safe.
 func TestFencedUnderNetworkFaults(t *testing.T) {
+	testenv.Slow(t)
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
 			for range 5 {
@@ -238,6 +241,7 @@ func TestFencedUnderNetworkFaults(t *testing.T) {
 // the lock alone lose acknowledged increments, so the fenced runs above
 // could have seen a loss.
 func TestNegativeControlsLoseUpdatesUnderNetworkFaults(t *testing.T) {
+	testenv.Slow(t)
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
 			for range 5 {

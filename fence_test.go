@@ -174,6 +174,7 @@ func TestFencedNoLostUpdates(t *testing.T) {
 // so writes are admitted again by themselves. It reports the time from the
 // fault to the first admitted write.
 func TestFencedSurvivesRedisDataLoss(t *testing.T) {
+	testenv.Slow(t)
 	faults := []struct {
 		name  string
 		fault func(srv *testenv.RedisServer) func(ctx context.Context)
@@ -254,6 +255,7 @@ func TestFencedSurvivesPostgresBackendTermination(t *testing.T) {
 // guards, reads, writes and COMMITs short. Writes cut off without an answer
 // are uncertain; none of the acknowledged ones may be lost.
 func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	cfg := testenv.MySQLConfig(t)
 	db := testenv.OpenMySQL(t, cfg)
@@ -306,6 +308,7 @@ func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
 // InnoDB keeps every committed one, so no acknowledged increment may be
 // lost, and writes resume once the server is back.
 func TestFencedSurvivesMySQLRestart(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	srv := testenv.StartMySQL(t)
 	db := testenv.OpenMySQL(t, srv.Config())

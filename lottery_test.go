@@ -256,6 +256,7 @@ func runLottery(t *testing.T, db lotteryDB, withOnce bool) lotteryRun {
 // a draw whose reply was lost is drawn again, and the days hold duplicates
 // (in our runs, one per lost reply).
 func TestLotteryOnceDespitePauseAndLostReplies(t *testing.T) {
+	testenv.Slow(t)
 	for _, store := range []struct {
 		name string
 		open func(*testing.T) lotteryDB

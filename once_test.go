@@ -25,6 +25,7 @@ import (
 // every day has exactly one payout. The negative control runs the same job
 // fenced but without the completion record, and pays some days twice.
 func TestMySQLDailyJobOnceDespiteLostReplies(t *testing.T) {
+	testenv.Slow(t)
 	const days, instances, attempts = 12, 3, 20
 	run := func(t *testing.T, withOnce bool) (perDay map[string]int, lost int) {
 		cfg := testenv.MySQLConfig(t)

@@ -64,6 +64,7 @@ func TestDemoNeedsNoServers(t *testing.T) {
 }
 
 func TestDemoOnRealServers(t *testing.T) {
+	testenv.Slow(t)
 	redisURL := testenv.RedisURL(t)
 	addr := strings.TrimSuffix(strings.TrimPrefix(redisURL, "redis://"), "/0")
 	out, code := runDemo(t, "-redis", addr, "-postgres", testenv.PostgresURL(t))

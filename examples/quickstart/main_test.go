@@ -74,6 +74,7 @@ func TestQuickstart(t *testing.T) {
 // TestQuickstartUnreachable: a server that is down fails the run with status
 // 1 and a message that says which step failed and why, without the password.
 func TestQuickstartUnreachable(t *testing.T) {
+	testenv.Slow(t)
 	closed := closedAddr(t)
 	bin := build(t)
 	for _, tc := range []struct {

@@ -47,6 +47,7 @@ func TestPrivateRedisRestartLosesData(t *testing.T) {
 }
 
 func TestPrivateCluster(t *testing.T) {
+	Slow(t)
 	ctx := context.Background()
 	s := StartRedisCluster(t)
 	c := s.ClusterClient()
@@ -63,6 +64,7 @@ func TestPrivateCluster(t *testing.T) {
 // master of one key and waits for its replica to take over the slot; the
 // cluster client follows it.
 func TestClusterFailover(t *testing.T) {
+	Slow(t)
 	ctx := context.Background()
 	cl := StartCluster(t, 3, 1)
 	c := cl.Client()

@@ -40,3 +40,12 @@ func unavailable(t testing.TB, what, how string, cause error) {
 	}
 	t.Skip(msg)
 }
+
+// Slow skips t under go test -short: it is a fault scenario or a workload
+// that takes seconds, and the short run covers the API surface without it.
+func Slow(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow scenario: runs without -short")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/fencekit/fencekit/internal/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
 
@@ -19,6 +20,7 @@ import (
 // returns the old snapshot. SERIALIZABLE turns B's plain read into a
 // locking read that waits for A, so it loses nothing either way.
 func TestIsolationMatrix(t *testing.T) {
+	testenv.Slow(t)
 	const lost, kept = 1, 2 // the counter after both increments
 	levels := []struct {
 		name  string

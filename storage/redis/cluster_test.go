@@ -15,6 +15,7 @@ import (
 // cross-slot access, and checks that a caller's hash tag decides the slot
 // of the stored key.
 func TestCluster(t *testing.T) {
+	testenv.Slow(t)
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) *redis.ClusterClient

@@ -96,6 +96,7 @@ func newWorkload() workload {
 // the middle of an increment. Every acknowledged increment must be in the
 // final value, and the tokens of accepted writes must increase.
 func TestLockedIncrementsWithExpiringLeases(t *testing.T) {
+	testenv.Slow(t)
 	c := testenv.Redis(t)
 	locker, err := lock.New(c, lock.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
@@ -146,6 +147,7 @@ func TestLockedIncrementsWithExpiringLeases(t *testing.T) {
 // lock with plain GET and SET and must lose an acknowledged increment;
 // otherwise the test above could not see a loss either.
 func TestLockedIncrementsNegativeControl(t *testing.T) {
+	testenv.Slow(t)
 	c := testenv.Redis(t)
 	locker, err := lock.New(c, lock.WithPrefix(testenv.Prefix(t)))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
 )
 
 // valueFields are the fields a value hash holds for itself; anything else
@@ -52,6 +53,7 @@ func leftovers(t *testing.T, c *goredis.Client, s *Store) int {
 // leave none, and that the records go by themselves once the window has
 // passed, with no further write of the key.
 func TestEveryChangeLeavesOneRecord(t *testing.T) {
+	testenv.Slow(t)
 	const window = 3 * time.Second
 	s, c := newShortStore(t, WithRetryWindow(window))
 	ctx := context.Background()
