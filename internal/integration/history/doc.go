@@ -1,0 +1,22 @@
+// Package history checks fencekit's stores for linearizability: concurrent
+// clients run random operations against a real server through fault
+// proxies, every call's invocation and return are recorded, and porcupine
+// (github.com/anishathalye/porcupine) searches for an order of the calls
+// that a sequential model of the store explains. A call whose outcome the
+// client cannot know (a network error, a context that ended, an error
+// matching fence.ErrOutcomeUnknown) stays open to the end of the history,
+// as Jepsen records it: the checker may place its effect anywhere after its
+// invocation, or nowhere.
+//
+// Files:
+//   - history.go: the recorder of calls and the porcupine run, which writes
+//     an HTML view of a history it rejects;
+//   - budget.go: how long a checker runs and with which seed
+//     (FENCEKIT_CHECK_TIME, FENCEKIT_CHECK_SEED);
+//   - redismodel.go, pgmodel.go: the sequential models, one versioned,
+//     fenced register per key or row, in which a refused call changes
+//     nothing;
+//   - the tests: the checkers themselves (redis_test.go,
+//     postgres_test.go) and their negative controls, broken variants that
+//     the checker must reject in most runs.
+package history
