@@ -5,8 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	mrand "math/rand/v2"
 	"strconv"
+	"sync/atomic"
+	"testing"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -34,6 +39,9 @@ func clientSideSet(ctx context.Context, c *goredis.Client, rkey string, f fence.
 	if expected >= 0 && expected != ver {
 		return 0, &fence.ConflictError{Key: rkey, Expected: expected, Actual: ver}
 	}
+	// A client pays a round trip between its read and its write, and may be
+	// slow to send the write: up to 10 ms here.
+	time.Sleep(time.Duration(mrand.IntN(10_000)) * time.Microsecond)
 	err = c.HSet(ctx, rkey, "v", d, "ver", ver+1, "tok", int64(f.Token), "hold", f.Holder, "res", f.Resource).Err()
 	return ver + 1, err
 }
@@ -58,7 +66,9 @@ func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 			if err == nil || errors.As(err, &reply) || ctx.Err() != nil {
 				return err
 			}
-			renewWriteID(cmd.Args())
+			if renewWriteID(cmd.Args()) {
+				doubled.Add(1)
+			}
 			cmd.SetErr(nil)
 			time.Sleep(8 * time.Millisecond)
 			err = next(ctx, cmd)
@@ -70,7 +80,7 @@ func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 // renewWriteID replaces the write id among a store script's arguments
 // (EVALSHA sha numkeys key argv...): ARGV[9] of a fenced write, ARGV[6] of
 // a compare-and-set or -delete. Reads carry none.
-func renewWriteID(args []any) {
+func renewWriteID(args []any) bool {
 	var i int
 	switch len(args) {
 	case 4 + 10: // fenced set or delete
@@ -78,9 +88,63 @@ func renewWriteID(args []any) {
 	case 4 + 7: // compare-and-set or -delete
 		i = 3 + 6
 	default:
-		return
+		return false
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	args[i] = "control:" + hex.EncodeToString(b[:])
+	return true
+}
+
+// doubled counts the writes that freshIDRetries sent again as new writes.
+var doubled atomic.Int64
+
+// controlRuns is how many seeds each negative control runs.
+const controlRuns = 5
+
+// controlDuration is the length of one control run: the budget shared by
+// the runs, and at least two seconds.
+func controlDuration(b Budget) time.Duration { return max(b.Duration/controlRuns, 2*time.Second) }
+
+// rejectsMost asserts that reject, run with controlRuns seeds, reports a
+// rejection in most of them.
+func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) bool) {
+	b := BudgetFor(t)
+	b.Duration = controlDuration(b)
+	rejected := 0
+	for i := range controlRuns {
+		run := Budget{Duration: b.Duration, Seed: b.Seed + uint64(i)}
+		t.Run(strconv.FormatUint(run.Seed, 10), func(t *testing.T) {
+			if reject(t, run) {
+				rejected++
+			}
+		})
+	}
+	t.Logf("%s: the checker rejected %d of %d runs of %v (seeds %d to %d)", name, rejected, controlRuns, b.Duration, b.Seed, b.Seed+controlRuns-1)
+	if 2*rejected <= controlRuns {
+		t.Fatalf("%s: the checker rejected only %d of %d runs of a broken variant; it must reject most", name, rejected, controlRuns)
+	}
+}
+
+// TestRedisControlClientSide runs the Redis checker on fenced writes that
+// decide in the client between a read and a write: it must reject most
+// runs.
+func TestRedisControlClientSide(t *testing.T) {
+	rejectsMost(t, "client-side read-then-write", func(t *testing.T, b Budget) bool {
+		res := runRedis(t, b, redisClientSide)
+		reportRedis(t, b, res)
+		return res.verdict.Result == porcupine.Illegal
+	})
+}
+
+// TestRedisControlNoRecord runs the Redis checker on writes whose retries
+// after a lost reply run as new writes: it must reject most runs.
+func TestRedisControlNoRecord(t *testing.T) {
+	rejectsMost(t, "writes retried without the retry record", func(t *testing.T, b Budget) bool {
+		before := doubled.Load()
+		res := runRedis(t, b, redisNoRecord)
+		reportRedis(t, b, res)
+		t.Logf("%d writes sent again as new writes", doubled.Load()-before)
+		return res.verdict.Result == porcupine.Illegal
+	})
 }
