@@ -9,20 +9,20 @@ import (
 	"github.com/fencekit/fencekit/internal/testenv"
 )
 
-// nemesis injects faults into the proxies until ctx ends, one every 5 to
-// 40 ms on a proxy chosen at random: a lost reply (the connection is cut
+// nemesis injects faults into the proxies until ctx ends, one every gap/8
+// to gap on a proxy chosen at random: a lost reply (the connection is cut
 // after the server ran the command), a reply held for hold (past the
 // client's read timeout), every connection cut, or a latency of up to 30
 // ms each way. It then clears the latency. Which faults actually happened
 // is counted by the proxies (Proxy.Faults); latency changes in latency.
-func nemesis(ctx context.Context, proxies []*testenv.Proxy, rng *rand.Rand, hold time.Duration, latency *atomic.Int64) {
+func nemesis(ctx context.Context, proxies []*testenv.Proxy, rng *rand.Rand, gap, hold time.Duration, latency *atomic.Int64) {
 	defer func() {
 		for _, p := range proxies {
 			p.SetLatency(0)
 		}
 	}()
 	for {
-		t := time.NewTimer(time.Duration(5+rng.IntN(35)) * time.Millisecond)
+		t := time.NewTimer(gap/8 + time.Duration(rng.Int64N(int64(gap-gap/8))))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -140,7 +140,7 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 	for w := range redisWorkers {
 		wg.Go(func() { r.worker(ctx, w) })
 	}
-	nemesis(ctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 2*redisReadLimit+50*time.Millisecond, &r.latency)
+	nemesis(ctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 40*time.Millisecond, 2*redisReadLimit+50*time.Millisecond, &r.latency)
 	wg.Wait()
 
 	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used()}
