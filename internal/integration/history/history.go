@@ -148,14 +148,60 @@ func rejected(model porcupine.Model, ops []porcupine.Operation) string {
 		}
 		sorted := slices.Clone(part)
 		slices.SortStableFunc(sorted, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
-		fmt.Fprintf(&b, "rejected partition of %d calls (times in ms since the start; open calls end at +inf):\n", len(sorted))
-		for _, op := range sorted {
+		k := shortestRejected(model, sorted)
+		fmt.Fprintf(&b, "rejected partition of %d calls (times in ms since the start; open calls end at +inf); the first %d calls are rejected already, the last of them is marked:\n", len(sorted), k)
+		for i, op := range sorted {
+			if i == k-1 {
+				b.WriteString("=>")
+			} else {
+				b.WriteString("  ")
+			}
 			ret := "+inf"
 			if op.Return != math.MaxInt64 {
 				ret = fmt.Sprintf("%.3f", float64(op.Return)/1e6)
 			}
-			fmt.Fprintf(&b, "  client %d  [%.3f, %s]  %s\n", op.ClientId, float64(op.Call)/1e6, ret, model.DescribeOperation(op.Input, op.Output))
+			fmt.Fprintf(&b, "client %d  [%.3f, %s]  %s\n", op.ClientId, float64(op.Call)/1e6, ret, model.DescribeOperation(op.Input, op.Output))
 		}
 	}
 	return b.String()
+}
+
+// shortestRejected returns the smallest k such that the calls invoked up
+// to sorted[k-1] are rejected on their own, each call still running then
+// taken as open (its output unknown): where in the history the checker first
+// gets stuck. sorted is in invocation order and rejected as a whole.
+func shortestRejected(model porcupine.Model, sorted []porcupine.Operation) int {
+	rejects := func(k int) bool {
+		at := sorted[k-1].Call
+		prefix := make([]porcupine.Operation, k)
+		for i, op := range sorted[:k] {
+			if op.Return > at {
+				op.Return = math.MaxInt64
+				op.Output = openOutput(op.Output)
+			}
+			prefix[i] = op
+		}
+		return porcupine.CheckOperationsTimeout(model, prefix, 10*time.Second) == porcupine.Illegal
+	}
+	lo, hi := 1, len(sorted)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if rejects(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// openOutput returns the output of an open call of the same kind as out.
+func openOutput(out any) any {
+	switch out.(type) {
+	case RedisOut:
+		return RedisOut{Status: Unknown}
+	case PgOut:
+		return PgOut{Status: Unknown}
+	}
+	return out
 }

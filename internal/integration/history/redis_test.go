@@ -369,7 +369,11 @@ func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersio
 		if !old.Exists {
 			st = NotFound
 		}
-		read.c.Return(RedisOut{Status: st, Data: string(old.Data), Version: old.Version})
+		if f := r.proxies[w].Faults(); f.Lost+f.Held > read.before.Lost+read.before.Held && r.lenient() {
+			read.c.Open(RedisOut{Status: Unknown})
+		} else {
+			read.c.Return(RedisOut{Status: st, Data: string(old.Data), Version: old.Version})
+		}
 		c := r.invoke(w, RedisIn{Key: key, Op: OpSetV, Fence: markOf(f), Expected: old.Version, Data: d})
 		write = &c
 		return []byte(d), nil
@@ -427,17 +431,22 @@ func (r *redisRun) outcome(w int, c redisCall, err error) RedisOut {
 	if hit && out.Status != Unknown {
 		r.retried.Add(1)
 	}
-	if hit && (lenientGet || r.variant != redisSound) && out.Status == Stale && c.op == OpGet {
-		out.Status = Unknown // the known defect: a retried Get may be refused after its first run was admitted
+	if hit && r.lenient() && c.op == OpGet {
+		out = RedisOut{Status: Unknown} // the known defect of retried Gets
 	}
 	return out
 }
 
-// lenientGet leaves open a fenced Get refused after it met a lost or held
-// reply, to look past the known defect of such a Get (its first run may
-// have been admitted) for other violations. FENCEKIT_CHECK_LENIENT_GET=1
-// sets it; the negative controls always do, so that only their own breakage
-// can make the checker reject them.
+// lenient reports whether a fenced Get that met a lost or held reply is left
+// open: the known defect of such a Get is that its retry runs afresh, so it
+// may be refused although its first run was admitted, or return the value
+// as of the retry although its first run's admission was seen earlier.
+func (r *redisRun) lenient() bool { return lenientGet || r.variant != redisSound }
+
+// lenientGet leaves open every fenced Get that met a lost or held reply, to
+// look past the known defect of such Gets for other violations.
+// FENCEKIT_CHECK_LENIENT_GET=1 sets it; the negative controls always do, so
+// that only their own breakage can make the checker reject them.
 var lenientGet = os.Getenv("FENCEKIT_CHECK_LENIENT_GET") == "1"
 
 // unknown counts the errors that left calls open, by their text, for the
