@@ -122,6 +122,9 @@ func Check(model porcupine.Model, ops []porcupine.Operation, timeout time.Durati
 	if dir == "" {
 		dir = os.TempDir()
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return v, fmt.Errorf("history: %w", err)
+	}
 	v.File = filepath.Join(dir, fmt.Sprintf("fencekit-%s-seed%d.html", name, seed))
 	if err := porcupine.VisualizePath(model, info, v.File); err != nil {
 		return v, fmt.Errorf("history: write %s: %w", v.File, err)
