@@ -112,13 +112,13 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 		t.Fatal(err)
 	}
 	t.Cleanup(locker.Close)
-	addr := testenv.Redis(t).Options().Addr
+	base := testenv.Redis(t).Options()
 	r := &redisRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker,
 		keys: newKeyRing(redisKeySlots, redisKeyOps, redisKeyOpen), dataPrefix: prefix + "d:", errs: map[string]int{}}
 	for range redisWorkers {
-		p := testenv.StartProxy(t, addr)
-		opt := &goredis.Options{Addr: p.Addr(), ReadTimeout: redisReadLimit, WriteTimeout: redisReadLimit,
-			DialTimeout: time.Second, PoolSize: 2, MaxRetries: 3}
+		p := testenv.StartProxy(t, base.Addr)
+		opt := &goredis.Options{Addr: p.Addr(), DB: base.DB, Username: base.Username, Password: base.Password,
+			ReadTimeout: redisReadLimit, WriteTimeout: redisReadLimit, DialTimeout: time.Second, PoolSize: 2, MaxRetries: 3}
 		if variant == redisNoRecord {
 			opt.MaxRetries = -1 // the hook below retries instead
 		}
