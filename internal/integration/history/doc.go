@@ -10,13 +10,18 @@
 //
 // Files:
 //   - history.go: the recorder of calls and the porcupine run, which writes
-//     an HTML view of a history it rejects;
+//     a rejected history as porcupine's HTML view and as text;
 //   - budget.go: how long a checker runs and with which seed
 //     (FENCEKIT_CHECK_TIME, FENCEKIT_CHECK_SEED);
 //   - redismodel.go, pgmodel.go: the sequential models, one versioned,
 //     fenced register per key or row, in which a refused call changes
 //     nothing;
-//   - the tests: the checkers themselves (redis_test.go,
-//     postgres_test.go) and their negative controls, broken variants that
-//     the checker must reject in most runs.
+//   - redis_test.go, postgres_test.go: the checkers, with their workloads;
+//     nemesis_test.go: the faults; keys_test.go: the keys in use;
+//   - controls_*_test.go: the negative controls, broken variants that the
+//     checker must reject in most runs; model_test.go: the models on
+//     histories small enough to judge by hand.
+//
+// The seed replays a run's random choices, not its timing: on a real
+// network and servers two runs with one seed differ.
 package history
