@@ -62,6 +62,14 @@ func (c Call) Return(out any) {
 	op.Output, op.Return = out, c.r.now()
 }
 
+// Note attaches a remark to the call, shown in the HTML view and the text
+// of a rejected history: a fault the call met, for example.
+func (c Call) Note(remark string) {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	c.r.ops[c.i].Metadata = remark
+}
+
 // Open records a call whose outcome is unknown: it stays open to the end of
 // the history, so the checker may place it anywhere after its invocation,
 // and out must be an output the model accepts for an applied call and for
@@ -163,7 +171,11 @@ func rejected(model porcupine.Model, ops []porcupine.Operation) string {
 			if op.Return != math.MaxInt64 {
 				ret = fmt.Sprintf("%.3f", float64(op.Return)/1e6)
 			}
-			fmt.Fprintf(&b, "client %d  [%.3f, %s]  %s\n", op.ClientId, float64(op.Call)/1e6, ret, model.DescribeOperation(op.Input, op.Output))
+			note := ""
+			if op.Metadata != nil {
+				note = fmt.Sprintf("  (%v)", op.Metadata)
+			}
+			fmt.Fprintf(&b, "client %d  [%.3f, %s]  %s%s\n", op.ClientId, float64(op.Call)/1e6, ret, model.DescribeOperation(op.Input, op.Output), note)
 		}
 	}
 	return b.String()

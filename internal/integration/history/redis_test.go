@@ -369,7 +369,11 @@ func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersio
 		if !old.Exists {
 			st = NotFound
 		}
-		if f := r.proxies[w].Faults(); f.Lost+f.Held > read.before.Lost+read.before.Held && r.lenient() {
+		hit := r.proxies[w].Faults().Lost+r.proxies[w].Faults().Held > read.before.Lost+read.before.Held
+		if hit {
+			read.c.Note("met a lost or held reply")
+		}
+		if hit && r.lenient() {
 			read.c.Open(RedisOut{Status: Unknown})
 		} else {
 			read.c.Return(RedisOut{Status: st, Data: string(old.Data), Version: old.Version})
@@ -428,8 +432,11 @@ func (r *redisRun) outcome(w int, c redisCall, err error) RedisOut {
 		out.Status = Unknown
 		r.unknown(err)
 	}
-	if hit && out.Status != Unknown {
-		r.retried.Add(1)
+	if hit {
+		c.c.Note("met a lost or held reply")
+		if out.Status != Unknown {
+			r.retried.Add(1)
+		}
 	}
 	if hit && r.lenient() && c.op == OpGet {
 		out = RedisOut{Status: Unknown} // the known defect of retried Gets
