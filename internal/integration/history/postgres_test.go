@@ -78,6 +78,7 @@ type pgRun struct {
 	leases   atomic.Int64
 	pauses   atomic.Int64
 	latency  atomic.Int64
+	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
 
 	mu   sync.Mutex
 	errs map[string]int
@@ -196,6 +197,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Logf("postgres: %d leases, %d pauses past a lease, %d stale refusals, %d version conflicts, %d aborted, %d latency changes",
 		r.leases.Load(), r.pauses.Load(), r.stale.Load(), r.conflict.Load(), r.aborted.Load(), r.latency.Load())
 	t.Logf("postgres: errors that left calls open: %v", r.errs)
+	checkUnmarked(t, "postgres", r.unmarked.Load())
 	return res
 }
 
@@ -431,6 +433,9 @@ func (r *pgRun) outcome(in PgIn, err error) PgOut {
 		out.Status = Unknown
 	default:
 		out.Status = Unknown
+		if in.Op != PgRead && !errors.Is(err, fence.ErrOutcomeUnknown) {
+			r.unmarked.Add(1)
+		}
 		msg := err.Error()
 		if i := strings.LastIndex(msg, ": "); i >= 0 {
 			msg = msg[i+2:]

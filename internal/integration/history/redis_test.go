@@ -66,6 +66,7 @@ type redisRun struct {
 	leases   atomic.Int64
 	pauses   atomic.Int64
 	latency  atomic.Int64 // latency changes
+	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
 
 	mu   sync.Mutex
 	errs map[string]int // errors that left calls open, by text
@@ -162,6 +163,7 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 	t.Logf("redis: %d leases, %d pauses past a lease, %d stale refusals, %d version conflicts, %d latency changes",
 		r.leases.Load(), r.pauses.Load(), r.stale.Load(), r.conflict.Load(), r.latency.Load())
 	t.Logf("redis: errors that left calls open: %v", r.errs)
+	checkUnmarked(t, "redis", r.unmarked.Load())
 	return res
 }
 
@@ -431,6 +433,9 @@ func (r *redisRun) outcome(w int, c redisCall, err error) RedisOut {
 	default:
 		out.Status = Unknown
 		r.unknown(err)
+		if c.op != OpLoad && !errors.Is(err, fence.ErrOutcomeUnknown) {
+			r.unmarked.Add(1)
+		}
 	}
 	if hit {
 		c.c.Note("met a lost or held reply")
