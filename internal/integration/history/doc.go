@@ -24,4 +24,16 @@
 //
 // The seed replays a run's random choices, not its timing: on a real
 // network and servers two runs with one seed differ.
+//
+// Settings, all from the environment:
+//   - FENCEKIT_CHECK_TIME: how long each checker generates calls (default
+//     4s, 2s under -short); the negative controls share it among their runs;
+//   - FENCEKIT_CHECK_SEED: the seed to replay;
+//   - FENCEKIT_HISTORY_DIR: where rejected histories are written;
+//   - FENCEKIT_CHECK_LENIENT_GET=1: leave open every fenced Get of the Redis
+//     store that met a lost or held reply, to look past the known defect of
+//     retried Gets for other violations;
+//   - FENCEKIT_CHECK_STRICT_UNKNOWN=1: fail a run in which a call that may
+//     have written ended in an error that does not match
+//     fence.ErrOutcomeUnknown.
 package history
