@@ -18,11 +18,11 @@ func controlRuns() int {
 
 // rejectsMost asserts that reject, run with controlRuns seeds, reports a
 // rejection in most of them. The runs share the budget, and last at least
-// two seconds each.
+// three seconds each: shorter runs of the subtler variants race too seldom.
 func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) bool) {
 	b := BudgetFor(t)
 	n := controlRuns()
-	b.Duration = max(b.Duration/time.Duration(n), 2*time.Second)
+	b.Duration = max(b.Duration/time.Duration(n), 3*time.Second)
 	rejected := 0
 	for i := range n {
 		run := Budget{Duration: b.Duration, Seed: b.Seed + uint64(i)}

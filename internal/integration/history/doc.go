@@ -31,7 +31,7 @@
 //   - FENCEKIT_CHECK_SEED: the seed to replay;
 //   - FENCEKIT_HISTORY_DIR: where rejected histories are written;
 //   - FENCEKIT_CHECK_LENIENT_GET=1: leave open every fenced Get of the Redis
-//     store that met a lost or held reply, to look past the known defect of
+//     store that may have been retried, to look past the known defect of
 //     retried Gets for other violations;
 //   - FENCEKIT_CHECK_STRICT_UNKNOWN=1: fail a run in which a call that may
 //     have written ended in an error that does not match
