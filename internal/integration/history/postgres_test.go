@@ -41,7 +41,7 @@ const (
 
 const (
 	pgWorkers   = 6
-	pgKeySlots  = 3
+	pgKeySlots  = 2
 	pgKeyOps    = 150
 	pgKeyOpen   = 10
 	pgRows      = 20000 // rows created up front; each key is one
@@ -232,11 +232,14 @@ func (r *pgRun) worker(ctx context.Context, w int) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
-		if rng.IntN(2) == 0 {
+		// Most often a read, then most often an optimistic write at the
+		// version last read (which may be older than the row's).
+		if rng.IntN(4) != 0 {
 			if out := r.read(cctx, w, key); out.Status == Ok {
 				lastVersion[key] = out.Version
 			}
-		} else {
+		}
+		if rng.IntN(3) != 0 {
 			in := PgIn{Key: key, Op: PgUV, Expected: lastVersion[key], Data: data()}
 			c := r.invoke(w, in)
 			v, err := pgTable.UpdateVersion(cctx, r.pools[w], key, in.Expected, postgres.Set("val", in.Data))
@@ -322,6 +325,10 @@ func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d s
 	var err error
 	if r.variant == pgReadOutside {
 		err = r.pools[w].QueryRow(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version)
+		// A client pays round trips between its read and its guarded
+		// write, and may be slow to send it: up to 10 ms here, as in the
+		// Redis store's client-side control.
+		time.Sleep(time.Duration(rand.IntN(10_000)) * time.Microsecond)
 		if err == nil {
 			err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, pgWriteSQL, key, d)
