@@ -13,6 +13,7 @@ replace github.com/fencekit/fencekit => ../..
 replace github.com/Azure/go-ansiterm => github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/jackc/pgx/v5 v5.12.0

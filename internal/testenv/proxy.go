@@ -10,8 +10,9 @@ import (
 // Proxy is a TCP proxy between clients and one server, for tests that need
 // real network faults: a reply lost on a connection that then breaks (what
 // makes go-redis retry a command the server already ran), a network that
-// stops carrying traffic, a slow network, and connections cut all at once
-// or refused for a while.
+// stops carrying traffic, a slow network, a reply held past the client's
+// read timeout, and connections cut all at once or refused for a while.
+// [Proxy.Faults] counts the faults actually injected.
 //
 // Every connection accepted on [Proxy.Addr] is forwarded to the target over
 // a connection of its own. The proxy is closed, with every connection, when
@@ -30,6 +31,24 @@ type Proxy struct {
 	closed bool
 	delay  time.Duration // added to every chunk, each way (SetLatency)
 	refuse time.Time     // new connections are reset until then (CutFor)
+
+	hold     func()        // armed by HoldNextReply; run once, then nil
+	holdFor  time.Duration // how long the held reply waits
+	holdArmd bool
+
+	faults ProxyFaults // what was actually done to traffic
+}
+
+// ProxyFaults counts the faults a [Proxy] actually injected, as opposed to
+// the ones it was asked for: an armed [Proxy.LoseNextReply] that no reply
+// came through counts nothing.
+type ProxyFaults struct {
+	// Lost counts replies dropped by LoseNextReply.
+	Lost int
+	// Held counts replies held by HoldNextReply.
+	Held int
+	// Cut counts connections cut by CutAll and CutFor, each once.
+	Cut int
 }
 
 // link is one client connection and its server connection.
@@ -42,12 +61,13 @@ type link struct {
 	isCut  bool
 }
 
-// cut closes both connections; it may be called any number of times.
-func (l *link) cut() {
+// cut closes both connections; it may be called any number of times, and
+// reports whether this call was the one that cut.
+func (l *link) cut() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isCut {
-		return
+		return false
 	}
 	l.isCut = true
 	close(l.done)
@@ -55,6 +75,7 @@ func (l *link) cut() {
 	if l.server != nil {
 		_ = l.server.Close()
 	}
+	return true
 }
 
 // connect attaches the server connection s, or closes s and reports false
@@ -104,6 +125,27 @@ func (p *Proxy) LoseNextReply(then func()) {
 	p.mu.Unlock()
 }
 
+// HoldNextReply arms the proxy once: the next bytes that any server sends
+// are held for d before they are forwarded, on that connection only, while
+// its other direction keeps flowing. A client whose read timeout is shorter
+// than d gives up on the reply (go-redis then closes the connection and
+// retries the command on another), and the held bytes go nowhere; a
+// patient client gets them late. then (if not nil) runs on the proxy's
+// goroutine when the hold begins, as with [Proxy.LoseNextReply]. Arming
+// again before a reply is held replaces d and then.
+func (p *Proxy) HoldNextReply(d time.Duration, then func()) {
+	p.mu.Lock()
+	p.hold, p.holdFor, p.holdArmd = then, d, true
+	p.mu.Unlock()
+}
+
+// Faults returns the faults the proxy has injected so far.
+func (p *Proxy) Faults() ProxyFaults {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faults
+}
+
 // Block stops the proxy from carrying traffic, like a network partition:
 // bytes already sent are held, not delivered, and new connections are
 // accepted but not forwarded. Connections stay open, so clients see timeouts
@@ -136,9 +178,15 @@ func (p *Proxy) CutAll() {
 		links = append(links, l)
 	}
 	p.mu.Unlock()
+	n := 0
 	for _, l := range links {
-		l.cut()
+		if l.cut() {
+			n++
+		}
 	}
+	p.mu.Lock()
+	p.faults.Cut += n
+	p.mu.Unlock()
 }
 
 // SetLatency delays every chunk of bytes, in each direction, by d from
@@ -236,7 +284,7 @@ func (p *Proxy) serve(l *link) {
 // copy forwards src to dst until an error or a cut, then cuts l.
 // fromServer marks the direction that LoseNextReply acts on.
 func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
-	defer l.cut()
+	defer func() { l.cut() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -250,6 +298,14 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
 						then()
 					}
 					return // the reply is dropped and the connection cut
+				}
+				if d, then, ok := p.takeHold(); ok {
+					if then != nil {
+						then()
+					}
+					if !p.pause(l, d) {
+						return
+					}
 				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -270,7 +326,32 @@ func (p *Proxy) takeLose() (func(), bool) {
 	}
 	then := p.lose
 	p.lose, p.armed = nil, false
+	p.faults.Lost++
 	return then, true
+}
+
+func (p *Proxy) takeHold() (time.Duration, func(), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.holdArmd {
+		return 0, nil, false
+	}
+	d, then := p.holdFor, p.hold
+	p.hold, p.holdFor, p.holdArmd = nil, 0, false
+	p.faults.Held++
+	return d, then, true
+}
+
+// pause waits d; it reports false once l is cut.
+func (p *Proxy) pause(l *link, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.done:
+		return false
+	}
 }
 
 // sleep waits out the latency of a chunk read at read; it reports false

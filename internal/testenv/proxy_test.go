@@ -215,3 +215,52 @@ func TestProxyCutFor(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestProxyHoldNextReply checks that the next reply is held for the given
+// time (a client with a shorter read deadline times out), then delivered,
+// and that Faults counts the hold, a lost reply and the connections cut.
+func TestProxyHoldNextReply(t *testing.T) {
+	target, _ := echoServer(t)
+	p := StartProxy(t, target)
+	c := dial(t, p.Addr())
+	if _, err := roundTrip(c, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool
+	const hold = 300 * time.Millisecond
+	p.HoldNextReply(hold, func() { ran.Store(true) })
+	start := time.Now()
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read during the hold = %d, %v; want a timeout", n, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after the hold: %q, %v; want the held bytes", buf, err)
+	}
+	if took := time.Since(start); took < hold {
+		t.Fatalf("held reply arrived after %v; want at least %v", took, hold)
+	}
+	if !ran.Load() {
+		t.Fatal("then did not run")
+	}
+	if got, err := roundTrip(c, "next"); err != nil || got != "next" {
+		t.Fatalf("after the hold: %q, %v; want the proxy disarmed", got, err)
+	}
+	p.LoseNextReply(nil)
+	if _, err := roundTrip(c, "lost"); err == nil {
+		t.Fatal("the reply arrived; want it lost")
+	}
+	d := dial(t, p.Addr())
+	if _, err := roundTrip(d, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.CutAll()
+	if f := p.Faults(); f != (ProxyFaults{Lost: 1, Held: 1, Cut: 1}) {
+		t.Fatalf("Faults() = %+v; want one lost, one held, one cut", f)
+	}
+}

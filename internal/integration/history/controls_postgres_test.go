@@ -1,0 +1,28 @@
+package history
+
+import (
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// TestPostgresControlNoGuard runs the PostgreSQL checker on an Exec whose
+// write runs without the guard: it must reject most runs.
+func TestPostgresControlNoGuard(t *testing.T) {
+	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) bool {
+		res := runPostgres(t, b, pgNoGuard)
+		reportPostgres(t, b, res)
+		return res.verdict.Result == porcupine.Illegal
+	})
+}
+
+// TestPostgresControlReadOutside runs the PostgreSQL checker on an InTx
+// read-modify-write whose read runs before the guarded transaction: it
+// must reject most runs.
+func TestPostgresControlReadOutside(t *testing.T) {
+	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) bool {
+		res := runPostgres(t, b, pgReadOutside)
+		reportPostgres(t, b, res)
+		return res.verdict.Result == porcupine.Illegal
+	})
+}

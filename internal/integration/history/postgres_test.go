@@ -1,0 +1,476 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/migrations"
+	"github.com/fencekit/fencekit/storage/postgres"
+)
+
+// pgVariant selects what the workers run: the guards as they are, or a
+// deliberately broken variant that the checker must reject.
+type pgVariant int
+
+const (
+	// pgSound is the guards as shipped.
+	pgSound pgVariant = iota
+	// pgNoGuard runs Exec's write without the guard.
+	pgNoGuard
+	// pgReadOutside reads the row for InTx's read-modify-write before the
+	// guarded transaction, not in it.
+	pgReadOutside
+)
+
+const (
+	pgWorkers   = 6
+	pgKeySlots  = 2
+	pgKeyOps    = 150
+	pgKeyOpen   = 10
+	pgRows      = 20000 // rows created up front; each key is one
+	pgCallLimit = time.Second
+	pgHold      = 300 * time.Millisecond
+)
+
+const (
+	pgReadSQL = `SELECT k.val, k.version, k.fence_token, k.fence_holder, g.token, g.holder
+FROM kv k LEFT JOIN fencekit_guard g ON g.resource = $2 WHERE k.key = $1`
+	pgLockedReadSQL = `SELECT val, version FROM kv WHERE key = $1 FOR UPDATE`
+	pgSharedReadSQL = `SELECT val, version FROM kv WHERE key = $1 FOR SHARE`
+	pgWriteSQL      = `UPDATE kv SET val = $2, version = version + 1 WHERE key = $1`
+)
+
+var pgTable = postgres.Table{Name: pgx.Identifier{"kv"}, Key: "key"}
+
+type pgRun struct {
+	t       testing.TB
+	b       Budget
+	variant pgVariant
+	rec     *Recorder
+	locker  *lock.Locker
+	keys    *keyRing
+
+	proxies []*testenv.Proxy
+	pools   []*pgxpool.Pool
+	admin   *pgxpool.Pool
+
+	kills    atomic.Int64
+	stale    atomic.Int64
+	conflict atomic.Int64
+	aborted  atomic.Int64
+	leases   atomic.Int64
+	pauses   atomic.Int64
+	latency  atomic.Int64
+	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
+
+	mu   sync.Mutex
+	errs map[string]int
+}
+
+type pgResult struct {
+	ops     []porcupine.Operation
+	calls   int
+	open    int
+	keys    int
+	faults  testenv.ProxyFaults
+	kills   int64
+	verdict Verdict
+}
+
+func TestPostgresLinearizable(t *testing.T) {
+	b := BudgetFor(t)
+	res := runPostgres(t, b, pgSound)
+	reportPostgres(t, b, res)
+	if res.faults.Lost+res.faults.Held+res.faults.Cut+int(res.kills) == 0 {
+		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
+	}
+	switch res.verdict.Result {
+	case porcupine.Illegal:
+		t.Fatalf("PostgreSQL guard history is not linearizable (seed %d, replay with FENCEKIT_CHECK_SEED=%d); history: %s, rejected rows: %s",
+			b.Seed, b.Seed, res.verdict.File, res.verdict.Text)
+	case porcupine.Unknown:
+		t.Fatalf("the checker ran out of time on the history (seed %d)", b.Seed)
+	}
+}
+
+func reportPostgres(t testing.TB, b Budget, res pgResult) {
+	t.Helper()
+	t.Logf("postgres: %d calls on %d rows in %v (%d left open), faults injected: %d backends terminated, %d replies lost, %d held for %v, %d connections cut; checked in %v: %s",
+		res.calls, res.keys, b.Duration, res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
+}
+
+func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
+	t.Helper()
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	db := stdlib.OpenDBFromPool(admin)
+	if err := migrations.Up(ctx, db); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	_ = db.Close()
+	for _, sql := range []string{
+		`CREATE TABLE kv (key text PRIMARY KEY, val text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 0, fence_token bigint, fence_holder text)`,
+		`INSERT INTO kv (key) SELECT 'k' || i FROM generate_series(1, ` + strconv.Itoa(pgRows) + `) AS i`,
+	} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	prefix := testenv.Prefix(t)
+	locker, err := lock.New(testenv.Redis(t), lock.WithPrefix(prefix+"l:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(locker.Close)
+
+	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
+	r := &pgRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin,
+		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
+	for range pgWorkers {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := testenv.StartProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+		host, port, _ := net.SplitHostPort(p.Addr())
+		n, _ := strconv.Atoi(port)
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, b.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range pgWorkers {
+		wg.Go(func() { r.worker(rctx, w) })
+	}
+	wg.Go(func() { r.killer(rctx, app, rand.New(rand.NewPCG(b.Seed, 1<<33))) })
+	nemesis(rctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 150*time.Millisecond, pgHold, &r.latency)
+	wg.Wait()
+
+	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used()}
+	res.calls, res.open = r.rec.Counts()
+	for _, p := range r.proxies {
+		f := p.Faults()
+		res.faults.Lost += f.Lost
+		res.faults.Held += f.Held
+		res.faults.Cut += f.Cut
+	}
+	name := "postgres"
+	if variant != pgSound {
+		name = fmt.Sprintf("postgres-control%d", variant)
+	}
+	res.verdict, err = Check(PgModel.ToModel(), res.ops, 3*time.Minute, name, b.Seed)
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("postgres: %d leases, %d pauses past a lease, %d stale refusals, %d version conflicts, %d aborted, %d latency changes",
+		r.leases.Load(), r.pauses.Load(), r.stale.Load(), r.conflict.Load(), r.aborted.Load(), r.latency.Load())
+	t.Logf("postgres: errors that left calls open: %v", r.errs)
+	checkUnmarked(t, "postgres", r.unmarked.Load())
+	return res
+}
+
+// killer terminates one of the workers' backends every 100 to 500 ms.
+func (r *pgRun) killer(ctx context.Context, app string, rng *rand.Rand) {
+	for {
+		t := time.NewTimer(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var killed bool
+		err := r.admin.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM
+			(SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1) AS victim`, app).Scan(&killed)
+		if err == nil && killed {
+			r.kills.Add(1)
+		}
+	}
+}
+
+func (r *pgRun) worker(ctx context.Context, w int) {
+	rng := rand.New(rand.NewPCG(r.b.Seed, uint64(w)))
+	seq := 0
+	data := func() string { seq++; return fmt.Sprintf("w%d.%d", w, seq) }
+	lastVersion := map[string]int64{}
+	for ctx.Err() == nil {
+		key := r.keys.pick(rng)
+		if rng.IntN(2) == 0 {
+			r.session(ctx, w, rng, key, data)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		// Most often a read, then most often an optimistic write at the
+		// version last read (which may be older than the row's).
+		if rng.IntN(4) != 0 {
+			if out := r.read(cctx, w, key); out.Status == Ok {
+				lastVersion[key] = out.Version
+			}
+		}
+		if rng.IntN(3) != 0 {
+			in := PgIn{Key: key, Op: PgUV, Expected: lastVersion[key], Data: data()}
+			c := r.invoke(w, in)
+			v, err := pgTable.UpdateVersion(cctx, r.pools[w], key, in.Expected, postgres.Set("val", in.Data))
+			out := r.outcome(in, err)
+			if out.Status == Ok {
+				out.Version = v
+			}
+			r.finish(c, out)
+		}
+		cancel()
+	}
+}
+
+func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, data func() string) {
+	ttl := time.Duration(50+rng.IntN(100)) * time.Millisecond
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	lease, err := r.locker.Acquire(actx, "r-"+key, ttl)
+	cancel()
+	if err != nil {
+		return
+	}
+	r.leases.Add(1)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = lease.Release(rctx)
+		cancel()
+	}()
+	f := lease.Fence()
+	for range 1 + rng.IntN(4) {
+		if rng.IntN(5) == 0 {
+			r.pauses.Add(1)
+			time.Sleep(ttl + time.Duration(rng.IntN(30))*time.Millisecond)
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		var out PgOut
+		switch n := rng.IntN(100); {
+		case n < 25:
+			out = r.txRMW(cctx, w, key, f, data())
+		case n < 35:
+			out = r.txRead(cctx, w, key, f)
+		case n < 45:
+			out = r.query(cctx, w, key, f)
+		case n < 65:
+			out = r.exec(cctx, w, key, f, data())
+		case n < 85:
+			in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: data()}
+			c := r.invoke(w, in)
+			err := pgTable.Update(cctx, r.pools[w], f, key, postgres.Set("val", in.Data))
+			out = r.finish(c, r.outcome(in, err))
+		default:
+			in := PgIn{Key: key, Op: PgRowMark, Fence: markOf(f)}
+			c := r.invoke(w, in)
+			err := pgTable.Update(cctx, r.pools[w], f, key)
+			out = r.finish(c, r.outcome(in, err))
+		}
+		cancel()
+		if out.Status == Stale {
+			return
+		}
+	}
+}
+
+func (r *pgRun) read(ctx context.Context, w int, key string) PgOut {
+	in := PgIn{Key: key, Op: PgRead}
+	c := r.invoke(w, in)
+	var out PgOut
+	var rtok, gtok *int64
+	var rhold, ghold *string
+	err := r.pools[w].QueryRow(ctx, pgReadSQL, key, "r-"+key).Scan(&out.Data, &out.Version, &rtok, &rhold, &gtok, &ghold)
+	res := r.outcome(in, err)
+	if res.Status != Ok {
+		return r.finish(c, res)
+	}
+	out.Status = Ok
+	out.Row, out.Guard = markFrom(rtok, rhold), markFrom(gtok, ghold)
+	return r.finish(c, out)
+}
+
+func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d}
+	c := r.invoke(w, in)
+	var old PgOut
+	var err error
+	if r.variant == pgReadOutside {
+		err = r.pools[w].QueryRow(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version)
+		// A client pays round trips between its read and its guarded
+		// write, and may be slow to send it: up to 10 ms here, as in the
+		// Redis store's client-side control.
+		time.Sleep(time.Duration(rand.IntN(10_000)) * time.Microsecond)
+		if err == nil {
+			err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, pgWriteSQL, key, d)
+				return err
+			})
+		}
+	} else {
+		err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, pgWriteSQL, key, d)
+			return err
+		})
+	}
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = old.Data, old.Version
+	}
+	return r.finish(c, out)
+}
+
+func (r *pgRun) txRead(ctx context.Context, w int, key string, f fence.Fence) PgOut {
+	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
+	c := r.invoke(w, in)
+	var got PgOut
+	err := postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, pgSharedReadSQL, key).Scan(&got.Data, &got.Version)
+	})
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = got.Data, got.Version
+	}
+	return r.finish(c, out)
+}
+
+func (r *pgRun) query(ctx context.Context, w int, key string, f fence.Fence) PgOut {
+	in := PgIn{Key: key, Op: PgQuery, Fence: markOf(f)}
+	c := r.invoke(w, in)
+	var got PgOut
+	rows := 0
+	err := postgres.Query(ctx, r.pools[w], f, postgres.Statement{SQL: pgSharedReadSQL, Args: []any{key}}, func(rs pgx.Rows) error {
+		for rs.Next() {
+			rows++
+			if err := rs.Scan(&got.Data, &got.Version); err != nil {
+				return err
+			}
+		}
+		return rs.Err()
+	})
+	if err == nil && rows != 1 {
+		err = fmt.Errorf("history: query read %d rows of %s", rows, key)
+	}
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = got.Data, got.Version
+	}
+	return r.finish(c, out)
+}
+
+func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
+	in := PgIn{Key: key, Op: PgExec, Fence: markOf(f), Data: d}
+	c := r.invoke(w, in)
+	var err error
+	if r.variant == pgNoGuard {
+		_, err = r.pools[w].Exec(ctx, pgWriteSQL, key, d)
+	} else {
+		_, err = postgres.Exec(ctx, r.pools[w], f, postgres.Statement{SQL: pgWriteSQL, Args: []any{key, d}})
+	}
+	return r.finish(c, r.outcome(in, err))
+}
+
+type pgCall struct {
+	c   Call
+	key string
+}
+
+func (r *pgRun) invoke(w int, in PgIn) pgCall {
+	return pgCall{c: r.rec.Invoke(w, in), key: in.Key}
+}
+
+// outcome classifies err: ok, stale (with the mark it lost to, the guard's
+// or the row's by the call), conflict, aborted (ErrRetryable: rolled back),
+// or unknown for everything else.
+func (r *pgRun) outcome(in PgIn, err error) PgOut {
+	var out PgOut
+	var stale *fence.StaleError
+	var conflict *fence.ConflictError
+	switch {
+	case err == nil:
+		out.Status = Ok
+	case errors.As(err, &stale):
+		m := Mark{Token: int64(stale.HighWater.Token), Holder: stale.HighWater.Holder}
+		out.Status = Stale
+		if in.Op == PgRowUpd || in.Op == PgRowMark {
+			out.Row = m
+		} else {
+			out.Guard = m
+		}
+		r.stale.Add(1)
+	case errors.As(err, &conflict):
+		out.Status, out.Version = Conflict, conflict.Actual
+		r.conflict.Add(1)
+	case errors.Is(err, postgres.ErrRetryable):
+		out.Status = Aborted
+		r.aborted.Add(1)
+	case errors.Is(err, fence.ErrNotFound), errors.Is(err, fence.ErrInvalid), errors.Is(err, postgres.ErrNotMigrated):
+		r.t.Errorf("%s on %s: %v", in.Op, in.Key, err)
+		out.Status = Unknown
+	default:
+		out.Status = Unknown
+		if in.Op != PgRead && !errors.Is(err, fence.ErrOutcomeUnknown) {
+			r.unmarked.Add(1)
+		}
+		msg := err.Error()
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		r.mu.Lock()
+		r.errs[msg]++
+		r.mu.Unlock()
+	}
+	return out
+}
+
+func (r *pgRun) finish(c pgCall, out PgOut) PgOut {
+	if out.Status == Unknown {
+		c.c.Open(out)
+		r.keys.opened(c.key)
+		return out
+	}
+	c.c.Return(out)
+	return out
+}
+
+func markFrom(tok *int64, holder *string) Mark {
+	var m Mark
+	if tok != nil {
+		m.Token = *tok
+	}
+	if holder != nil {
+		m.Holder = *holder
+	}
+	return m
+}

@@ -1,0 +1,497 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/lock"
+	fkredis "github.com/fencekit/fencekit/storage/redis"
+)
+
+// redisVariant selects what the workers run: the store as it is, or a
+// deliberately broken variant that the checker must reject.
+type redisVariant int
+
+const (
+	// redisSound is the store as shipped.
+	redisSound redisVariant = iota
+	// redisClientSide replaces the fenced writes' script with a client-side
+	// read-then-write: read the mark and version, decide, then write.
+	redisClientSide
+	// redisNoRecord retries writes whose reply was lost as new writes, as a
+	// store without the retry record would run them.
+	redisNoRecord
+)
+
+const (
+	redisWorkers   = 6
+	redisKeySlots  = 3   // keys in use at once
+	redisKeyOps    = 150 // calls after which a key is retired
+	redisKeyOpen   = 6   // open calls after which a key is retired
+	redisReadLimit = 200 * time.Millisecond
+	redisCallLimit = time.Second
+)
+
+// redisRun is one run of the Redis checker.
+type redisRun struct {
+	t       testing.TB
+	b       Budget
+	variant redisVariant
+	rec     *Recorder
+	locker  *lock.Locker
+	keys    *keyRing
+
+	dataPrefix string // the stores' key prefix
+
+	proxies []*testenv.Proxy
+	stores  []*fkredis.Store
+	clients []*goredis.Client
+
+	retried  atomic.Int64 // calls that may have been retried (see mayHaveRetried) and got a definite answer
+	stale    atomic.Int64
+	conflict atomic.Int64
+	leases   atomic.Int64
+	pauses   atomic.Int64
+	latency  atomic.Int64 // latency changes
+	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
+
+	mu   sync.Mutex
+	errs map[string]int // errors that left calls open, by text
+}
+
+// redisResult sums up a run.
+type redisResult struct {
+	ops     []porcupine.Operation
+	calls   int
+	open    int
+	keys    int
+	faults  testenv.ProxyFaults
+	retried int64
+	verdict Verdict
+}
+
+func TestRedisLinearizable(t *testing.T) {
+	b := BudgetFor(t)
+	res := runRedis(t, b, redisSound)
+	reportRedis(t, b, res)
+	if res.faults.Lost+res.faults.Held+res.faults.Cut == 0 {
+		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
+	}
+	switch res.verdict.Result {
+	case porcupine.Illegal:
+		t.Fatalf("Redis store history is not linearizable (seed %d, replay with FENCEKIT_CHECK_SEED=%d); history: %s, rejected keys: %s",
+			b.Seed, b.Seed, res.verdict.File, res.verdict.Text)
+	case porcupine.Unknown:
+		t.Fatalf("the checker ran out of time on the history (seed %d)", b.Seed)
+	}
+}
+
+func reportRedis(t testing.TB, b Budget, res redisResult) {
+	t.Helper()
+	t.Logf("redis: %d calls on %d keys in %v (%d left open), faults injected: %d replies lost, %d held past the read timeout, %d connections cut; %d calls that may have been retried (a fault on their connection, or slower than the read timeout) got a definite answer; checked in %v: %s",
+		res.calls, res.keys, b.Duration, res.open, res.faults.Lost, res.faults.Held, res.faults.Cut, res.retried, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
+}
+
+func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
+	t.Helper()
+	prefix := testenv.Prefix(t)
+	locker, err := lock.New(testenv.Redis(t), lock.WithPrefix(prefix+"l:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(locker.Close)
+	base := testenv.Redis(t).Options()
+	r := &redisRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker,
+		keys: newKeyRing(redisKeySlots, redisKeyOps, redisKeyOpen), dataPrefix: prefix + "d:", errs: map[string]int{}}
+	for range redisWorkers {
+		p := testenv.StartProxy(t, base.Addr)
+		opt := &goredis.Options{Addr: p.Addr(), DB: base.DB, Username: base.Username, Password: base.Password,
+			ReadTimeout: redisReadLimit, WriteTimeout: redisReadLimit, DialTimeout: time.Second, PoolSize: 2, MaxRetries: 3}
+		if variant == redisNoRecord {
+			opt.MaxRetries = -1 // the hook below retries instead
+		}
+		c := goredis.NewClient(opt)
+		if variant == redisNoRecord {
+			c.AddHook(freshIDRetries{})
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := fkredis.New(c, fkredis.WithPrefix(r.dataPrefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.proxies, r.clients, r.stores = append(r.proxies, p), append(r.clients, c), append(r.stores, s)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), b.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range redisWorkers {
+		wg.Go(func() { r.worker(ctx, w) })
+	}
+	nemesis(ctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 40*time.Millisecond, 2*redisReadLimit+50*time.Millisecond, &r.latency)
+	wg.Wait()
+
+	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used()}
+	res.calls, res.open = r.rec.Counts()
+	for _, p := range r.proxies {
+		f := p.Faults()
+		res.faults.Lost += f.Lost
+		res.faults.Held += f.Held
+		res.faults.Cut += f.Cut
+	}
+	name := "redis"
+	if variant != redisSound {
+		name = fmt.Sprintf("redis-control%d", variant)
+	}
+	res.verdict, err = Check(RedisModel.ToModel(), res.ops, 3*time.Minute, name, b.Seed)
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("redis: %d leases, %d pauses past a lease, %d stale refusals, %d version conflicts, %d latency changes",
+		r.leases.Load(), r.pauses.Load(), r.stale.Load(), r.conflict.Load(), r.latency.Load())
+	t.Logf("redis: errors that left calls open: %v", r.errs)
+	checkUnmarked(t, "redis", r.unmarked.Load())
+	return res
+}
+
+// worker runs random calls until ctx ends: fenced sessions under a real
+// lease, and unfenced optimistic calls.
+func (r *redisRun) worker(ctx context.Context, w int) {
+	rng := rand.New(rand.NewPCG(r.b.Seed, uint64(w)))
+	seq := 0
+	data := func() string { seq++; return fmt.Sprintf("w%d.%d", w, seq) }
+	lastVersion := map[string]int64{}
+	for ctx.Err() == nil {
+		key := r.keys.pick(rng)
+		if rng.IntN(2) == 0 {
+			r.session(ctx, w, rng, key, data, lastVersion)
+			continue
+		}
+		r.unfenced(w, rng, key, data, lastVersion)
+	}
+}
+
+// session takes a lease on key's resource and runs up to four fenced calls
+// under its fence, sometimes pausing past the lease first. A holder told
+// that it is stale stops.
+func (r *redisRun) session(ctx context.Context, w int, rng *rand.Rand, key string, data func() string, lastVersion map[string]int64) {
+	ttl := time.Duration(50+rng.IntN(100)) * time.Millisecond
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	lease, err := r.locker.Acquire(actx, key, ttl)
+	cancel()
+	if err != nil {
+		return
+	}
+	r.leases.Add(1)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = lease.Release(rctx)
+		cancel()
+	}()
+	f := lease.Fence()
+	for range 1 + rng.IntN(4) {
+		if rng.IntN(5) == 0 {
+			// Wake up just past the lease, when the next holder is likely
+			// to be taking over.
+			r.pauses.Add(1)
+			time.Sleep(ttl + time.Duration(rng.IntN(30))*time.Millisecond)
+		}
+		var out RedisOut
+		switch n := rng.IntN(100); {
+		case n < 30:
+			out = r.get(w, key, f, lastVersion)
+		case n < 50:
+			out = r.set(w, key, f, -1, data())
+		case n < 65:
+			out = r.set(w, key, f, lastVersion[key], data())
+		case n < 75:
+			out = r.del(w, key, f)
+		default:
+			out = r.update(w, key, f, data(), lastVersion)
+		}
+		if out.Status == Stale {
+			return
+		}
+	}
+}
+
+func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() string, lastVersion map[string]int64) {
+	s := r.stores[w]
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	switch n := rng.IntN(100); {
+	case n < 30:
+		in := RedisIn{Key: key, Op: OpLoad}
+		c := r.invoke(w, in)
+		v, err := s.Load(ctx, key)
+		out := r.outcome(w, c, err)
+		if out.Status == Ok || out.Status == NotFound {
+			out.Data, out.Version = string(v.Data), v.Version
+			lastVersion[key] = v.Version
+		}
+		r.finish(c, out)
+	case n < 55:
+		d := data()
+		in := RedisIn{Key: key, Op: OpCAS, Expected: lastVersion[key], Data: d}
+		c := r.invoke(w, in)
+		v, err := s.CompareAndSet(ctx, key, in.Expected, []byte(d))
+		out := r.outcome(w, c, err)
+		if out.Status == Ok {
+			out.Version = v
+		}
+		r.finish(c, out)
+	case n < 65:
+		in := RedisIn{Key: key, Op: OpCAD, Expected: lastVersion[key]}
+		c := r.invoke(w, in)
+		v, err := s.CompareAndDelete(ctx, key, in.Expected)
+		out := r.outcome(w, c, err)
+		if out.Status == Ok {
+			out.Version = v
+		}
+		r.finish(c, out)
+	default:
+		r.modify(ctx, w, key, data())
+	}
+}
+
+// modify runs Modify and records its steps: each attempt's Load, from the
+// end of the previous attempt to the call of fn, and each attempt's
+// compare-and-set, from the call of fn to the next call of fn (a conflict)
+// or to Modify's return.
+func (r *redisRun) modify(ctx context.Context, w int, key, d string) {
+	load := r.invoke(w, RedisIn{Key: key, Op: OpLoad})
+	var cas *redisCall
+	v, err := r.stores[w].Modify(ctx, key, 3, func(old fkredis.Value) ([]byte, error) {
+		if cas != nil {
+			// The previous attempt's write met a conflict, then this
+			// attempt's load ran: both within [cas invoked, now]. The
+			// conflict's version is not reported.
+			cas.c.Return(RedisOut{Status: Conflict, Version: -1})
+			load = redisCall{c: r.rec.InvokeSince(w, RedisIn{Key: key, Op: OpLoad}, cas.c), key: key}
+		}
+		st := Ok
+		if !old.Exists {
+			st = NotFound
+		}
+		load.c.Return(RedisOut{Status: st, Data: string(old.Data), Version: old.Version})
+		c := r.invoke(w, RedisIn{Key: key, Op: OpCAS, Expected: old.Version, Data: d})
+		cas = &c
+		return []byte(d), nil
+	})
+	if cas == nil {
+		// The first load failed; an unfenced read changes nothing.
+		load.c.Open(RedisOut{Status: Unknown})
+		return
+	}
+	out := r.outcome(w, *cas, err)
+	if out.Status == Ok {
+		out.Version = v.Version
+	}
+	r.finish(*cas, out)
+}
+
+func (r *redisRun) get(w int, key string, f fence.Fence, lastVersion map[string]int64) RedisOut {
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	c := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
+	v, err := r.stores[w].Get(ctx, f, key)
+	out := r.outcome(w, c, err)
+	if out.Status == Ok || out.Status == NotFound {
+		out.Data, out.Version = string(v.Data), v.Version
+		lastVersion[key] = v.Version
+	}
+	return r.finish(c, out)
+}
+
+// set is Set, or SetIfVersion when expected is not negative.
+func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d string) RedisOut {
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	in := RedisIn{Key: key, Op: OpSet, Fence: markOf(f), Data: d}
+	if expected >= 0 {
+		in.Op, in.Expected = OpSetV, expected
+	}
+	c := r.invoke(w, in)
+	var v int64
+	var err error
+	switch {
+	case r.variant == redisClientSide:
+		v, err = clientSideSet(ctx, r.clients[w], r.keyOf(key), f, expected, d)
+	case expected >= 0:
+		v, err = r.stores[w].SetIfVersion(ctx, f, key, expected, []byte(d))
+	default:
+		v, err = r.stores[w].Set(ctx, f, key, []byte(d))
+	}
+	out := r.outcome(w, c, err)
+	if out.Status == Ok {
+		out.Version = v
+	}
+	return r.finish(c, out)
+}
+
+func (r *redisRun) del(w int, key string, f fence.Fence) RedisOut {
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	c := r.invoke(w, RedisIn{Key: key, Op: OpDel, Fence: markOf(f)})
+	err := r.stores[w].Delete(ctx, f, key)
+	return r.finish(c, r.outcome(w, c, err))
+}
+
+// update runs Update and records its two steps: the fenced read, up to the
+// call of fn, and the version-checked fenced write, from the call of fn to
+// Update's return. The client-side variant runs the two steps itself, with
+// its broken write.
+func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersion map[string]int64) RedisOut {
+	if r.variant == redisClientSide {
+		out := r.get(w, key, f, lastVersion)
+		if out.Status != Ok && out.Status != NotFound {
+			return out
+		}
+		return r.set(w, key, f, out.Version, d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	read := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
+	var write *redisCall
+	v, err := r.stores[w].Update(ctx, f, key, func(old fkredis.Value) ([]byte, error) {
+		st := Ok
+		if !old.Exists {
+			st = NotFound
+		}
+		hit := r.mayHaveRetried(w, read)
+		if hit {
+			read.c.Note("may have been retried")
+		}
+		if hit && r.lenient() {
+			read.c.Open(RedisOut{Status: Unknown})
+		} else {
+			read.c.Return(RedisOut{Status: st, Data: string(old.Data), Version: old.Version})
+		}
+		c := r.invoke(w, RedisIn{Key: key, Op: OpSetV, Fence: markOf(f), Expected: old.Version, Data: d})
+		write = &c
+		return []byte(d), nil
+	})
+	if write == nil {
+		return r.finish(read, r.outcome(w, read, err))
+	}
+	out := r.outcome(w, *write, err)
+	if out.Status == Ok {
+		out.Version = v.Version
+	}
+	return r.finish(*write, out)
+}
+
+// redisCall is a recorded call with the worker's proxy faults and the time
+// at its invocation, to tell which calls met a fault.
+type redisCall struct {
+	c      Call
+	before testenv.ProxyFaults
+	start  time.Time
+	key    string
+	op     string
+}
+
+func (r *redisRun) invoke(w int, in RedisIn) redisCall {
+	return redisCall{c: r.rec.Invoke(w, in), before: r.proxies[w].Faults(), start: time.Now(), key: in.Key, op: in.Op}
+}
+
+// mayHaveRetried reports whether go-redis may have sent c's command again
+// since c was invoked: its proxy lost or held a reply or cut its
+// connections meanwhile, or the call took longer than the read timeout
+// (a slow reply is retried too).
+func (r *redisRun) mayHaveRetried(w int, c redisCall) bool {
+	f := r.proxies[w].Faults()
+	return f.Lost+f.Held+f.Cut > c.before.Lost+c.before.Held+c.before.Cut || time.Since(c.start) >= redisReadLimit
+}
+
+// outcome classifies err: a definite answer (ok, not found, stale,
+// conflict), or unknown for everything else: network errors, ended
+// contexts, errors matching fence.ErrOutcomeUnknown.
+func (r *redisRun) outcome(w int, c redisCall, err error) RedisOut {
+	hit := r.mayHaveRetried(w, c)
+	var out RedisOut
+	var stale *fence.StaleError
+	var conflict *fence.ConflictError
+	switch {
+	case err == nil:
+		out.Status = Ok
+	case errors.Is(err, fence.ErrNotFound):
+		out.Status = NotFound
+	case errors.As(err, &stale):
+		out.Status, out.Mark = Stale, Mark{Token: int64(stale.HighWater.Token), Holder: stale.HighWater.Holder}
+		r.stale.Add(1)
+	case errors.As(err, &conflict):
+		out.Status, out.Version = Conflict, conflict.Actual
+		r.conflict.Add(1)
+	case errors.Is(err, fkredis.ErrResourceMismatch), errors.Is(err, fkredis.ErrWrongType), errors.Is(err, fence.ErrInvalid):
+		r.t.Errorf("call on %s: %v", c.key, err)
+		out.Status = Unknown
+	default:
+		out.Status = Unknown
+		r.unknown(err)
+		if c.op != OpLoad && !errors.Is(err, fence.ErrOutcomeUnknown) {
+			r.unmarked.Add(1)
+		}
+	}
+	if hit {
+		c.c.Note("may have been retried")
+		if out.Status != Unknown {
+			r.retried.Add(1)
+		}
+	}
+	if hit && r.lenient() && c.op == OpGet {
+		out = RedisOut{Status: Unknown} // the known defect of retried Gets
+	}
+	return out
+}
+
+// lenient reports whether a fenced Get that may have been retried is left
+// open: the known defect of such a Get is that its retry runs afresh, so it
+// may be refused although its first run was admitted, or return the value
+// as of the retry although its first run's admission was seen earlier.
+func (r *redisRun) lenient() bool { return lenientGet || r.variant != redisSound }
+
+// lenientGet leaves open every fenced Get that may have been retried, to
+// look past the known defect of such Gets for other violations.
+// FENCEKIT_CHECK_LENIENT_GET=1 sets it; the negative controls always do, so
+// that only their own breakage can make the checker reject them.
+var lenientGet = os.Getenv("FENCEKIT_CHECK_LENIENT_GET") == "1"
+
+// unknown counts the errors that left calls open, by their text, for the
+// run's log.
+func (r *redisRun) unknown(err error) {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	r.mu.Lock()
+	r.errs[msg]++
+	r.mu.Unlock()
+}
+
+func (r *redisRun) finish(c redisCall, out RedisOut) RedisOut {
+	if out.Status == Unknown {
+		c.c.Open(out)
+		r.keys.opened(c.key)
+		return out
+	}
+	c.c.Return(out)
+	return out
+}
+
+func (r *redisRun) keyOf(key string) string { return r.dataPrefix + key }
+
+func markOf(f fence.Fence) Mark { return Mark{Token: int64(f.Token), Holder: f.Holder} }

@@ -1,0 +1,217 @@
+package history
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Redis store operations, as the model knows them. Update and Modify are
+// recorded as their two steps (a read, then a version-checked write), each
+// a call of its own, since that is what they are: the function they are
+// given runs between the steps and marks the boundary.
+const (
+	OpLoad = "load" // Load: unfenced read
+	OpCAS  = "cas"  // CompareAndSet, and Modify's write
+	OpCAD  = "cad"  // CompareAndDelete
+	OpGet  = "get"  // Get, and Update's read: fenced read
+	OpSet  = "set"  // Set: fenced write
+	OpSetV = "setv" // SetIfVersion, and Update's write
+	OpDel  = "del"  // Delete: fenced delete
+)
+
+// Outcomes of a call. Unknown is a call that stays open: it may have been
+// applied or not.
+const (
+	Ok       = "ok"
+	NotFound = "notfound"
+	Stale    = "stale"
+	Conflict = "conflict"
+	Unknown  = "unknown"
+)
+
+// Mark is a high-water mark or a fence: a token and its holder. The zero
+// Mark admits every fence.
+type Mark struct {
+	Token  int64
+	Holder string
+}
+
+// admits is the fence rule: a newer token, or the mark's own token and
+// holder.
+func (m Mark) admits(f Mark) bool {
+	return f.Token > m.Token || (f.Token == m.Token && f.Holder == m.Holder)
+}
+
+func (m Mark) String() string {
+	if m.Token == 0 {
+		return "-"
+	}
+	h := m.Holder
+	if len(h) > 6 {
+		h = h[:6]
+	}
+	return fmt.Sprintf("%d/%s", m.Token%100000000, h)
+}
+
+// RedisIn is one call on one key of the Redis store.
+type RedisIn struct {
+	Key      string
+	Op       string
+	Fence    Mark   // fenced calls
+	Expected int64  // cas, cad, setv
+	Data     string // cas, set, setv
+}
+
+// RedisOut is what a call returned.
+type RedisOut struct {
+	Status  string
+	Data    string // ok of load and get
+	Version int64  // ok and notfound of load and get; ok of cas, cad, set, setv; conflict: the version found, or -1 when not reported
+	Mark    Mark   // stale: the mark the fence lost to
+}
+
+// RedisState is one key: its value, its version and its mark.
+type RedisState struct {
+	Exists  bool
+	Data    string
+	Version int64
+	Mark    Mark
+}
+
+// redisApply returns the state after in was applied to s and the output it
+// gives. Every check comes before any change, so a refusal returns s.
+func redisApply(s RedisState, in RedisIn) (RedisState, RedisOut) {
+	switch in.Op {
+	case OpLoad:
+		if !s.Exists {
+			return s, RedisOut{Status: NotFound, Version: s.Version}
+		}
+		return s, RedisOut{Status: Ok, Data: s.Data, Version: s.Version}
+	case OpCAS, OpCAD:
+		if s.Version != in.Expected {
+			return s, RedisOut{Status: Conflict, Version: s.Version}
+		}
+		n := s
+		if in.Op == OpCAS {
+			n.Exists, n.Data, n.Version = true, in.Data, s.Version+1
+		} else if s.Exists {
+			n.Exists, n.Data, n.Version = false, "", s.Version+1
+		}
+		return n, RedisOut{Status: Ok, Version: n.Version}
+	}
+	// Fenced: the fence first, then the version, then the change.
+	if !s.Mark.admits(in.Fence) {
+		return s, RedisOut{Status: Stale, Mark: s.Mark}
+	}
+	if in.Op == OpSetV && s.Version != in.Expected {
+		return s, RedisOut{Status: Conflict, Version: s.Version}
+	}
+	n := s
+	n.Mark = in.Fence
+	switch in.Op {
+	case OpGet:
+		if !s.Exists {
+			return n, RedisOut{Status: NotFound, Version: s.Version}
+		}
+		return n, RedisOut{Status: Ok, Data: s.Data, Version: s.Version}
+	case OpSet, OpSetV:
+		n.Exists, n.Data, n.Version = true, in.Data, s.Version+1
+		return n, RedisOut{Status: Ok, Version: n.Version}
+	case OpDel:
+		if s.Exists {
+			n.Exists, n.Data, n.Version = false, "", s.Version+1
+		}
+		return n, RedisOut{Status: Ok}
+	}
+	panic("history: unknown Redis operation " + in.Op)
+}
+
+// RedisModel is the Redis store, per key: a versioned, fenced register.
+// A call that returned is explained only by the state that gives its exact
+// output; an open call may have been applied, or not.
+var RedisModel = porcupine.NondeterministicModel{
+	Partition: partitionBy(func(in any) string { return in.(RedisIn).Key }),
+	Init:      func() []any { return []any{RedisState{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(RedisState), input.(RedisIn), output.(RedisOut)
+		n, want := redisApply(s, in)
+		if out.Status == Unknown {
+			if n == s {
+				return []any{s}
+			}
+			return []any{s, n}
+		}
+		if out.Status == Conflict && out.Version < 0 && want.Status == Conflict {
+			want.Version = out.Version // a conflict whose version was not reported
+		}
+		if out != want {
+			return nil
+		}
+		return []any{n}
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(RedisIn), output.(RedisOut)
+		var call string
+		switch in.Op {
+		case OpLoad:
+			call = "load()"
+		case OpCAS:
+			call = fmt.Sprintf("cas(v%d, %s)", in.Expected, in.Data)
+		case OpCAD:
+			call = fmt.Sprintf("cad(v%d)", in.Expected)
+		case OpGet, OpDel:
+			call = fmt.Sprintf("%s[%v]()", in.Op, in.Fence)
+		case OpSet:
+			call = fmt.Sprintf("set[%v](%s)", in.Fence, in.Data)
+		case OpSetV:
+			call = fmt.Sprintf("setv[%v](v%d, %s)", in.Fence, in.Expected, in.Data)
+		}
+		return call + " -> " + describeOut(out.Status, out.Data, out.Version, out.Mark)
+	},
+	DescribeState: func(state any) string {
+		s := state.(RedisState)
+		if !s.Exists {
+			return fmt.Sprintf("none v%d mark %v", s.Version, s.Mark)
+		}
+		return fmt.Sprintf("%s v%d mark %v", s.Data, s.Version, s.Mark)
+	},
+}
+
+func describeOut(status, data string, version int64, mark Mark) string {
+	switch status {
+	case Ok:
+		if data != "" {
+			return fmt.Sprintf("ok %s v%d", data, version)
+		}
+		return fmt.Sprintf("ok v%d", version)
+	case NotFound, Conflict:
+		return fmt.Sprintf("%s v%d", status, version)
+	case Stale:
+		return fmt.Sprintf("stale, mark %v", mark)
+	}
+	return status
+}
+
+// partitionBy splits a history by key, in a fixed order: a history is
+// linearizable when each key's is, since no call touches two keys.
+func partitionBy(key func(in any) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(ops []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range ops {
+			k := key(op.Input)
+			byKey[k] = append(byKey[k], op)
+		}
+		keys := make([]string, 0, len(byKey))
+		for k := range byKey {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	}
+}
