@@ -7,6 +7,7 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,23 +77,26 @@ func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 	}
 }
 
-// renewWriteID replaces the write id among a store script's arguments
-// (EVALSHA sha numkeys key argv...): ARGV[9] of a fenced write, ARGV[6] of
-// a compare-and-set or -delete. Reads carry none.
+// renewWriteID gives a store script's command a retry record of its own: it
+// replaces the call's record key ("{tag}fkr:<id>", among the keys) by a new
+// one in the same slot, so that the resend finds no record of the first run
+// and runs as a new write, as it would in a store without retry records.
 func renewWriteID(args []any) bool {
-	var i int
-	switch len(args) {
-	case 4 + 10: // fenced set or delete
-		i = 3 + 9
-	case 4 + 7: // compare-and-set or -delete
-		i = 3 + 6
-	default:
-		return false
+	for i, a := range args {
+		k, ok := a.(string)
+		if !ok || !strings.HasPrefix(k, "{") {
+			continue
+		}
+		tag, _, found := strings.Cut(k, "}fkr:")
+		if !found {
+			continue
+		}
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		args[i] = tag + "}fkr:control" + hex.EncodeToString(b[:])
+		return true
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	args[i] = "control:" + hex.EncodeToString(b[:])
-	return true
+	return false
 }
 
 // doubled counts the writes that freshIDRetries sent again as new writes.
