@@ -94,6 +94,10 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 // lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
 // when the lease has already been lost, and then ends the lease
 // ([Lease.Done] closes). ctx bounds the round trip.
+//
+// For a lease acquired with [Owner], whose lock other holds share, Extend
+// only lengthens: the lock then expires at the later of its current expiry
+// and ttl from now, so a short ttl never cuts another hold's lease.
 func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
