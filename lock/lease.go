@@ -93,7 +93,8 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 // Extend resets the lease to ttl from now if this grant still holds the
 // lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
 // when the lease has already been lost, and then ends the lease
-// ([Lease.Done] closes). ctx bounds the round trip.
+// ([Lease.Done] closes). ctx bounds the round trip. As for
+// [Locker.TryAcquire], a fraction of a millisecond of ttl is dropped.
 //
 // For a lease acquired with [Owner], whose lock other holds share, Extend
 // only lengthens: the lock then expires at the later of its current expiry
@@ -102,6 +103,7 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	ttl = wholeMS(ttl)
 	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -287,5 +288,53 @@ func TestDoPanicReleases(t *testing.T) {
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A ttl with a fraction of a millisecond is counted as Redis keeps it, in
+// whole milliseconds: Validity never reports time left once Redis has let
+// the key go, for a grant and for an extension alike.
+func TestValidityCountsWholeMilliseconds(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	const ttl = 3990 * time.Microsecond
+	overstated := 0
+	check := func(lease *lock.Lease) {
+		t.Helper()
+		key := l.LockKey(lease.Resource())
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			n, err := c.Exists(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				// Asked after Redis answered that the key is gone.
+				if v := lease.Validity(); v > 0 {
+					overstated++
+					t.Logf("validity %v after Redis dropped the key", v)
+				}
+				return
+			}
+		}
+		t.Fatal("the key did not expire within 1s")
+	}
+	for i := range 60 {
+		resource := fmt.Sprintf("frac-%d", i)
+		lease, err := l.TryAcquire(ctx, resource, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if err := lease.Extend(ctx, ttl); errors.Is(err, lock.ErrNotHeld) {
+				continue // a slow machine: the lease ran out first
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(lease)
+	}
+	if overstated > 0 {
+		t.Fatalf("%d of 60 leases reported validity after Redis dropped their key", overstated)
 	}
 }

@@ -223,10 +223,11 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to lock resource for ttl (at least 1ms, in
-// whole milliseconds). It costs one round trip: the grant and the next token
-// come from one script. When another holder has the lock it returns a
-// [*NotAcquiredError] at once.
+// TryAcquire makes one attempt to lock resource for ttl (at least 1ms; Redis
+// keeps whole milliseconds, so a fraction of one is dropped, from the lease
+// sent and from the lease counted alike). It costs one round trip: the
+// grant and the next token come from one script. When another holder has
+// the lock it returns a [*NotAcquiredError] at once.
 //
 // ctx bounds the round trip. If ctx ends or the connection fails while the
 // reply is in flight, TryAcquire releases whatever the attempt may have
@@ -236,7 +237,7 @@ func checkTTL(ttl time.Duration) error {
 // first run made rather than refusing it. opts apply to this acquisition
 // (see [AutoRenew] and [Owner]).
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
-	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
+	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -247,20 +248,29 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	return lease, err
 }
 
-// checkAcquire refuses invalid arguments before anything is sent.
-func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+// checkAcquire refuses invalid arguments before anything is sent, and
+// returns ttl in the whole milliseconds Redis keeps.
+func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (acquireConfig, time.Duration, error) {
 	if err := checkResource(resource); err != nil {
-		return acquireConfig{}, err
+		return acquireConfig{}, 0, err
 	}
 	if err := checkTTL(ttl); err != nil {
-		return acquireConfig{}, err
+		return acquireConfig{}, 0, err
 	}
 	cfg, err := newAcquireConfig(opts)
 	if err != nil {
-		return cfg, err
+		return cfg, 0, err
 	}
-	return cfg, checkCall(ctx, "acquire", resource)
+	return cfg, wholeMS(ttl), checkCall(ctx, "acquire", resource)
 }
+
+// wholeMS drops the fraction of a millisecond from a lease: Redis keeps
+// expiries in whole milliseconds (PX, PEXPIRE), so that is all a lease can
+// be sent as, and counting the fraction locally would report validity after
+// Redis let the key go. Every ttl is cut here once, on the way in, so the
+// same value is sent and counted by the grant, a hand-over, Extend, renewal
+// and Redlock's validity.
+func wholeMS(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond) }
 
 // attempt is what the tries of one acquisition share: the holder id they
 // offer and, for a waiter in Acquire, its place in the resource's wait
@@ -448,7 +458,7 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // is released to the next waiter. opts apply to the acquisition, as
 // for [Locker.TryAcquire].
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
-	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
+	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
