@@ -338,3 +338,34 @@ func TestValidityCountsWholeMilliseconds(t *testing.T) {
 		t.Fatalf("%d of 60 leases reported validity after Redis dropped their key", overstated)
 	}
 }
+
+// Release with a context that has already ended (defer lease.Release(reqCtx)
+// after the request ended) still stops renewal and ends the lease at once,
+// and the lock is released in the background.
+func TestReleaseWithEndedContext(t *testing.T) {
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	for _, owner := range []bool{false, true} {
+		var opts []lock.AcquireOption
+		if owner {
+			opts = append(opts, lock.Owner("job"))
+		}
+		lease, err := l.TryAcquire(context.Background(), "ended", 300*time.Millisecond, append(opts, lock.AutoRenew())...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		start := time.Now()
+		err = lease.Release(ctx)
+		t.Logf("owner %v: Release with an ended context returned after %v: %v", owner, time.Since(start), err)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Release = %v, want context.Canceled", err)
+		}
+		if !closedWithin(lease.Done(), 0) || !errors.Is(lease.Err(), lock.ErrReleased) {
+			t.Fatalf("after Release: Done not closed or Err %v, want ErrReleased", lease.Err())
+		}
+		eventually(t, "the lock is still held after Release with an ended context", keyGone(c, l.LockKey("ended")))
+	}
+}

@@ -17,10 +17,6 @@ import (
 // math.MaxInt64 would silently never expire.
 const MaxTTL = 365 * 24 * time.Hour
 
-// cleanupTimeout bounds the release that follows an acquisition whose reply
-// was lost (a cancelled context, a broken connection).
-const cleanupTimeout = 2 * time.Second
-
 // Locker grants leases on named resources, each with a fencing token. It is
 // safe for concurrent use; create one per Redis deployment and share it, and
 // call [Locker.Close] when done with it.
@@ -40,9 +36,10 @@ type Locker struct {
 	tel       *instruments // OpenTelemetry instruments; nil records nothing
 	closing   chan struct{}
 	closeOnce sync.Once
-	renewMu   sync.Mutex // orders renewers.Add against Close's Wait
+	renewMu   sync.Mutex // orders renewers.Add and cleanups.Add against Close's Wait
 	closed    bool
 	renewers  sync.WaitGroup
+	cleanups  sync.WaitGroup // see background
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -80,8 +77,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 }
 
 // Close stops the Locker's subscription connections and the renewal of its
-// leases, and waits for their goroutines to return. It does not release any
-// lease: renewed leases run out their TTL (their [Lease.Done] closes then),
+// leases, and waits for their goroutines to return, and for the cleanup
+// that calls left to the background when their context ended (a release
+// asked for with an ended context, a waiter leaving the queue, the release
+// of a grant whose reply was lost), each bounded by a short timeout of its
+// own. It does not release any lease: renewed leases run out their TTL (their [Lease.Done] closes then),
 // and a Lease can still be released. After Close the Locker still grants
 // leases; Acquire then waits by timed retries (and no longer queues). On
 // a Locker made by [NewRedlock], Close also waits for the calls to its
@@ -101,6 +101,7 @@ func (l *Locker) Close() {
 			l.hub.close()
 		}
 		l.renewers.Wait()
+		l.cleanups.Wait()
 		if l.red != nil {
 			l.red.close() // after the renewals, whose extensions it waits for too
 		}
@@ -229,10 +230,13 @@ func checkTTL(ttl time.Duration) error {
 // grant and the next token come from one script. When another holder has
 // the lock it returns a [*NotAcquiredError] at once.
 //
-// ctx bounds the round trip. If ctx ends or the connection fails while the
-// reply is in flight, TryAcquire releases whatever the attempt may have
-// taken before returning, so no lock is left that the caller does not know
-// about; the error then matches ctx.Err() when ctx ended. If the client
+// ctx bounds the round trip, and TryAcquire returns by its deadline. If ctx
+// ends or the connection fails while the reply is in flight, whatever the
+// attempt may have taken is released, so no lock is left that the caller
+// does not know about: within ctx while it lasts, and in the background
+// (bounded by a short timeout of its own, and waited for by
+// [Locker.Close]) once it has ended; the error then matches ctx.Err() when
+// ctx ended. If the client
 // retries the script after a lost reply, the retry returns the grant the
 // first run made rather than refusing it. opts apply to this acquisition
 // (see [AutoRenew] and [Owner]).
@@ -422,15 +426,26 @@ func parseAcquire(raw []any, holder *string) (kind, n, third int64, err error) {
 // taken: the grant of holder, or with an owner the hold acq. It also takes
 // holder out of the wait queue, and a grant a release made to it while it
 // was queued is released (and handed on) too.
+//
+// While ctx lasts it runs within ctx; what ctx leaves undone (it ended, or
+// the reply was lost again) goes on in the background, bounded by
+// cleanupTimeout, so the caller returns by its deadline and [Locker.Close]
+// waits for the rest.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	var buf [numKeys]string
 	keys, channel := l.resourceKeys(&buf, resource)
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
-	_ = releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
+	run := func(ctx context.Context) error {
+		return releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
+	}
+	if ctx.Err() == nil {
+		if err := run(ctx); err == nil || isReply(err) {
+			return
+		}
+	}
+	l.background(ctx, func(ctx context.Context) { _ = run(ctx) })
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
@@ -452,10 +467,11 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // strategy instead and does not queue. See the package doc for the queue's
 // keys and its treatment of waiters that vanish.
 //
-// ctx bounds the whole wait. When it ends, Acquire returns an error that
-// matches ctx.Err() and holds no lock: it leaves the queue (one round trip,
-// bounded by its own short timeout), and a grant that reached it meanwhile
-// is released to the next waiter. opts apply to the acquisition, as
+// ctx bounds the whole wait, and Acquire returns by its deadline. When it
+// ends, Acquire returns an error that matches ctx.Err() and holds no lock:
+// it leaves the queue in the background (one round trip, bounded by its own
+// short timeout; [Locker.Close] waits for it), and a grant that reached it
+// meanwhile is released to the next waiter. opts apply to the acquisition, as
 // for [Locker.TryAcquire].
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)

@@ -19,8 +19,10 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 		s.life.mu.Unlock()
 		return
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	s.life.stop = make(chan struct{})
 	s.life.renewDone = make(chan struct{})
+	s.life.renewCancel = cancel
 	s.life.mu.Lock()
 	done := s.watch() // the expiry timer ends the lease even while a renewal hangs
 	s.life.mu.Unlock()
@@ -28,17 +30,28 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 	go func() {
 		defer s.l.renewers.Done()
 		defer close(s.life.renewDone)
-		s.renew(ttl, done)
+		defer cancel()
+		s.renew(ctx, ttl, done)
 	}()
 }
 
-// renew extends the lease to ttl every third of ttl. A refusal ends the
-// lease (extend does that); a failure is retried sooner, and if failures
-// last until the known expiry, the expiry timer ends the lease even while a
-// renewal call is still hanging.
-func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
-	period := max(ttl/3, time.Millisecond)
-	t := time.NewTimer(period)
+// renewAfter is how long to wait before renewing a lease of ttl that is
+// known held for left more: a third of what is left, and never more than a
+// third of ttl. A lease just granted or extended is renewed when a third of
+// its ttl has gone; one that starts with little left (a grant found late,
+// a slow reply) is renewed long before it runs out; after a failed renewal
+// the next try comes within a third of what is still left.
+func renewAfter(ttl, left time.Duration) time.Duration {
+	return max(min(ttl, left)/3, time.Millisecond)
+}
+
+// renew extends the lease to ttl, each time a third of its ttl has gone
+// (see renewAfter). A refusal ends the lease (extend does that); a failure
+// is retried sooner, and if failures last until the known expiry, the
+// expiry timer ends the lease even while a renewal call is still hanging.
+// Stopping renewal cancels ctx, and with it a renewal in flight.
+func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct{}) {
+	t := time.NewTimer(renewAfter(ttl, s.left()))
 	defer t.Stop()
 	for {
 		select {
@@ -53,18 +66,22 @@ func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
 		s.life.mu.Lock()
 		deadline := s.life.deadline
 		s.life.mu.Unlock()
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err := s.extend(ctx, ttl)
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		err := s.extend(cctx, ttl)
 		cancel()
 		s.l.tel.renewed(err)
-		if errors.Is(err, ErrNotHeld) {
+		if errors.Is(err, ErrNotHeld) || ctx.Err() != nil {
 			return
 		}
-		next := period
-		if err != nil {
-			// Redis did not answer: try again while the lease still runs.
-			next = min(period, max(time.Until(deadline)/3, time.Millisecond))
-		}
-		t.Reset(next)
+		// After a failure the deadline has not moved, so the next try comes
+		// within a third of what is left.
+		t.Reset(renewAfter(ttl, s.left()))
 	}
+}
+
+// left is how long the lease is still known held, on the local clock.
+func (s *Lease) left() time.Duration {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return time.Until(s.life.deadline)
 }
