@@ -818,3 +818,46 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A grant found late (its message held up on a silent subscription) starts
+// with little of its lease left; AutoRenew renews it from what is left, not
+// a third of its ttl after Acquire returned, which would be after Redis let
+// it go.
+func TestRenewalOfAGrantFoundLate(t *testing.T) {
+	ctx := context.Background()
+	const (
+		resource = "late"
+		ttl      = 1500 * time.Millisecond
+	)
+	srv := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, srv.Addr())
+	wc := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = wc.Close() })
+	wl := newLocker(t, wc)
+	t.Cleanup(wl.Close)
+	hc := srv.Client()
+	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(wl.LockKey(resource), "{"+resource+"}:lock")))
+	t.Cleanup(hl.Close)
+
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, wl, "w", resource, ttl, got, lock.AutoRenew())
+	waitQueued(t, hc, hl, resource, 1)
+	proxy.Block() // the waiter hears nothing for a while
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the grant ages unheard
+	proxy.Unblock()
+	a := receive(t, got, 5*time.Second)
+	t.Logf("granted with %v of its %v left", a.lease.Validity(), ttl)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := a.lease.Err(); err != nil {
+			t.Fatalf("the lease ran out before its first renewal: %v", err)
+		}
+	}
+	wantHolder(t, hc, hl, resource, a.lease.Holder())
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
