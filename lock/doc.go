@@ -44,16 +44,23 @@
 // its lease without a round trip of its own. So a contended grant costs two
 // commands (the try that queued, the release) and a hand-off costs the
 // release's way to Redis and the message's way back. Waiters are served in
-// arrival order, across processes, also after a lease ran out: a queued
-// waiter that finds the lock free with others queued ahead of it hands it
-// to the first of them and stays queued. A release with no live waiter queued
+// arrival order, across processes, also after a lease ran out: every try
+// of Acquire, queued or not yet (a Locker that has not subscribed to the
+// resource yet, a polling one), that finds the lock free with live waiters
+// queued ahead of it hands it to the first of them, who hears of it at
+// once, and is refused. A release with no live waiter queued
 // announces that the lock is free, which wakes one waiter of each Locker to
-// try. A queued waiter refreshes its entry every second (by trying again),
-// and also tries when the current lease runs out (a holder that vanished);
+// try. A queued waiter refreshes its entry every second (by trying again);
+// the head of the queue also tries when the current lease runs out (a
+// holder that vanished), the others have no reason to, so the tries per
+// waiter stay near one a second however short the leases;
 // an entry not refreshed for three seconds (a crashed process) is passed
 // over, so a waiter that vanished can cost the others at most one of its
-// own leases. A waiter that gives up leaves the queue, and gives back a
-// grant that reached it as it gave up, which goes to the next waiter.
+// own leases. Every grant and every re-entry of an [Owner] takes the
+// caller's own entry out of the queue. A waiter that gives up leaves the
+// queue, and gives back a grant that reached it as it gave up, which goes
+// to the next waiter. [Locker.TryAcquire] does not look at the queue: it
+// takes a free lock.
 //
 // A Locker's waiters share one subscription connection (on a
 // *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). A
@@ -63,9 +70,10 @@
 // the subscription fails, waiters retry on a timed backoff, never sleeping
 // past the current lease, until it is back; a queued waiter's retry finds a
 // grant whose message it missed. [WithWait] makes Acquire poll instead;
-// polling waiters do not queue, so they take the lock only when it is free:
-// on a resource where other Lockers' waiters queue, that is when the queue
-// is empty or a lease runs out. Call [Locker.Close] when done with a
+// polling waiters do not queue, and like every Acquire they respect the
+// queue, so they take the lock only when it is free and no live waiter is
+// queued: on a resource where other Lockers' waiters queue, that is when
+// the queue is empty. Call [Locker.Close] when done with a
 // Locker: it stops the subscription and every renewal.
 //
 // [AutoRenew] keeps a lease held until it is released, extending it every

@@ -281,7 +281,14 @@ func wholeMS(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millise
 // queue.
 type attempt struct {
 	holder string
-	queue  bool // a refused try queues the holder (or refreshes its entry)
+	// ordered says the tries respect the wait queue: a free lock with live
+	// waiters queued ahead goes to the first of them. Every try of Acquire
+	// does; TryAcquire's does not.
+	ordered bool
+	queue   bool // a refused try queues the holder (or refreshes its entry)
+	// head says the last refused try left the holder first in the queue:
+	// only the head has a reason to try again when the current lease ends.
+	head bool
 	// ref and sent name the holder's queue entry as of the last refused
 	// try: the server clock (µs) the entry was refreshed at, and when that
 	// try was sent. ref is 0 until a try has queued the holder.
@@ -315,7 +322,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		kind, n, third int64
 		err            error
 	)
-	if cfg.owner == "" && !a.queue {
+	if cfg.owner == "" && !a.ordered {
 		var res []int64
 		res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
 			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
@@ -330,18 +337,25 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 	} else {
 		var raw []any
-		if a.queue {
+		switch {
+		case a.queue:
 			raw, err = acquireScript.Run(ctx, l.client, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
-		} else {
+		case a.ordered:
+			raw, err = acquireScript.Run(ctx, l.client, keys,
+				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, "", channel, l.sharded).Slice()
+		default:
 			raw, err = acquireScript.Run(ctx, l.client, keys[:keyQueue],
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
 		}
 		if err == nil {
-			if kind, n, third, err = parseAcquire(raw, &holder); kind == 2 {
+			var place int64
+			if kind, n, third, place, err = parseAcquire(raw, &holder); kind == 2 {
 				holderArg = holder
 			} else if err == nil && kind == 1 && third == 1 {
 				l.tel.stateMissed(ctx)
+			} else if err == nil && kind == 0 && third > 0 {
+				a.head = place == 0
 			}
 		}
 	}
@@ -388,38 +402,47 @@ func (l *Locker) grantLease(lease *Lease, keys []string, channel string, holderA
 }
 
 // parseAcquire reads acquire.lua's reply: {0, remaining ms[, refreshed
-// µs]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose holder
-// replaces *holder) or {3, token, remaining ms}. third is the reply's
-// third number, 0 when it has none.
-func parseAcquire(raw []any, holder *string) (kind, n, third int64, err error) {
+// µs, place]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose
+// holder replaces *holder) or {3, token, remaining ms}. third is the
+// reply's third number, 0 when it has none; place is a queued refusal's
+// place in the queue (0 for the head), -1 when it has none.
+func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err error) {
 	bad := fmt.Errorf("unexpected reply %v", raw)
-	if len(raw) < 2 || len(raw) > 3 {
-		return 0, 0, 0, bad
+	place = -1
+	if len(raw) < 2 || len(raw) > 4 {
+		return 0, 0, 0, place, bad
 	}
 	kind, ok1 := raw[0].(int64)
 	n, ok2 := raw[1].(int64)
-	if !ok1 || !ok2 || kind < 0 || kind > 3 {
-		return 0, 0, 0, bad
+	if !ok1 || !ok2 || kind < 0 || kind > 3 || len(raw) == 4 && kind != 0 {
+		return 0, 0, 0, place, bad
 	}
 	if kind == 2 {
 		if len(raw) != 3 {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 		cur, ok := raw[2].(string)
 		if !ok {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 		*holder = cur
-		return kind, n, 0, nil
+		return kind, n, 0, place, nil
 	}
-	if len(raw) == 3 {
+	if len(raw) >= 3 {
 		if third, ok1 = raw[2].(int64); !ok1 {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 	} else if kind == 3 {
-		return 0, 0, 0, bad
+		return 0, 0, 0, place, bad
 	}
-	return kind, n, third, nil
+	if len(raw) == 4 {
+		// A holder dropped from the queue meanwhile has no place (nil):
+		// it is not the head.
+		if p, ok := raw[3].(int64); ok {
+			place = p
+		}
+	}
+	return kind, n, third, place, nil
 }
 
 // cleanup releases what an acquisition whose reply was lost may have
@@ -457,9 +480,12 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // the lock grants it to this waiter (first come, first served, across
 // processes) and announces the grant on the channel, from which Acquire
 // returns the lease with no further round trip. The lease's [Lease.Validity]
-// is counted from no later than the grant. Acquire also tries again when
-// the current lease's remaining time runs out (a holder that vanished),
-// and at least every second, which keeps its queue entry alive. The
+// is counted from no later than the grant. Every try respects the queue,
+// including the first, made before the subscription: a free lock with live
+// waiters queued ahead goes to the first of them, and this try is refused.
+// A queued waiter tries again every second, which keeps its queue entry
+// alive; the head of the queue also when the current lease's remaining time
+// runs out (a holder that vanished). The
 // Locker's waiters share one subscription connection (on a cluster, one per
 // hash slot with waiters). If the subscription fails, waiters retry on the
 // timed [Backoff] schedule, never sleeping past the current lease's

@@ -621,7 +621,9 @@ func (c *subConn) reset(failures int) bool {
 // refresh its queue entry, or (without a confirmed subscription) the wait
 // strategy's delay, whichever comes first.
 func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (lease *Lease, err error) {
-	a := attempt{holder: fence.NewHolder()}
+	// Every try respects the queue, whether or not it can join it yet: a
+	// free lock with live waiters queued ahead goes to the first of them.
+	a := attempt{holder: fence.NewHolder(), ordered: true}
 	var (
 		w       *waiter
 		channel string
@@ -679,8 +681,12 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		var d time.Duration
 		switch {
 		case confirmed:
+			// Only the head of the queue has a reason to try when the
+			// current lease ends (a holder that vanished): any other
+			// waiter's try would find the lock handed to the head. The
+			// others only refresh their entry, once a second.
 			d = queueRefresh
-			if na.Remaining >= 0 {
+			if a.head && na.Remaining >= 0 {
 				d = min(d, na.Remaining)
 			}
 		default:
