@@ -35,8 +35,11 @@ import (
 // if that server lost the key, FenceLock returns [ErrNotHeld], and storage
 // admission keeps writes safe either way.
 //
-// A key of another type in the way returns [ErrWrongType] and nothing is
-// changed. ctx bounds the round trip.
+// A lock key or value that storage would refuse in a fence (see
+// [fence.Fence.Validate]: invalid UTF-8, a NUL byte, too long) returns an
+// error matching [ErrInvalid] and [fence.ErrInvalid] before anything is
+// sent. A key of another type in the way returns [ErrWrongType] and nothing
+// is changed. ctx bounds the round trip.
 func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fence, error) {
 	return l.fenceLock(ctx, "fence", lockKey, value, 0)
 }
@@ -69,6 +72,10 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 		return fence.Fence{}, fmt.Errorf("%w: empty value for lock key %q", ErrInvalid, lockKey)
 	case len(lockKey) > fence.MaxResourceLen:
 		return fence.Fence{}, fmt.Errorf("%w: lock key of %d bytes is longer than %d", ErrInvalid, len(lockKey), fence.MaxResourceLen)
+	}
+	if err := (fence.Fence{Resource: lockKey, Token: 1, Holder: value}).Validate(); err != nil {
+		// No store would accept the fence: issue no token for it.
+		return fence.Fence{}, fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
 	}
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err

@@ -184,6 +184,47 @@ func TestFenceLockBadInput(t *testing.T) {
 	}
 }
 
+// A lock key or value that no store would accept in a fence is refused
+// before anything is sent: no token is issued and no record written, even
+// while the foreign lock holds exactly that value.
+func TestFenceLockRefusesFencesNoStoreAccepts(t *testing.T) {
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	prefix := testenv.Prefix(t)
+	l := newLocker(t, c, lock.WithPrefix(prefix))
+	ctx := context.Background()
+	h := &testenv.Commands{}
+	for _, tc := range []struct{ key, value string }{
+		{prefix + "bad\xff", "v"},
+		{prefix + "k", "v\x00alue"},
+	} {
+		if err := c.Set(ctx, tc.key, tc.value, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.AddHook(h)
+		f, err := l.FenceLock(ctx, tc.key, tc.value)
+		if !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("FenceLock(%q, %q) = %v, %v; want an error matching lock.ErrInvalid and fence.ErrInvalid", tc.key, tc.value, f, err)
+		}
+		if _, err := l.FenceLockAbove(ctx, tc.key, tc.value, 5); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("FenceLockAbove(%q, %q) = %v, want ErrInvalid", tc.key, tc.value, err)
+		}
+		if n := h.Len(); n != 0 {
+			t.Errorf("FenceLock(%q, %q) sent %d commands", tc.key, tc.value, n)
+		}
+		c = redis.NewClient(opt) // without the hook
+		defer c.Close()
+		if n := c.Exists(ctx, l.FenceKey(tc.key)).Val(); n != 0 {
+			t.Errorf("FenceLock(%q, %q) wrote its fence record", tc.key, tc.value)
+		}
+		_ = c.Del(ctx, tc.key)
+	}
+}
+
 // awkwardKeys are lock keys whose braces make Redis Cluster hash something
 // other than the obvious.
 var awkwardKeys = []string{
