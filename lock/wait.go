@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -110,12 +111,29 @@ func (h *hub) connKey(channel string) string {
 	return ""
 }
 
+// newPubSub returns a PubSub with no channel yet, so without any I/O; nil
+// on a Ring, which routes a PubSub by its first channel and so can only
+// make one that subscribes at once: the writer makes it then (see write).
 func (h *hub) newPubSub() *redis.PubSub {
-	// No channel yet, so neither call does any I/O.
-	if c, ok := h.client.(*redis.ClusterClient); ok {
+	switch c := h.client.(type) {
+	case *redis.ClusterClient:
 		return c.SSubscribe(context.Background())
+	case *redis.Ring:
+		return nil
 	}
 	return h.client.Subscribe(context.Background())
+}
+
+// ringSubscribe subscribes channel on a new PubSub of the Ring's shard for
+// it, or returns nil when the Ring has no shard to give (it panics then,
+// rather than return an error).
+func (h *hub) ringSubscribe(ctx context.Context, channel string) (ps *redis.PubSub) {
+	defer func() {
+		if recover() != nil {
+			ps = nil
+		}
+	}()
+	return h.client.Subscribe(ctx, channel)
 }
 
 // subConn is one subscription connection: a reader goroutine that receives
@@ -140,9 +158,18 @@ type subConn struct {
 
 // psGen is one PubSub; it is replaced, never reused, after a failure.
 type psGen struct {
-	ps      *redis.PubSub
+	// ps is set when the generation is made, or on a Ring by its first
+	// subscribe; nil until then, and for good if that subscribe failed.
+	ps      atomic.Pointer[redis.PubSub]
 	once    sync.Once
 	written chan struct{} // closed after the first command was written
+}
+
+// close closes the generation's PubSub, if it has one.
+func (g *psGen) close() {
+	if ps := g.ps.Load(); ps != nil {
+		_ = ps.Close()
+	}
 }
 
 type subOp struct {
@@ -198,7 +225,13 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	return holder, g, true
 }
 
-func newGen(ps *redis.PubSub) *psGen { return &psGen{ps: ps, written: make(chan struct{})} }
+func newGen(ps *redis.PubSub) *psGen {
+	g := &psGen{written: make(chan struct{})}
+	if ps != nil {
+		g.ps.Store(ps)
+	}
+	return g
+}
 
 func (t *topic) setReady() {
 	if !t.isReady {
@@ -370,7 +403,7 @@ func (h *hub) close() {
 	}
 	h.mu.Unlock()
 	for _, g := range gens {
-		_ = g.ps.Close()
+		g.close()
 	}
 	h.wg.Wait()
 }
@@ -427,7 +460,15 @@ func (c *subConn) writer() {
 func (c *subConn) write(op subOp) {
 	ctx, cancel := context.WithTimeout(context.Background(), subWriteTimeout)
 	defer cancel()
-	ps := op.gen.ps
+	ps := op.gen.ps.Load()
+	if ps == nil {
+		// A Ring's generation: its first subscribe makes the PubSub.
+		if op.sub {
+			c.ringStart(ctx, op)
+		}
+		op.gen.once.Do(func() { close(op.gen.written) })
+		return
+	}
 	switch sharded := c.h.mode == subSharded; {
 	case op.sub && sharded:
 		_ = ps.SSubscribe(ctx, op.channel)
@@ -439,6 +480,23 @@ func (c *subConn) write(op subOp) {
 		_ = ps.Unsubscribe(ctx, op.channel)
 	}
 	op.gen.once.Do(func() { close(op.gen.written) })
+}
+
+// ringStart makes the PubSub of a Ring's generation by subscribing op's
+// channel on it, and closes it again if the generation was replaced or the
+// connection retired meanwhile.
+func (c *subConn) ringStart(ctx context.Context, op subOp) {
+	ps := c.h.ringSubscribe(ctx, op.channel)
+	if ps == nil {
+		return
+	}
+	op.gen.ps.Store(ps)
+	c.h.mu.Lock()
+	dead := c.retired || c.gen != op.gen
+	c.h.mu.Unlock()
+	if dead {
+		_ = ps.Close()
+	}
 }
 
 func (c *subConn) reader() {
@@ -468,9 +526,13 @@ func (c *subConn) reader() {
 // receive handles what g's connection delivers until it breaks (false) or
 // the connection is retired (true).
 func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
+	ps := g.ps.Load()
+	if ps == nil {
+		return false // a Ring's first subscribe failed
+	}
 	pinged := false
 	for {
-		msg, err := g.ps.ReceiveTimeout(context.Background(), healthEvery)
+		msg, err := ps.ReceiveTimeout(context.Background(), healthEvery)
 		select {
 		case <-c.quit:
 			return true
@@ -492,7 +554,7 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 			}
 			pinged = true
 			ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
-			err := g.ps.Ping(ctx)
+			err := ps.Ping(ctx)
 			cancel()
 			if err != nil {
 				return false
@@ -563,7 +625,7 @@ func (c *subConn) retireIfIdle() bool {
 	}
 	g := c.retire()
 	c.h.mu.Unlock()
-	_ = g.ps.Close()
+	g.close()
 	return true
 }
 
@@ -578,7 +640,7 @@ func (c *subConn) reset(failures int) bool {
 	}
 	old := c.gen
 	c.h.mu.Unlock()
-	_ = old.ps.Close()
+	old.close()
 
 	pause := min(10*time.Millisecond<<min(failures-1, 7), time.Second)
 	timer := time.NewTimer(pause)
@@ -603,7 +665,7 @@ func (c *subConn) reset(failures int) bool {
 	if len(c.topics) == 0 {
 		g := c.retire()
 		c.h.mu.Unlock()
-		_ = g.ps.Close()
+		g.close()
 		return false
 	}
 	c.gen = newGen(c.h.newPubSub())
