@@ -340,3 +340,42 @@ func BenchmarkFenceLockRepeat(b *testing.B) {
 		}
 	}
 }
+
+// The fence record follows the foreign lock's lease as of each FenceLock
+// call: a call after the lock was extended keeps the grant's token past
+// the record's first expiry; a grant extended without another call
+// outlives its record, and its next call gets a new, higher token, as the
+// doc says.
+func TestFenceRecordFollowsTheLeaseAtEachCall(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	l := newLocker(t, c, lock.WithPrefix(prefix), lock.WithTokenRetention(100*time.Millisecond))
+	key := prefix + "long-held"
+	if err := c.Set(ctx, key, "v", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := mustFence(t, l, key, "v")
+	if err := c.PExpire(ctx, key, 3*time.Second).Err(); err != nil { // the library extends
+		t.Fatal(err)
+	}
+	if f := mustFence(t, l, key, "v"); f != first {
+		t.Fatalf("after the extension FenceLock = %v, want %v", f, first)
+	}
+	rec, lk := c.PTTL(ctx, l.FenceKey(key)).Val(), c.PTTL(ctx, key).Val()
+	if rec < lk {
+		t.Fatalf("fence record PTTL %v below the extended lock's %v", rec, lk)
+	}
+	time.Sleep(500 * time.Millisecond) // past the record's first expiry (400ms)
+	if f := mustFence(t, l, key, "v"); f != first {
+		t.Fatalf("later FenceLock = %v, want %v", f, first)
+	}
+	// Extended again, with no call: the record runs out before the lock.
+	if err := c.PExpire(ctx, key, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fence record did not expire", keyGone(c, l.FenceKey(key)))
+	if f := mustFence(t, l, key, "v"); f.Token <= first.Token {
+		t.Fatalf("after the record expired FenceLock = %v, want a token above %d", f, first.Token)
+	}
+}
