@@ -31,14 +31,16 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// With AutoRenew a 300ms lease stays held through 3s of work, and nobody
+// With AutoRenew a 1s lease stays held through 3s of work, and nobody
 // else can take it meanwhile.
 func TestAutoRenewHoldsThroughWork(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
 	t.Cleanup(l.Close)
-	const ttl = 300 * time.Millisecond
+	// Long enough that renewals keep up on a loaded machine, short enough
+	// that the work outlasts it three times.
+	const ttl = time.Second
 	lease, err := l.TryAcquire(ctx, "renewed", ttl, lock.AutoRenew())
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +59,8 @@ func TestAutoRenewHoldsThroughWork(t *testing.T) {
 		case <-tick.C:
 			attempts++
 			if got, err := l.TryAcquire(ctx, "renewed", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
-				t.Fatalf("another holder's TryAcquire = %v, %v during a renewed lease", got != nil, err)
+				t.Fatalf("another holder's TryAcquire = %v, %v during a renewed lease (validity %v, Err %v)",
+					got != nil, err, lease.Validity(), lease.Err())
 			}
 		}
 	}
@@ -68,7 +71,7 @@ func TestAutoRenewHoldsThroughWork(t *testing.T) {
 		t.Fatalf("Err = %v while held", err)
 	}
 	if d, err := lease.TTL(ctx); err != nil || d <= 0 {
-		t.Fatalf("TTL = %v, %v after 3s of a 300ms lease", d, err)
+		t.Fatalf("TTL = %v, %v after 3s of a %v lease", d, err, ttl)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -241,8 +244,11 @@ func TestLeaseEndsWhenTTLRunsOut(t *testing.T) {
 // run out on the local clock.
 func TestErrReportsTTLRunOut(t *testing.T) {
 	l := newLocker(t, testenv.Redis(t))
-	lease := mustAcquire(t, l, "short-err", 50*time.Millisecond)
-	if err := lease.Err(); err != nil {
+	const ttl = 50 * time.Millisecond
+	start := time.Now()
+	lease := mustAcquire(t, l, "short-err", ttl)
+	if err := lease.Err(); err != nil && time.Since(start) < ttl {
+		// (A loaded machine may take the whole lease to get here.)
 		t.Fatalf("Err = %v right after the grant", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
