@@ -158,7 +158,7 @@ func (b backoff) Delay(attempt int, _ time.Duration) time.Duration {
 		ceiling *= 2
 	}
 	ceiling = min(ceiling, b.max)
-	if ceiling >= math.MaxInt64 {
+	if ceiling == math.MaxInt64 { // ceiling+1 would wrap
 		return ceiling
 	}
 	return rand.N(ceiling + 1)
