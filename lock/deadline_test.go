@@ -99,3 +99,74 @@ func TestCloseWaitsForBackgroundCleanup(t *testing.T) {
 		t.Fatal("the lost grant was still held after Close")
 	}
 }
+
+// With a client whose ContextTimeoutEnabled is set, calls also return by
+// their deadline when Redis accepted the connection and then went silent
+// (a network black hole), Release included, and Close returns once the
+// background cleanup has timed out.
+func TestCallsReturnByTheDeadlineWhenRedisIsSilent(t *testing.T) {
+	const (
+		timeout = 500 * time.Millisecond
+		slack   = 250 * time.Millisecond
+	)
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, opt.Addr)
+	opt.Addr, opt.ContextTimeoutEnabled = proxy.Addr(), true
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			l.Close()
+		}
+	})
+	held := mustAcquire(t, l, "silent-held", 10*time.Second) // loads the scripts
+	within := func(name string, call func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		t.Logf("%s with a %v context and Redis silent: %v (%v)", name, timeout, took.Round(time.Millisecond), err)
+		if err == nil {
+			t.Fatalf("%s succeeded with Redis silent", name)
+		}
+		if took > timeout+slack {
+			t.Errorf("%s returned after %v, past its %v deadline", name, took, timeout)
+		}
+	}
+	within("Do", func(ctx context.Context) error {
+		return l.Do(ctx, "silent", 10*time.Second, func(fctx context.Context, _ fence.Fence) error {
+			proxy.Block()
+			<-fctx.Done()
+			return fctx.Err()
+		})
+	})
+	within("TryAcquire", func(ctx context.Context) error {
+		_, err := l.TryAcquire(ctx, "silent", time.Second)
+		return err
+	})
+	within("Acquire", func(ctx context.Context) error {
+		_, err := l.Acquire(ctx, "silent", time.Second)
+		return err
+	})
+	within("FenceLock", func(ctx context.Context) error {
+		_, err := l.FenceLock(ctx, "foreign", "value")
+		return err
+	})
+	within("Release", held.Release)
+	start := time.Now()
+	l.Close()
+	closed = true
+	took := time.Since(start)
+	t.Logf("Close waited %v for the background cleanup", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("Close took %v: background cleanup is not bounded", took)
+	}
+	proxy.Unblock()
+}

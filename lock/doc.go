@@ -76,9 +76,11 @@
 // the queue is empty. Call [Locker.Close] when done with a
 // Locker: it stops the subscription and every renewal.
 //
-// [AutoRenew] keeps a lease held until it is released, extending it every
-// third of its TTL; [Locker.Do] renews by default for as long as its
-// function runs. [Lease.Done] closes when a lease ends, on release or as
+// [AutoRenew] keeps a lease held until it is released, extending it each
+// time a third of what is left of it has gone (a third of its TTL for a
+// fresh lease); [Locker.Do] renews by default for as long as its
+// function runs. Every TTL is sent and counted in whole milliseconds, as
+// Redis keeps it. [Lease.Done] closes when a lease ends, on release or as
 // soon as it is known lost (a renewal refused, Redis unreachable until the
 // lease ran out, [Lease.Extend] or [Lease.TTL] finding it gone), and
 // [Lease.Err] says why. Do cancels its function's context at that moment.
@@ -86,10 +88,25 @@
 // cannot see Done close, which is why storage checks the fence.
 //
 // With [Owner], an acquisition is re-entrant for the named owner: the same
-// fence and one more hold, the lock freed with the last hold. Every script
+// fence and one more hold, the lock freed with the last hold. No hold's
+// re-entry, Extend or renewal ever shortens the lock below what another
+// hold was told. Every script
 // recognises a client retry of a run that already happened (go-redis
 // retries after a lost reply), so a retried re-entry or hold release never
 // counts twice.
+//
+// # Deadlines
+//
+// Every call returns by its context's deadline. Cleanup that must outlive
+// a call (releasing a grant whose reply was lost, a waiter leaving the
+// queue, [Lease.Release] with a context that has ended) runs in the
+// background with a short timeout of its own, and [Locker.Close] waits for
+// it. go-redis applies a context's deadline to dialling, to waiting for a
+// pooled connection and to its retry pauses, but to a read from a server
+// that accepted the command and then went silent (a network black hole)
+// only when the client's ContextTimeoutEnabled option is set; without it
+// such a read ends at the client's ReadTimeout (3s by default). Set it
+// where calls must end by their deadline even then.
 //
 // # Token state lives only while a resource is active
 //

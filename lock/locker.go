@@ -81,8 +81,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // that calls left to the background when their context ended (a release
 // asked for with an ended context, a waiter leaving the queue, the release
 // of a grant whose reply was lost), each bounded by a short timeout of its
-// own. It does not release any lease: renewed leases run out their TTL (their [Lease.Done] closes then),
-// and a Lease can still be released. After Close the Locker still grants
+// own. It does not release any lease: renewed leases run out their TTL
+// (their [Lease.Done] closes then), and a Lease can still be released. After Close the Locker still grants
 // leases; Acquire then waits by timed retries (and no longer queues). On
 // a Locker made by [NewRedlock], Close also waits for the calls to its
 // nodes that are still in flight (a node's late answer to an acquisition
@@ -230,7 +230,8 @@ func checkTTL(ttl time.Duration) error {
 // grant and the next token come from one script. When another holder has
 // the lock it returns a [*NotAcquiredError] at once.
 //
-// ctx bounds the round trip, and TryAcquire returns by its deadline. If ctx
+// ctx bounds the round trip, and TryAcquire returns by its deadline (see
+// the package doc for a server that does not answer at all). If ctx
 // ends or the connection fails while the reply is in flight, whatever the
 // attempt may have taken is released, so no lock is left that the caller
 // does not know about: within ctx while it lasts, and in the background
