@@ -37,7 +37,11 @@ import (
 // takes its entry out, and gives back (hands on) a grant it got meanwhile.
 // A queued waiter refreshes its entry every queueRefresh, by trying again,
 // and an entry not refreshed for queueLife is skipped, so a waiter that
-// vanished is passed over. While the subscription is down, waiters retry on
+// vanished is passed over. Only the head of the queue (its last try says
+// so) also tries when the current lease is due to end; any other try would
+// find the lock handed to the head. Every try respects the queue, also one
+// made before the subscription is confirmed: a free lock with live waiters
+// queued ahead goes to the first of them. While the subscription is down, waiters retry on
 // the Locker's wait strategy, never sleeping past the current lease's
 // remaining time; a queued waiter's retry finds a grant made to it.
 
