@@ -76,9 +76,9 @@
 // the queue is empty. Call [Locker.Close] when done with a
 // Locker: it stops the subscription and every renewal.
 //
-// [AutoRenew] keeps a lease held until it is released, extending it each
-// time a third of what is left of it has gone (a third of its TTL for a
-// fresh lease); [Locker.Do] renews by default for as long as its
+// [AutoRenew] keeps a lease held until it is released, extending it
+// whenever only two thirds of its TTL are left (at once for a grant that
+// reached its waiter late); [Locker.Do] renews by default for as long as its
 // function runs. Every TTL is sent and counted in whole milliseconds, as
 // Redis keeps it. [Lease.Done] closes when a lease ends, on release or as
 // soon as it is known lost (a renewal refused, Redis unreachable until the

@@ -36,22 +36,25 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 }
 
 // renewAfter is how long to wait before renewing a lease of ttl that is
-// known held for left more: a third of what is left, and never more than a
-// third of ttl. A lease just granted or extended is renewed when a third of
-// its ttl has gone; one that starts with little left (a grant found late,
-// a slow reply) is renewed long before it runs out; after a failed renewal
-// the next try comes within a third of what is still left.
-func renewAfter(ttl, left time.Duration) time.Duration {
-	return max(min(ttl, left)/3, time.Millisecond)
+// known held for left more. After a grant or a successful renewal it is
+// until two thirds of ttl are left: a third of ttl for a lease just granted
+// or extended, and at once for one that starts with less (a grant that
+// reached its waiter late). After a failed renewal it is a third of what
+// is left, so tries come ever sooner while the lease still runs.
+func renewAfter(ttl, left time.Duration, failed bool) time.Duration {
+	if failed {
+		return max(left/3, time.Millisecond)
+	}
+	return max(left-(ttl-ttl/3), 0)
 }
 
-// renew extends the lease to ttl, each time a third of its ttl has gone
+// renew extends the lease to ttl whenever only two thirds of ttl are left
 // (see renewAfter). A refusal ends the lease (extend does that); a failure
 // is retried sooner, and if failures last until the known expiry, the
 // expiry timer ends the lease even while a renewal call is still hanging.
 // Stopping renewal cancels ctx, and with it a renewal in flight.
 func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct{}) {
-	t := time.NewTimer(renewAfter(ttl, s.left()))
+	t := time.NewTimer(renewAfter(ttl, s.left(), false))
 	defer t.Stop()
 	for {
 		select {
@@ -73,9 +76,7 @@ func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct
 		if errors.Is(err, ErrNotHeld) || ctx.Err() != nil {
 			return
 		}
-		// After a failure the deadline has not moved, so the next try comes
-		// within a third of what is left.
-		t.Reset(renewAfter(ttl, s.left()))
+		t.Reset(renewAfter(ttl, s.left(), err != nil))
 	}
 }
 
