@@ -195,11 +195,13 @@ func TestHandedOverLeaseValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := receive(t, got, 5*time.Second)
-	validity := a.lease.Validity()
+	// Redis first, then the lease: validity read later must not exceed
+	// what Redis held earlier.
 	pttl, err := c.PTTL(ctx, l.LockKey(resource)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	validity := a.lease.Validity()
 	t.Logf("validity %v, PTTL %v", validity, pttl)
 	if validity > pttl+time.Millisecond {
 		t.Fatalf("validity %v is beyond what Redis holds (%v)", validity, pttl)
