@@ -323,10 +323,17 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		kind, n, third int64
 		err            error
 	)
-	if cfg.owner == "" && !a.ordered {
+	if cfg.owner == "" && !a.queue {
+		// Without an owner and without joining the queue every reply is
+		// numbers, read without boxing each one.
 		var res []int64
-		res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
-			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
+		if a.ordered {
+			res, err = acquireScript.Run(ctx, l.client, keys,
+				holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
+		} else {
+			res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
+				holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
+		}
 		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -342,7 +349,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		case a.queue:
 			raw, err = acquireScript.Run(ctx, l.client, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
-		case a.ordered:
+		case a.ordered: // with an owner
 			raw, err = acquireScript.Run(ctx, l.client, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, "", channel, l.sharded).Slice()
 		default:
