@@ -5,28 +5,34 @@
 -- with a queue); all with the same hash tag, so in the same slot.
 -- ARGV[1] holder id, ARGV[2] lease in ms, ARGV[3] token retention in ms,
 -- ARGV[4] owner id ('' for none), ARGV[5] (optional) how long in ms a queue
--- entry lives without being refreshed: a caller that will wait gives it,
--- and a refused call then queues (or refreshes) this holder for a grant by
--- the release (see release.lua); ARGV[6] and ARGV[7], with ARGV[5], the
--- release channel and '1' to publish on it sharded.
+-- entry lives without being refreshed ('' for a caller that does not queue):
+-- a caller that will wait gives it, and a refused call then queues (or
+-- refreshes) this holder for a grant by the release (see release.lua);
+-- ARGV[6] and ARGV[7] (optional, with the queue keys) the release channel
+-- and '1' to publish on it sharded: a caller that gives them respects the
+-- queue (see below), whether or not it joins it.
 -- Returns {1, token} when granted ({1, token, 1} when no token state was
 -- found, so the token came from the clock), {0, remaining ms of the current holder}
 -- when not (-1: the current holder set no expiry; a queued caller gets
--- {0, remaining ms, refreshed µs}, naming its entry), {1, 0} for a grant of
+-- {0, remaining ms, refreshed µs, place}, naming its entry and its place in
+-- the queue, 0 for the head), {1, 0} for a grant of
 -- this holder whose token state was lost (the caller releases it),
 -- {2, token, holder} when the owner re-enters the lock it holds, and, for
 -- a queued caller, {3, token, remaining ms} when the lock was already
--- handed to it from the queue.
+-- handed to it from the queue. Every grant and re-entry takes the caller's
+-- own queue entry out, so no release hands the lock to a waiter that
+-- already has it.
 --
 -- The queue is a sorted set of holder ids, scored by the server clock (µs)
 -- of their first entry, so it is first come, first served; each holder's
 -- entry "<refreshed µs> <life ms> <lease ms> <owner>" is in the waiter
 -- entries hash. A refresh keeps the holder's place. Both keys outlive
--- their longest-lived entry, by at most one more life. A queued caller
--- that finds the lock free (its holder vanished) with live waiters queued
--- ahead of it does not take it: the lock goes to the first of them, as a
--- release would hand it over, and the caller stays queued, so the order
--- holds after a lost lease too.
+-- their longest-lived entry, by at most one more life. A caller that
+-- respects the queue and finds the lock free (its holder vanished) with
+-- live waiters queued ahead of it does not take it: the lock goes to the
+-- first of them, as a release would hand it over, and the caller is
+-- refused (a queued caller stays queued), so the order holds after a lost
+-- lease too, whoever tries first.
 --
 -- With an owner, the hold record (a hash) names the owner (o), the grant's
 -- holder (h) and token (t), the number of holds (n), and each acquisition
@@ -56,6 +62,15 @@ end
 
 local owner = ARGV[4]
 local life = ARGV[5] and ARGV[5] ~= '' and tonumber(ARGV[5])
+local ordered = ARGV[6] ~= nil
+
+-- dequeue takes this holder's own entry out of the queue, if it has one.
+local function dequeue()
+  if ordered then
+    redis.pcall('HDEL', KEYS[5], ARGV[1])
+    redis.pcall('ZREM', KEYS[4], ARGV[1])
+  end
+end
 if owner ~= '' then
   local holdType = redis.call('TYPE', KEYS[3]).ok
   if holdType ~= 'none' and holdType ~= 'hash' then
@@ -85,7 +100,7 @@ local function enqueue()
     redis.call('PEXPIRE', KEYS[5], 2 * life)
     redis.call('PEXPIRE', KEYS[4], 2 * life)
   end
-  return {0, redis.call('PTTL', KEYS[1]), tonumber(now)}
+  return {0, redis.call('PTTL', KEYS[1]), tonumber(now), redis.call('ZRANK', KEYS[4], ARGV[1])}
 end
 
 local cur = redis.pcall('GET', KEYS[1])
@@ -110,6 +125,8 @@ if cur then
   if owner ~= '' then
     local rec = redis.call('HMGET', KEYS[3], 'o', 'h', 't', 'a:' .. ARGV[1])
     if rec[1] == owner and rec[2] == cur then
+      -- Re-entered: this holder waits no more.
+      dequeue()
       if not rec[4] then
         redis.call('HINCRBY', KEYS[3], 'n', 1)
         redis.call('HSET', KEYS[3], 'a:' .. ARGV[1], '1')
@@ -132,9 +149,10 @@ if cur then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if life then
-  -- Free, and this caller waits in the queue: if others are queued ahead of
-  -- it, the first live one gets the lock and this caller stays queued.
+if ordered then
+  -- Free, and this caller respects the queue: if others are queued ahead
+  -- of it, the first live one gets the lock and this caller is refused (a
+  -- queued one stays queued).
   local head = redis.pcall('ZRANGE', KEYS[4], 0, 0)
   if type(head) == 'table' and not head.err and head[1] and head[1] ~= ARGV[1]
       and hand_over(ARGV[6], ARGV[7], tonumber(ARGV[3])) then
@@ -143,7 +161,10 @@ if life then
       local _, g = read_state(KEYS[2], 'token state')
       return {3, g, redis.call('PTTL', KEYS[1])}
     end
-    return enqueue()
+    if life then
+      return enqueue()
+    end
+    return {0, redis.call('PTTL', KEYS[1])}
   end
 end
 local n, bad = read_state(KEYS[2], 'token state')
@@ -156,11 +177,8 @@ if not token then
   return err
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
-if life then
-  -- Taken while free: this holder waits no more.
-  redis.pcall('HDEL', KEYS[5], ARGV[1])
-  redis.pcall('ZREM', KEYS[4], ARGV[1])
-end
+-- Taken while free: this holder waits no more.
+dequeue()
 local ts = num(token)
 redis.call('SET', KEYS[2], state(token, token, mark(ARGV[1]), ts),
   'PX', keep_ms(token, now, lease, tonumber(ARGV[3])))

@@ -28,8 +28,13 @@ func newAcquireConfig(opts []AcquireOption) (acquireConfig, error) {
 }
 
 // AutoRenew keeps the lease held until [Lease.Release]: it extends the lease
-// to its full TTL every third of the TTL, from a goroutine that ends with the
-// lease.
+// to its full TTL, from a goroutine that ends with the lease. Each renewal
+// is scheduled from what is left of the lease, not from its nominal TTL:
+// when two thirds of the TTL are left, which is after a third of the TTL
+// for a lease just granted or extended and at once for one that starts
+// with less (a grant that reached a waiter late), so the first renewal
+// never comes after the lease ran out in Redis; after a failed renewal,
+// within a third of what is left.
 //
 // A renewal that Redis refuses (the lease was lost: it expired during a
 // pause, was deleted, or Redis lost it) ends the lease at once; renewals that

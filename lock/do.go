@@ -26,8 +26,11 @@ import (
 //
 // If fn panics (or calls runtime.Goexit), Do releases the lease and stops
 // its renewal, then lets the panic continue with its original value. The
-// release runs even if ctx has ended. ctx bounds the wait for the lock and
-// is the parent of fn's context.
+// release runs even if ctx has ended: then, as [Lease.Release] does, Do
+// ends the lease at once and leaves the release to the background (which
+// [Locker.Close] waits for), so it returns by ctx's deadline with fn's
+// result. ctx bounds the wait for the lock and is the parent of fn's
+// context.
 func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, f fence.Fence) error, opts ...AcquireOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -45,18 +48,17 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		if !returned {
 			// fn panicked or called runtime.Goexit: free the lock for the
 			// next holder before the panic goes on up the stack.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			_ = lease.Release(rctx)
-			rcancel()
+			_ = lease.Release(ctx)
 		}
 	}()
 	fnErr := fn(fnCtx, lease.Fence())
 	returned = true
 	lostErr := lease.Err() // non-nil here only if the lease was lost during fn
 
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer rcancel()
-	relErr := lease.Release(rctx)
+	relErr := lease.Release(ctx)
+	if err := ctx.Err(); err != nil && errors.Is(relErr, err) {
+		relErr = nil // released in the background: fn's outcome stands
+	}
 	switch {
 	case fnErr != nil && lostErr != nil && !errors.Is(fnErr, ErrNotHeld):
 		return fmt.Errorf("%w; %w", fnErr, lostErr)

@@ -44,16 +44,23 @@
 // its lease without a round trip of its own. So a contended grant costs two
 // commands (the try that queued, the release) and a hand-off costs the
 // release's way to Redis and the message's way back. Waiters are served in
-// arrival order, across processes, also after a lease ran out: a queued
-// waiter that finds the lock free with others queued ahead of it hands it
-// to the first of them and stays queued. A release with no live waiter queued
+// arrival order, across processes, also after a lease ran out: every try
+// of Acquire, queued or not yet (a Locker that has not subscribed to the
+// resource yet, a polling one), that finds the lock free with live waiters
+// queued ahead of it hands it to the first of them, who hears of it at
+// once, and is refused. A release with no live waiter queued
 // announces that the lock is free, which wakes one waiter of each Locker to
-// try. A queued waiter refreshes its entry every second (by trying again),
-// and also tries when the current lease runs out (a holder that vanished);
+// try. A queued waiter refreshes its entry every second (by trying again);
+// the head of the queue also tries when the current lease runs out (a
+// holder that vanished), the others have no reason to, so the tries per
+// waiter stay near one a second however short the leases;
 // an entry not refreshed for three seconds (a crashed process) is passed
 // over, so a waiter that vanished can cost the others at most one of its
-// own leases. A waiter that gives up leaves the queue, and gives back a
-// grant that reached it as it gave up, which goes to the next waiter.
+// own leases. Every grant and every re-entry of an [Owner] takes the
+// caller's own entry out of the queue. A waiter that gives up leaves the
+// queue, and gives back a grant that reached it as it gave up, which goes
+// to the next waiter. [Locker.TryAcquire] does not look at the queue: it
+// takes a free lock.
 //
 // A Locker's waiters share one subscription connection (on a
 // *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). A
@@ -63,14 +70,17 @@
 // the subscription fails, waiters retry on a timed backoff, never sleeping
 // past the current lease, until it is back; a queued waiter's retry finds a
 // grant whose message it missed. [WithWait] makes Acquire poll instead;
-// polling waiters do not queue, so they take the lock only when it is free:
-// on a resource where other Lockers' waiters queue, that is when the queue
-// is empty or a lease runs out. Call [Locker.Close] when done with a
+// polling waiters do not queue, and like every Acquire they respect the
+// queue, so they take the lock only when it is free and no live waiter is
+// queued: on a resource where other Lockers' waiters queue, that is when
+// the queue is empty. Call [Locker.Close] when done with a
 // Locker: it stops the subscription and every renewal.
 //
-// [AutoRenew] keeps a lease held until it is released, extending it every
-// third of its TTL; [Locker.Do] renews by default for as long as its
-// function runs. [Lease.Done] closes when a lease ends, on release or as
+// [AutoRenew] keeps a lease held until it is released, extending it
+// whenever only two thirds of its TTL are left (at once for a grant that
+// reached its waiter late); [Locker.Do] renews by default for as long as its
+// function runs. Every TTL is sent and counted in whole milliseconds, as
+// Redis keeps it. [Lease.Done] closes when a lease ends, on release or as
 // soon as it is known lost (a renewal refused, Redis unreachable until the
 // lease ran out, [Lease.Extend] or [Lease.TTL] finding it gone), and
 // [Lease.Err] says why. Do cancels its function's context at that moment.
@@ -78,10 +88,25 @@
 // cannot see Done close, which is why storage checks the fence.
 //
 // With [Owner], an acquisition is re-entrant for the named owner: the same
-// fence and one more hold, the lock freed with the last hold. Every script
+// fence and one more hold, the lock freed with the last hold. No hold's
+// re-entry, Extend or renewal ever shortens the lock below what another
+// hold was told. Every script
 // recognises a client retry of a run that already happened (go-redis
 // retries after a lost reply), so a retried re-entry or hold release never
 // counts twice.
+//
+// # Deadlines
+//
+// Every call returns by its context's deadline. Cleanup that must outlive
+// a call (releasing a grant whose reply was lost, a waiter leaving the
+// queue, [Lease.Release] with a context that has ended) runs in the
+// background with a short timeout of its own, and [Locker.Close] waits for
+// it. go-redis applies a context's deadline to dialling, to waiting for a
+// pooled connection and to its retry pauses, but to a read from a server
+// that accepted the command and then went silent (a network black hole)
+// only when the client's ContextTimeoutEnabled option is set; without it
+// such a read ends at the client's ReadTimeout (3s by default). Set it
+// where calls must end by their deadline even then.
 //
 // # Token state lives only while a resource is active
 //

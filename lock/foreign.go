@@ -17,17 +17,26 @@ import (
 //
 // The fence is {Resource: lockKey, Token, Holder: value}. FenceLock issues a
 // token only while lockKey holds exactly value, in one round trip; otherwise
-// it returns an error matching [ErrNotHeld] and changes nothing. Every call
-// for the same grant (the same value) returns the same token, however often
-// and however late the lock is extended, so a call whose reply was lost can
-// simply be repeated. A new grant (a new value) gets a token above every
-// earlier one. The lock key itself is never written: its lease, release and
-// extension stay with the library that took it.
+// it returns an error matching [ErrNotHeld] and changes nothing. Calls for
+// the same grant (the same value) return the same token while its fence
+// record lives, so a call whose reply was lost can simply be repeated. A
+// new grant (a new value) gets a token above every earlier one. The lock
+// key itself is never written: its lease, release and extension stay with
+// the library that took it.
 //
 // Tokens follow the rule of [Locker.TryAcquire]: a new grant's token is
 // above the previous one and not below the Redis server's clock in
-// microseconds. They live in the record [Locker.FenceKey] names, which
-// expires the token retention after the lock's lease. A token is unique to a grant only if values are: keep the libraries' random
+// microseconds. They live in the record [Locker.FenceKey] names. Each call
+// keeps that record for the lock's remaining lease, as Redis reports it at
+// that moment, plus the token retention ([WithTokenRetention]): FenceLock
+// cannot see the lock being extended later by its own library. So a grant
+// extended for longer than that without another FenceLock call outlives
+// its record, and its next call issues a new, higher token for it; storage
+// then refuses the grant's older fence as stale (never the reverse), which
+// costs that unit of work, not data. Call FenceLock again after each
+// extension of a long-held lock (or at least once per retention), or keep
+// the retention above the longest the lock is held between calls. A token
+// is unique to a grant only if values are: keep the libraries' random
 // values (do not fix them with redsync.WithValue, redsync.WithGenValueFunc or
 // redislock's Options.Token). For redsync pass mutex.Name() and
 // mutex.Value(); for redislock lock.Key() and lock.Token()+lock.Metadata().
@@ -35,8 +44,11 @@ import (
 // if that server lost the key, FenceLock returns [ErrNotHeld], and storage
 // admission keeps writes safe either way.
 //
-// A key of another type in the way returns [ErrWrongType] and nothing is
-// changed. ctx bounds the round trip.
+// A lock key or value that storage would refuse in a fence (see
+// [fence.Fence.Validate]: invalid UTF-8, a NUL byte, too long) returns an
+// error matching [ErrInvalid] and [fence.ErrInvalid] before anything is
+// sent. A key of another type in the way returns [ErrWrongType] and nothing
+// is changed. ctx bounds the round trip.
 func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fence, error) {
 	return l.fenceLock(ctx, "fence", lockKey, value, 0)
 }
@@ -70,6 +82,10 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 	case len(lockKey) > fence.MaxResourceLen:
 		return fence.Fence{}, fmt.Errorf("%w: lock key of %d bytes is longer than %d", ErrInvalid, len(lockKey), fence.MaxResourceLen)
 	}
+	if err := (fence.Fence{Resource: lockKey, Token: 1, Holder: value}).Validate(); err != nil {
+		// No store would accept the fence: issue no token for it.
+		return fence.Fence{}, fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
+	}
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err
 	}
@@ -90,7 +106,7 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 // FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
 // newest token and the value of its current grant: the Locker's prefix, a
 // hash tag and lockKey. It expires the token retention after the lock's
-// lease. It sits in lockKey's Redis
+// lease as of the last FenceLock call. It sits in lockKey's Redis
 // Cluster slot whatever braces lockKey contains, so the one script that reads
 // both is legal on a cluster, and distinct lock keys get distinct records.
 func (l *Locker) FenceKey(lockKey string) string {

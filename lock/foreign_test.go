@@ -184,6 +184,47 @@ func TestFenceLockBadInput(t *testing.T) {
 	}
 }
 
+// A lock key or value that no store would accept in a fence is refused
+// before anything is sent: no token is issued and no record written, even
+// while the foreign lock holds exactly that value.
+func TestFenceLockRefusesFencesNoStoreAccepts(t *testing.T) {
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	prefix := testenv.Prefix(t)
+	l := newLocker(t, c, lock.WithPrefix(prefix))
+	ctx := context.Background()
+	h := &testenv.Commands{}
+	for _, tc := range []struct{ key, value string }{
+		{prefix + "bad\xff", "v"},
+		{prefix + "k", "v\x00alue"},
+	} {
+		if err := c.Set(ctx, tc.key, tc.value, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.AddHook(h)
+		f, err := l.FenceLock(ctx, tc.key, tc.value)
+		if !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("FenceLock(%q, %q) = %v, %v; want an error matching lock.ErrInvalid and fence.ErrInvalid", tc.key, tc.value, f, err)
+		}
+		if _, err := l.FenceLockAbove(ctx, tc.key, tc.value, 5); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("FenceLockAbove(%q, %q) = %v, want ErrInvalid", tc.key, tc.value, err)
+		}
+		if n := h.Len(); n != 0 {
+			t.Errorf("FenceLock(%q, %q) sent %d commands", tc.key, tc.value, n)
+		}
+		c = redis.NewClient(opt) // without the hook
+		defer c.Close()
+		if n := c.Exists(ctx, l.FenceKey(tc.key)).Val(); n != 0 {
+			t.Errorf("FenceLock(%q, %q) wrote its fence record", tc.key, tc.value)
+		}
+		_ = c.Del(ctx, tc.key)
+	}
+}
+
 // awkwardKeys are lock keys whose braces make Redis Cluster hash something
 // other than the obvious.
 var awkwardKeys = []string{
@@ -297,5 +338,44 @@ func BenchmarkFenceLockRepeat(b *testing.B) {
 		if _, err := l.FenceLock(ctx, p+"k", "v"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The fence record follows the foreign lock's lease as of each FenceLock
+// call: a call after the lock was extended keeps the grant's token past
+// the record's first expiry; a grant extended without another call
+// outlives its record, and its next call gets a new, higher token, as the
+// doc says.
+func TestFenceRecordFollowsTheLeaseAtEachCall(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	l := newLocker(t, c, lock.WithPrefix(prefix), lock.WithTokenRetention(100*time.Millisecond))
+	key := prefix + "long-held"
+	if err := c.Set(ctx, key, "v", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := mustFence(t, l, key, "v")
+	if err := c.PExpire(ctx, key, 3*time.Second).Err(); err != nil { // the library extends
+		t.Fatal(err)
+	}
+	if f := mustFence(t, l, key, "v"); f != first {
+		t.Fatalf("after the extension FenceLock = %v, want %v", f, first)
+	}
+	rec, lk := c.PTTL(ctx, l.FenceKey(key)).Val(), c.PTTL(ctx, key).Val()
+	if rec < lk {
+		t.Fatalf("fence record PTTL %v below the extended lock's %v", rec, lk)
+	}
+	time.Sleep(500 * time.Millisecond) // past the record's first expiry (400ms)
+	if f := mustFence(t, l, key, "v"); f != first {
+		t.Fatalf("later FenceLock = %v, want %v", f, first)
+	}
+	// Extended again, with no call: the record runs out before the lock.
+	if err := c.PExpire(ctx, key, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fence record did not expire", keyGone(c, l.FenceKey(key)))
+	if f := mustFence(t, l, key, "v"); f.Token <= first.Token {
+		t.Fatalf("after the record expired FenceLock = %v, want a token above %d", f, first.Token)
 	}
 }

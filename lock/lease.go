@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,25 +59,62 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 //
 // The release that frees the lock announces it on the resource's
 // [Locker.ReleaseChannel], in the same script, which wakes a waiting
-// [Locker.Acquire]. Release
-// stops the lease's renewal, if any, and closes [Lease.Done], whatever its
-// outcome; releasing a lease again after a release that reached Redis
-// returns ErrNotHeld without a round trip.
+// [Locker.Acquire]. Release stops the lease's renewal, if any, and closes
+// [Lease.Done], whatever its outcome; releasing a lease again after a
+// release that reached Redis returns ErrNotHeld without a round trip.
+//
+// Release returns by ctx's deadline. When ctx has already ended (the common
+// defer lease.Release(reqCtx) after the request's context ended), or ends
+// before the release is known to have reached Redis, Release still stops
+// renewal and ends the lease at once, and then returns an error matching
+// ctx.Err() while the release goes on in the background with a short
+// timeout of its own; [Locker.Close] waits for it.
 func (s *Lease) Release(ctx context.Context) (err error) {
-	if err := checkCall(ctx, "release", s.f.Resource); err != nil {
-		return err
+	if ctx == nil {
+		return fmt.Errorf("%w: release %q: nil context", ErrInvalid, s.f.Resource)
 	}
 	ctx, span := s.l.tel.startLeaseOp(ctx, "fencekit.lock.release", s.f)
 	defer func() { s.l.tel.endLeaseOp(span, err) }()
 	if s.gone() {
 		return fmt.Errorf("%w: release %q token %d: already released", ErrNotHeld, s.f.Resource, s.f.Token)
 	}
-	s.stopRenewal(true)
+	s.stopRenewal()
+	if s.awaitRenewal(ctx) && ctx.Err() == nil {
+		if err := s.release(ctx); !errors.Is(err, errReleaseUnknown) {
+			return err
+		}
+	}
+	// ctx ended before the release was known to reach Redis: end the lease
+	// now and release in the background.
+	cause := fmt.Errorf("lock: release %q: %w", s.f.Resource, ctx.Err())
+	s.end(fmt.Errorf("%w (%w; released in the background)", releasedError{}, cause), false)
+	s.l.background(ctx, func(ctx context.Context) {
+		s.awaitRenewal(ctx)
+		_ = s.release(ctx)
+	})
+	return cause
+}
+
+// errReleaseUnknown is release's error when ctx ended before the release's
+// reply came.
+var errReleaseUnknown = errors.New("release outcome unknown")
+
+// release runs the release on Redis and ends the lease with its outcome.
+// It returns an error matching errReleaseUnknown, and leaves the lease as
+// it was, when ctx ended before the reply came.
+func (s *Lease) release(ctx context.Context) error {
 	if s.l.red != nil {
-		return s.redlockRelease(ctx)
+		err := s.redlockRelease(ctx)
+		if ctx.Err() != nil && err != nil && !errors.Is(err, ErrNotHeld) {
+			return fmt.Errorf("%w: %w", errReleaseUnknown, err)
+		}
+		return err
 	}
 	n, err := releaseScript.Run(ctx, s.l.client, s.keys, s.holderArg, s.channel, s.l.sharded, s.acq, s.l.retentionArg, "").Int64()
 	if err != nil {
+		if ctx.Err() != nil && !isReply(err) {
+			return fmt.Errorf("%w: %w", errReleaseUnknown, err)
+		}
 		err = translate(ctx, err, "release", s.f.Resource)
 		s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
 		return err
@@ -93,11 +131,17 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 // Extend resets the lease to ttl from now if this grant still holds the
 // lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
 // when the lease has already been lost, and then ends the lease
-// ([Lease.Done] closes). ctx bounds the round trip.
+// ([Lease.Done] closes). ctx bounds the round trip. As for
+// [Locker.TryAcquire], a fraction of a millisecond of ttl is dropped.
+//
+// For a lease acquired with [Owner], whose lock other holds share, Extend
+// only lengthens: the lock then expires at the later of its current expiry
+// and ttl from now, so a short ttl never cuts another hold's lease.
 func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	ttl = wholeMS(ttl)
 	if err := checkCall(ctx, "extend", s.f.Resource); err != nil {
 		return err
 	}

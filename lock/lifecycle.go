@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,9 +23,10 @@ type life struct {
 	expiry   *time.Timer   // ends the lease at deadline; armed on first watch
 	onEnd    map[*func(error)]struct{}
 
-	stopOnce  sync.Once
-	stop      chan struct{} // closed to stop renewal; nil without renewal
-	renewDone chan struct{} // closed when renewal has stopped; nil without renewal
+	stopOnce    sync.Once
+	stop        chan struct{} // closed to stop renewal; nil without renewal
+	renewDone   chan struct{} // closed when renewal has stopped; nil without renewal
+	renewCancel func()        // cancels a renewal call in flight; nil without renewal
 }
 
 // closedChan is the Done channel of a lease that ended before anyone asked.
@@ -113,7 +115,7 @@ func (s *Lease) end(err error, released bool) {
 	}
 	s.life.onEnd = nil
 	s.life.mu.Unlock()
-	s.stopRenewal(false)
+	s.stopRenewal()
 	for _, f := range fns {
 		f(err)
 	}
@@ -143,15 +145,29 @@ func (s *Lease) whenEnded(f func(error)) (stop func()) {
 	}
 }
 
-// stopRenewal stops the renewal goroutine, if any; with wait it also waits
-// for it to return.
-func (s *Lease) stopRenewal(wait bool) {
+// stopRenewal stops the renewal goroutine, if any, cancelling a renewal
+// call in flight, without waiting for it to return.
+func (s *Lease) stopRenewal() {
 	if s.life.stop == nil {
 		return
 	}
-	s.life.stopOnce.Do(func() { close(s.life.stop) })
-	if wait {
-		<-s.life.renewDone
+	s.life.stopOnce.Do(func() {
+		close(s.life.stop)
+		s.life.renewCancel()
+	})
+}
+
+// awaitRenewal waits until the renewal goroutine, if any, has returned, or
+// until ctx ends; it reports whether renewal is over.
+func (s *Lease) awaitRenewal(ctx context.Context) bool {
+	if s.life.renewDone == nil {
+		return true
+	}
+	select {
+	case <-s.life.renewDone:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -17,10 +17,6 @@ import (
 // math.MaxInt64 would silently never expire.
 const MaxTTL = 365 * 24 * time.Hour
 
-// cleanupTimeout bounds the release that follows an acquisition whose reply
-// was lost (a cancelled context, a broken connection).
-const cleanupTimeout = 2 * time.Second
-
 // Locker grants leases on named resources, each with a fencing token. It is
 // safe for concurrent use; create one per Redis deployment and share it, and
 // call [Locker.Close] when done with it.
@@ -40,9 +36,10 @@ type Locker struct {
 	tel       *instruments // OpenTelemetry instruments; nil records nothing
 	closing   chan struct{}
 	closeOnce sync.Once
-	renewMu   sync.Mutex // orders renewers.Add against Close's Wait
+	renewMu   sync.Mutex // orders renewers.Add and cleanups.Add against Close's Wait
 	closed    bool
 	renewers  sync.WaitGroup
+	cleanups  sync.WaitGroup // see background
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -80,9 +77,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 }
 
 // Close stops the Locker's subscription connections and the renewal of its
-// leases, and waits for their goroutines to return. It does not release any
-// lease: renewed leases run out their TTL (their [Lease.Done] closes then),
-// and a Lease can still be released. After Close the Locker still grants
+// leases, and waits for their goroutines to return, and for the cleanup
+// that calls left to the background when their context ended (a release
+// asked for with an ended context, a waiter leaving the queue, the release
+// of a grant whose reply was lost), each bounded by a short timeout of its
+// own. It does not release any lease: renewed leases run out their TTL
+// (their [Lease.Done] closes then), and a Lease can still be released. After Close the Locker still grants
 // leases; Acquire then waits by timed retries (and no longer queues). On
 // a Locker made by [NewRedlock], Close also waits for the calls to its
 // nodes that are still in flight (a node's late answer to an acquisition
@@ -101,6 +101,7 @@ func (l *Locker) Close() {
 			l.hub.close()
 		}
 		l.renewers.Wait()
+		l.cleanups.Wait()
 		if l.red != nil {
 			l.red.close() // after the renewals, whose extensions it waits for too
 		}
@@ -223,20 +224,25 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to lock resource for ttl (at least 1ms, in
-// whole milliseconds). It costs one round trip: the grant and the next token
-// come from one script. When another holder has the lock it returns a
-// [*NotAcquiredError] at once.
+// TryAcquire makes one attempt to lock resource for ttl (at least 1ms; Redis
+// keeps whole milliseconds, so a fraction of one is dropped, from the lease
+// sent and from the lease counted alike). It costs one round trip: the
+// grant and the next token come from one script. When another holder has
+// the lock it returns a [*NotAcquiredError] at once.
 //
-// ctx bounds the round trip. If ctx ends or the connection fails while the
-// reply is in flight, TryAcquire releases whatever the attempt may have
-// taken before returning, so no lock is left that the caller does not know
-// about; the error then matches ctx.Err() when ctx ended. If the client
+// ctx bounds the round trip, and TryAcquire returns by its deadline (see
+// the package doc for a server that does not answer at all). If ctx
+// ends or the connection fails while the reply is in flight, whatever the
+// attempt may have taken is released, so no lock is left that the caller
+// does not know about: within ctx while it lasts, and in the background
+// (bounded by a short timeout of its own, and waited for by
+// [Locker.Close]) once it has ended; the error then matches ctx.Err() when
+// ctx ended. If the client
 // retries the script after a lost reply, the retry returns the grant the
 // first run made rather than refusing it. opts apply to this acquisition
 // (see [AutoRenew] and [Owner]).
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
-	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
+	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -247,27 +253,43 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	return lease, err
 }
 
-// checkAcquire refuses invalid arguments before anything is sent.
-func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+// checkAcquire refuses invalid arguments before anything is sent, and
+// returns ttl in the whole milliseconds Redis keeps.
+func (l *Locker) checkAcquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (acquireConfig, time.Duration, error) {
 	if err := checkResource(resource); err != nil {
-		return acquireConfig{}, err
+		return acquireConfig{}, 0, err
 	}
 	if err := checkTTL(ttl); err != nil {
-		return acquireConfig{}, err
+		return acquireConfig{}, 0, err
 	}
 	cfg, err := newAcquireConfig(opts)
 	if err != nil {
-		return cfg, err
+		return cfg, 0, err
 	}
-	return cfg, checkCall(ctx, "acquire", resource)
+	return cfg, wholeMS(ttl), checkCall(ctx, "acquire", resource)
 }
+
+// wholeMS drops the fraction of a millisecond from a lease: Redis keeps
+// expiries in whole milliseconds (PX, PEXPIRE), so that is all a lease can
+// be sent as, and counting the fraction locally would report validity after
+// Redis let the key go. Every ttl is cut here once, on the way in, so the
+// same value is sent and counted by the grant, a hand-over, Extend, renewal
+// and Redlock's validity.
+func wholeMS(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond) }
 
 // attempt is what the tries of one acquisition share: the holder id they
 // offer and, for a waiter in Acquire, its place in the resource's wait
 // queue.
 type attempt struct {
 	holder string
-	queue  bool // a refused try queues the holder (or refreshes its entry)
+	// ordered says the tries respect the wait queue: a free lock with live
+	// waiters queued ahead goes to the first of them. Every try of Acquire
+	// does; TryAcquire's does not.
+	ordered bool
+	queue   bool // a refused try queues the holder (or refreshes its entry)
+	// head says the last refused try left the holder first in the queue:
+	// only the head has a reason to try again when the current lease ends.
+	head bool
 	// ref and sent name the holder's queue entry as of the last refused
 	// try: the server clock (µs) the entry was refreshed at, and when that
 	// try was sent. ref is 0 until a try has queued the holder.
@@ -302,9 +324,16 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		err            error
 	)
 	if cfg.owner == "" && !a.queue {
+		// Without an owner and without joining the queue every reply is
+		// numbers, read without boxing each one.
 		var res []int64
-		res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
-			holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
+		if a.ordered {
+			res, err = acquireScript.Run(ctx, l.client, keys,
+				holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
+		} else {
+			res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
+				holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
+		}
 		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -316,18 +345,25 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 	} else {
 		var raw []any
-		if a.queue {
+		switch {
+		case a.queue:
 			raw, err = acquireScript.Run(ctx, l.client, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
-		} else {
+		case a.ordered: // with an owner
+			raw, err = acquireScript.Run(ctx, l.client, keys,
+				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, "", channel, l.sharded).Slice()
+		default:
 			raw, err = acquireScript.Run(ctx, l.client, keys[:keyQueue],
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
 		}
 		if err == nil {
-			if kind, n, third, err = parseAcquire(raw, &holder); kind == 2 {
+			var place int64
+			if kind, n, third, place, err = parseAcquire(raw, &holder); kind == 2 {
 				holderArg = holder
 			} else if err == nil && kind == 1 && third == 1 {
 				l.tel.stateMissed(ctx)
+			} else if err == nil && kind == 0 && third > 0 {
+				a.head = place == 0
 			}
 		}
 	}
@@ -374,53 +410,73 @@ func (l *Locker) grantLease(lease *Lease, keys []string, channel string, holderA
 }
 
 // parseAcquire reads acquire.lua's reply: {0, remaining ms[, refreshed
-// µs]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose holder
-// replaces *holder) or {3, token, remaining ms}. third is the reply's
-// third number, 0 when it has none.
-func parseAcquire(raw []any, holder *string) (kind, n, third int64, err error) {
+// µs, place]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose
+// holder replaces *holder) or {3, token, remaining ms}. third is the
+// reply's third number, 0 when it has none; place is a queued refusal's
+// place in the queue (0 for the head), -1 when it has none.
+func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err error) {
 	bad := fmt.Errorf("unexpected reply %v", raw)
-	if len(raw) < 2 || len(raw) > 3 {
-		return 0, 0, 0, bad
+	place = -1
+	if len(raw) < 2 || len(raw) > 4 {
+		return 0, 0, 0, place, bad
 	}
 	kind, ok1 := raw[0].(int64)
 	n, ok2 := raw[1].(int64)
-	if !ok1 || !ok2 || kind < 0 || kind > 3 {
-		return 0, 0, 0, bad
+	if !ok1 || !ok2 || kind < 0 || kind > 3 || len(raw) == 4 && kind != 0 {
+		return 0, 0, 0, place, bad
 	}
 	if kind == 2 {
 		if len(raw) != 3 {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 		cur, ok := raw[2].(string)
 		if !ok {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 		*holder = cur
-		return kind, n, 0, nil
+		return kind, n, 0, place, nil
 	}
-	if len(raw) == 3 {
+	if len(raw) >= 3 {
 		if third, ok1 = raw[2].(int64); !ok1 {
-			return 0, 0, 0, bad
+			return 0, 0, 0, place, bad
 		}
 	} else if kind == 3 {
-		return 0, 0, 0, bad
+		return 0, 0, 0, place, bad
 	}
-	return kind, n, third, nil
+	if len(raw) == 4 {
+		// A holder dropped from the queue meanwhile has no place (nil):
+		// it is not the head.
+		if p, ok := raw[3].(int64); ok {
+			place = p
+		}
+	}
+	return kind, n, third, place, nil
 }
 
 // cleanup releases what an acquisition whose reply was lost may have
 // taken: the grant of holder, or with an owner the hold acq. It also takes
 // holder out of the wait queue, and a grant a release made to it while it
 // was queued is released (and handed on) too.
+//
+// While ctx lasts it runs within ctx; what ctx leaves undone (it ended, or
+// the reply was lost again) goes on in the background, bounded by
+// cleanupTimeout, so the caller returns by its deadline and [Locker.Close]
+// waits for the rest.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	var buf [numKeys]string
 	keys, channel := l.resourceKeys(&buf, resource)
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
-	_ = releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
+	run := func(ctx context.Context) error {
+		return releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
+	}
+	if ctx.Err() == nil {
+		if err := run(ctx); err == nil || isReply(err) {
+			return
+		}
+	}
+	l.background(ctx, func(ctx context.Context) { _ = run(ctx) })
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
@@ -432,9 +488,12 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // the lock grants it to this waiter (first come, first served, across
 // processes) and announces the grant on the channel, from which Acquire
 // returns the lease with no further round trip. The lease's [Lease.Validity]
-// is counted from no later than the grant. Acquire also tries again when
-// the current lease's remaining time runs out (a holder that vanished),
-// and at least every second, which keeps its queue entry alive. The
+// is counted from no later than the grant. Every try respects the queue,
+// including the first, made before the subscription: a free lock with live
+// waiters queued ahead goes to the first of them, and this try is refused.
+// A queued waiter tries again every second, which keeps its queue entry
+// alive; the head of the queue also when the current lease's remaining time
+// runs out (a holder that vanished). The
 // Locker's waiters share one subscription connection (on a cluster, one per
 // hash slot with waiters). If the subscription fails, waiters retry on the
 // timed [Backoff] schedule, never sleeping past the current lease's
@@ -442,13 +501,14 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // strategy instead and does not queue. See the package doc for the queue's
 // keys and its treatment of waiters that vanish.
 //
-// ctx bounds the whole wait. When it ends, Acquire returns an error that
-// matches ctx.Err() and holds no lock: it leaves the queue (one round trip,
-// bounded by its own short timeout), and a grant that reached it meanwhile
-// is released to the next waiter. opts apply to the acquisition, as
+// ctx bounds the whole wait, and Acquire returns by its deadline. When it
+// ends, Acquire returns an error that matches ctx.Err() and holds no lock:
+// it leaves the queue in the background (one round trip, bounded by its own
+// short timeout; [Locker.Close] waits for it), and a grant that reached it
+// meanwhile is released to the next waiter. opts apply to the acquisition, as
 // for [Locker.TryAcquire].
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
-	cfg, err := l.checkAcquire(ctx, resource, ttl, opts)
+	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,8 @@ func WithPrefix(prefix string) Option {
 // WithWait makes [Locker.Acquire] poll: after each refused attempt it
 // sleeps as w says, never past the current holder's remaining lease; it
 // subscribes to nothing and does not join the wait queue, so it takes the
-// lock only when it is free. default: wait in the queue for a release's
+// lock only when it is free and no live waiter of another Locker is queued
+// (a free lock goes to the first of those). default: wait in the queue for a release's
 // grant (pub/sub) and retry on Backoff(time.Millisecond, 64*time.Millisecond)
 // only while the subscription is down.
 func WithWait(w WaitStrategy) Option {
@@ -157,7 +158,7 @@ func (b backoff) Delay(attempt int, _ time.Duration) time.Duration {
 		ceiling *= 2
 	}
 	ceiling = min(ceiling, b.max)
-	if ceiling == math.MaxInt64 { // ceiling+1 would overflow
+	if ceiling == math.MaxInt64 { // ceiling+1 would wrap
 		return ceiling
 	}
 	return rand.N(ceiling + 1)

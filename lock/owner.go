@@ -21,7 +21,10 @@ const MaxOwnerLen = 256
 // lock key records the owner, the token and one field per acquisition, so a
 // client retry of a re-entry or of a release is recognised and never counts
 // twice. A re-entry extends the lock to at least its own ttl; extending or
-// renewing any hold extends the lock for all of them.
+// renewing any hold extends the lock for all of them. No hold ever shortens
+// the lock: a re-entry, [Lease.Extend] or a renewal of one hold sets the
+// lock's expiry to the later of its current one and the hold's ttl from
+// now, so what every other hold was told (its [Lease.Validity]) stays true.
 func Owner(id string) AcquireOption {
 	return func(c *acquireConfig) error {
 		switch {

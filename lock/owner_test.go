@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
@@ -189,4 +190,98 @@ func TestOwnerInvalid(t *testing.T) {
 			t.Fatalf("Owner(%d bytes) = %v, want ErrInvalid", len(id), err)
 		}
 	}
+}
+
+// wantRefusedWhileHeld fails t if another Locker can take resource while
+// lease still reports time left, checking until lease's validity is down to
+// margin or for d, whichever is first.
+func wantRefusedWhileHeld(t *testing.T, other *lock.Locker, lease *lock.Lease, resource string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		v := lease.Validity()
+		got, err := other.TryAcquire(ctx, resource, time.Second)
+		if err == nil {
+			_ = got.Release(ctx)
+			t.Fatalf("another Locker took the lock (token %d) while the outer hold reported validity %v and Err %v",
+				got.Token(), v, lease.Err())
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("outer hold lost: %v", err)
+	}
+}
+
+// No hold of an owner shortens the lock below what another hold was told:
+// an inner hold that extends to (and renews at) a short lease and is
+// released leaves the lock held for the outer hold's lease.
+func TestOwnerHoldNeverShortensAnother(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	l, err := lock.New(c, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	other, err := lock.New(testenv.Redis(t), lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+
+	t.Run("Extend", func(t *testing.T) {
+		outer, err := l.TryAcquire(ctx, "ext", 5*time.Second, lock.Owner("job"), lock.AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := l.TryAcquire(ctx, "ext", 100*time.Millisecond, lock.Owner("job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Extend(ctx, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pttl, err := c.PTTL(ctx, l.LockKey("ext")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := outer.Validity(); pttl < v {
+			t.Fatalf("lock PTTL %v after the inner hold's Extend, below the outer hold's validity %v", pttl, v)
+		}
+		wantRefusedWhileHeld(t, other, outer, "ext", 600*time.Millisecond)
+		if err := outer.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("nested Do", func(t *testing.T) {
+		err := l.Do(ctx, "do", 5*time.Second, func(outerCtx context.Context, _ fence.Fence) error {
+			if err := l.Do(ctx, "do", 90*time.Millisecond, func(context.Context, fence.Fence) error {
+				time.Sleep(100 * time.Millisecond) // a few renewals of the inner hold
+				return nil
+			}, lock.Owner("job")); err != nil {
+				return err
+			}
+			for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if got, err := other.TryAcquire(ctx, "do", time.Second); err == nil {
+					_ = got.Release(ctx)
+					return errors.New("another Locker took the lock while the outer Do ran")
+				}
+				if outerCtx.Err() != nil {
+					return context.Cause(outerCtx)
+				}
+			}
+			return nil
+		}, lock.Owner("job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -19,8 +19,10 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 		s.life.mu.Unlock()
 		return
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	s.life.stop = make(chan struct{})
 	s.life.renewDone = make(chan struct{})
+	s.life.renewCancel = cancel
 	s.life.mu.Lock()
 	done := s.watch() // the expiry timer ends the lease even while a renewal hangs
 	s.life.mu.Unlock()
@@ -28,17 +30,31 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 	go func() {
 		defer s.l.renewers.Done()
 		defer close(s.life.renewDone)
-		s.renew(ttl, done)
+		defer cancel()
+		s.renew(ctx, ttl, done)
 	}()
 }
 
-// renew extends the lease to ttl every third of ttl. A refusal ends the
-// lease (extend does that); a failure is retried sooner, and if failures
-// last until the known expiry, the expiry timer ends the lease even while a
-// renewal call is still hanging.
-func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
-	period := max(ttl/3, time.Millisecond)
-	t := time.NewTimer(period)
+// renewAfter is how long to wait before renewing a lease of ttl that is
+// known held for left more. After a grant or a successful renewal it is
+// until two thirds of ttl are left: a third of ttl for a lease just granted
+// or extended, and at once for one that starts with less (a grant that
+// reached its waiter late). After a failed renewal it is a third of what
+// is left, so tries come ever sooner while the lease still runs.
+func renewAfter(ttl, left time.Duration, failed bool) time.Duration {
+	if failed {
+		return max(left/3, time.Millisecond)
+	}
+	return max(left-(ttl-ttl/3), 0)
+}
+
+// renew extends the lease to ttl whenever only two thirds of ttl are left
+// (see renewAfter). A refusal ends the lease (extend does that); a failure
+// is retried sooner, and if failures last until the known expiry, the
+// expiry timer ends the lease even while a renewal call is still hanging.
+// Stopping renewal cancels ctx, and with it a renewal in flight.
+func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct{}) {
+	t := time.NewTimer(renewAfter(ttl, s.left(), false))
 	defer t.Stop()
 	for {
 		select {
@@ -53,18 +69,20 @@ func (s *Lease) renew(ttl time.Duration, done <-chan struct{}) {
 		s.life.mu.Lock()
 		deadline := s.life.deadline
 		s.life.mu.Unlock()
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err := s.extend(ctx, ttl)
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		err := s.extend(cctx, ttl)
 		cancel()
 		s.l.tel.renewed(err)
-		if errors.Is(err, ErrNotHeld) {
+		if errors.Is(err, ErrNotHeld) || ctx.Err() != nil {
 			return
 		}
-		next := period
-		if err != nil {
-			// Redis did not answer: try again while the lease still runs.
-			next = min(period, max(time.Until(deadline)/3, time.Millisecond))
-		}
-		t.Reset(next)
+		t.Reset(renewAfter(ttl, s.left(), err != nil))
 	}
+}
+
+// left is how long the lease is still known held, on the local clock.
+func (s *Lease) left() time.Duration {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return time.Until(s.life.deadline)
 }

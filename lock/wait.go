@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -37,7 +38,11 @@ import (
 // takes its entry out, and gives back (hands on) a grant it got meanwhile.
 // A queued waiter refreshes its entry every queueRefresh, by trying again,
 // and an entry not refreshed for queueLife is skipped, so a waiter that
-// vanished is passed over. While the subscription is down, waiters retry on
+// vanished is passed over. Only the head of the queue (its last try says
+// so) also tries when the current lease is due to end; any other try would
+// find the lock handed to the head. Every try respects the queue, also one
+// made before the subscription is confirmed: a free lock with live waiters
+// queued ahead goes to the first of them. While the subscription is down, waiters retry on
 // the Locker's wait strategy, never sleeping past the current lease's
 // remaining time; a queued waiter's retry finds a grant made to it.
 
@@ -111,12 +116,29 @@ func (h *hub) connKey(channel string) string {
 	return ""
 }
 
+// newPubSub returns a PubSub with no channel yet, so without any I/O; nil
+// on a Ring, which routes a PubSub by its first channel and so can only
+// make one that subscribes at once: the writer makes it then (see write).
 func (h *hub) newPubSub() *redis.PubSub {
-	// No channel yet, so neither call does any I/O.
-	if c, ok := h.client.(*redis.ClusterClient); ok {
+	switch c := h.client.(type) {
+	case *redis.ClusterClient:
 		return c.SSubscribe(context.Background())
+	case *redis.Ring:
+		return nil
 	}
 	return h.client.Subscribe(context.Background())
+}
+
+// ringSubscribe subscribes channel on a new PubSub of the Ring's shard for
+// it, or returns nil when the Ring has no shard to give (it panics then,
+// rather than return an error).
+func (h *hub) ringSubscribe(ctx context.Context, channel string) (ps *redis.PubSub) {
+	defer func() {
+		if recover() != nil {
+			ps = nil
+		}
+	}()
+	return h.client.Subscribe(ctx, channel)
 }
 
 // subConn is one subscription connection: a reader goroutine that receives
@@ -141,9 +163,18 @@ type subConn struct {
 
 // psGen is one PubSub; it is replaced, never reused, after a failure.
 type psGen struct {
-	ps      *redis.PubSub
+	// ps is set when the generation is made, or on a Ring by its first
+	// subscribe; nil until then, and for good if that subscribe failed.
+	ps      atomic.Pointer[redis.PubSub]
 	once    sync.Once
 	written chan struct{} // closed after the first command was written
+}
+
+// close closes the generation's PubSub, if it has one.
+func (g *psGen) close() {
+	if ps := g.ps.Load(); ps != nil {
+		_ = ps.Close()
+	}
 }
 
 type subOp struct {
@@ -200,7 +231,13 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	return holder, g, true
 }
 
-func newGen(ps *redis.PubSub) *psGen { return &psGen{ps: ps, written: make(chan struct{})} }
+func newGen(ps *redis.PubSub) *psGen {
+	g := &psGen{written: make(chan struct{})}
+	if ps != nil {
+		g.ps.Store(ps)
+	}
+	return g
+}
 
 func (t *topic) setReady() {
 	if !t.isReady {
@@ -372,7 +409,7 @@ func (h *hub) close() {
 	}
 	h.mu.Unlock()
 	for _, g := range gens {
-		_ = g.ps.Close()
+		g.close()
 	}
 	h.wg.Wait()
 }
@@ -429,7 +466,15 @@ func (c *subConn) writer() {
 func (c *subConn) write(op subOp) {
 	ctx, cancel := context.WithTimeout(context.Background(), subWriteTimeout)
 	defer cancel()
-	ps := op.gen.ps
+	ps := op.gen.ps.Load()
+	if ps == nil {
+		// A Ring's generation: its first subscribe makes the PubSub.
+		if op.sub {
+			c.ringStart(ctx, op)
+		}
+		op.gen.once.Do(func() { close(op.gen.written) })
+		return
+	}
 	switch sharded := c.h.mode == subSharded; {
 	case op.sub && sharded:
 		_ = ps.SSubscribe(ctx, op.channel)
@@ -441,6 +486,23 @@ func (c *subConn) write(op subOp) {
 		_ = ps.Unsubscribe(ctx, op.channel)
 	}
 	op.gen.once.Do(func() { close(op.gen.written) })
+}
+
+// ringStart makes the PubSub of a Ring's generation by subscribing op's
+// channel on it, and closes it again if the generation was replaced or the
+// connection retired meanwhile.
+func (c *subConn) ringStart(ctx context.Context, op subOp) {
+	ps := c.h.ringSubscribe(ctx, op.channel)
+	if ps == nil {
+		return
+	}
+	op.gen.ps.Store(ps)
+	c.h.mu.Lock()
+	dead := c.retired || c.gen != op.gen
+	c.h.mu.Unlock()
+	if dead {
+		_ = ps.Close()
+	}
 }
 
 func (c *subConn) reader() {
@@ -470,9 +532,13 @@ func (c *subConn) reader() {
 // receive handles what g's connection delivers until it breaks (false) or
 // the connection is retired (true).
 func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
+	ps := g.ps.Load()
+	if ps == nil {
+		return false // a Ring's first subscribe failed
+	}
 	pinged := false
 	for {
-		msg, err := g.ps.ReceiveTimeout(context.Background(), healthEvery)
+		msg, err := ps.ReceiveTimeout(context.Background(), healthEvery)
 		select {
 		case <-c.quit:
 			return true
@@ -494,7 +560,7 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 			}
 			pinged = true
 			ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
-			err := g.ps.Ping(ctx)
+			err := ps.Ping(ctx)
 			cancel()
 			if err != nil {
 				return false
@@ -565,7 +631,7 @@ func (c *subConn) retireIfIdle() bool {
 	}
 	g := c.retire()
 	c.h.mu.Unlock()
-	_ = g.ps.Close()
+	g.close()
 	return true
 }
 
@@ -580,7 +646,7 @@ func (c *subConn) reset(failures int) bool {
 	}
 	old := c.gen
 	c.h.mu.Unlock()
-	_ = old.ps.Close()
+	old.close()
 
 	pause := min(10*time.Millisecond<<min(failures-1, 7), time.Second)
 	timer := time.NewTimer(pause)
@@ -605,7 +671,7 @@ func (c *subConn) reset(failures int) bool {
 	if len(c.topics) == 0 {
 		g := c.retire()
 		c.h.mu.Unlock()
-		_ = g.ps.Close()
+		g.close()
 		return false
 	}
 	c.gen = newGen(c.h.newPubSub())
@@ -623,7 +689,9 @@ func (c *subConn) reset(failures int) bool {
 // refresh its queue entry, or (without a confirmed subscription) the wait
 // strategy's delay, whichever comes first.
 func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (lease *Lease, err error) {
-	a := attempt{holder: fence.NewHolder()}
+	// Every try respects the queue, whether or not it can join it yet: a
+	// free lock with live waiters queued ahead goes to the first of them.
+	a := attempt{holder: fence.NewHolder(), ordered: true}
 	var (
 		w       *waiter
 		channel string
@@ -681,8 +749,12 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		var d time.Duration
 		switch {
 		case confirmed:
+			// Only the head of the queue has a reason to try when the
+			// current lease ends (a holder that vanished): any other
+			// waiter's try would find the lock handed to the head. The
+			// others only refresh their entry, once a second.
 			d = queueRefresh
-			if na.Remaining >= 0 {
+			if a.head && na.Remaining >= 0 {
 				d = min(d, na.Remaining)
 			}
 		default:

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -386,5 +387,46 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 	if err := winner.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Waiting works on a *redis.Ring of two shards, end to end: each waiter
+// subscribes on its resource's shard, queues there, and is handed the lock
+// by the release.
+func TestAcquireWaitsOnARing(t *testing.T) {
+	ctx := context.Background()
+	a, b := testenv.StartRedis(t), testenv.StartRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	l := newLocker(t, ring)
+	t.Cleanup(l.Close)
+	hl := newLocker(t, ring, lock.WithPrefix(strings.TrimSuffix(l.LockKey("x"), "{x}:lock")))
+	t.Cleanup(hl.Close)
+	shards := map[string]bool{}
+	for i := range 8 {
+		resource := fmt.Sprintf("ring-%d", i)
+		holder := mustAcquire(t, hl, resource, 30*time.Second)
+		if a.Client().Exists(ctx, l.LockKey(resource)).Val() == 1 {
+			shards["a"] = true
+		} else {
+			shards["b"] = true
+		}
+		got := make(chan acquired, 1)
+		startWaiter(ctx, l, "w", resource, 30*time.Second, got)
+		waitQueued(t, ring, l, resource, 1)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := receive(t, got, 5*time.Second)
+		if w.lease.Token() <= holder.Token() {
+			t.Fatalf("%s: waiter's token %d after %d", resource, w.lease.Token(), holder.Token())
+		}
+		wantHolder(t, ring, l, resource, w.lease.Holder())
+		if err := w.lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(shards) != 2 {
+		t.Fatalf("the resources all landed on shard %v; want both used", shards)
 	}
 }
