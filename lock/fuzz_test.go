@@ -49,8 +49,9 @@ func FuzzParseGrant(f *testing.F) {
 }
 
 // FuzzParseAcquire: parseAcquire accepts exactly the replies acquire.lua
-// documents, {0, ms[, µs]}, {1, token[, 1]}, {2, token, holder} and
-// {3, token, ms}, and replaces the holder only on a re-entry.
+// documents, {0, ms[, µs[, place]]}, {1, token[, 1]}, {2, token, holder} and
+// {3, token, ms}, replaces the holder only on a re-entry, and gives a place
+// only to a queued refusal that names one (a number).
 func FuzzParseAcquire(f *testing.F) {
 	f.Add(uint8(2), int64(0), int64(30), int64(0), "", uint8(0))
 	f.Add(uint8(3), int64(1), int64(17), int64(1), "", uint8(0))
@@ -58,36 +59,41 @@ func FuzzParseAcquire(f *testing.F) {
 	f.Add(uint8(3), int64(3), int64(17), int64(40), "", uint8(0))
 	f.Add(uint8(2), int64(3), int64(17), int64(40), "", uint8(0))
 	f.Add(uint8(4), int64(0), int64(1), int64(2), "x", uint8(2))
+	f.Add(uint8(4), int64(0), int64(1), int64(2), "x", uint8(0))
+	f.Add(uint8(4), int64(0), int64(1), int64(2), "x", uint8(8))
 	f.Fuzz(func(t *testing.T, n uint8, kind, num, third int64, str string, shape uint8) {
 		// shape picks each element's type: bit i set makes element i a string.
-		vals := []any{kind, num, third, str}
+		vals := []any{kind, num, third, third + 1}
 		var raw []any
-		for i := range min(int(n), 4) {
-			v := vals[i]
-			if shape&(1<<i) != 0 {
-				v = fmt.Sprint(v)
-			}
-			if i == 2 && shape&(1<<i) != 0 {
-				v = str
+		for i := range min(int(n), 5) {
+			var v any = str
+			if i < len(vals) {
+				v = vals[i]
+				if shape&(1<<i) != 0 {
+					v = fmt.Sprint(v)
+				}
+				if i >= 2 && shape&(1<<i) != 0 {
+					v = str
+				}
 			}
 			raw = append(raw, v)
 		}
 		holder := "mine"
-		k, gotN, gotThird, err := parseAcquire(raw, &holder)
+		k, gotN, gotThird, place, err := parseAcquire(raw, &holder)
 		want := func() bool {
-			if len(raw) < 2 || len(raw) > 3 {
+			if len(raw) < 2 || len(raw) > 4 {
 				return false
 			}
 			k0, ok0 := raw[0].(int64)
 			_, ok1 := raw[1].(int64)
-			if !ok0 || !ok1 || k0 < 0 || k0 > 3 {
+			if !ok0 || !ok1 || k0 < 0 || k0 > 3 || len(raw) == 4 && k0 != 0 {
 				return false
 			}
 			switch {
 			case k0 == 2:
 				_, s := raw[len(raw)-1].(string)
 				return len(raw) == 3 && s
-			case len(raw) == 3:
+			case len(raw) >= 3:
 				_, i := raw[2].(int64)
 				return i
 			}
@@ -105,13 +111,21 @@ func FuzzParseAcquire(f *testing.F) {
 		if k != raw[0].(int64) || gotN != raw[1].(int64) {
 			t.Fatalf("parseAcquire(%#v) = %d, %d", raw, k, gotN)
 		}
+		wantPlace := int64(-1)
+		if len(raw) == 4 {
+			if p, ok := raw[3].(int64); ok {
+				wantPlace = p
+			}
+		}
 		switch {
 		case k == 2 && holder != raw[2].(string):
 			t.Fatalf("re-entry %#v: holder %q", raw, holder)
 		case k != 2 && holder != "mine":
 			t.Fatalf("parseAcquire(%#v) changed the holder to %q", raw, holder)
-		case k != 2 && len(raw) == 3 && gotThird != raw[2].(int64):
+		case k != 2 && len(raw) >= 3 && gotThird != raw[2].(int64):
 			t.Fatalf("parseAcquire(%#v): third %d", raw, gotThird)
+		case place != wantPlace:
+			t.Fatalf("parseAcquire(%#v): place %d, want %d", raw, place, wantPlace)
 		}
 	})
 }
