@@ -147,11 +147,32 @@ func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	ctx, span := s.l.tel.startLeaseOp(ctx, "fencekit.lock.extend", s.f)
 	err := s.extend(ctx, ttl)
+	if err == nil {
+		s.life.mu.Lock()
+		s.life.ttl = ttl // renewal keeps the lease at this ttl from now on
+		s.life.mu.Unlock()
+	}
 	s.l.tel.endLeaseOp(span, err)
 	return err
 }
 
+// extend runs one extension at a time per lease. Two in flight at once
+// (an Extend and a renewal) could reach Redis in one order and reply in the
+// other: the lease would then count on the expiry of the call that replied
+// last while Redis holds the one that arrived last.
 func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
+	s.life.mu.Lock()
+	if s.life.extending == nil {
+		s.life.extending = make(chan struct{}, 1)
+	}
+	sem := s.life.extending
+	s.life.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("lock: extend %q: waiting for the extension in flight: %w", s.f.Resource, ctx.Err())
+	}
+	defer func() { <-sem }()
 	if s.l.red != nil {
 		return s.redlockExtend(ctx, ttl)
 	}

@@ -27,6 +27,9 @@ type life struct {
 	stop        chan struct{} // closed to stop renewal; nil without renewal
 	renewDone   chan struct{} // closed when renewal has stopped; nil without renewal
 	renewCancel func()        // cancels a renewal call in flight; nil without renewal
+
+	ttl       time.Duration // the ttl of the last Extend, which renewal keeps; 0: the grant's
+	extending chan struct{} // held by the one extension in flight (Extend or renewal); made on first use
 }
 
 // closedChan is the Done channel of a lease that ended before anyone asked.

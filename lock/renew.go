@@ -48,8 +48,8 @@ func renewAfter(ttl, left time.Duration, failed bool) time.Duration {
 	return max(left-(ttl-ttl/3), 0)
 }
 
-// renew extends the lease to ttl whenever only two thirds of ttl are left
-// (see renewAfter). A refusal ends the lease (extend does that); a failure
+// renew extends the lease to ttl (or to the ttl of the last Extend)
+// whenever only two thirds of it are left (see renewAfter). A refusal ends the lease (extend does that); a failure
 // is retried sooner, and if failures last until the known expiry, the
 // expiry timer ends the lease even while a renewal call is still hanging.
 // Stopping renewal cancels ctx, and with it a renewal in flight.
@@ -68,6 +68,9 @@ func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct
 		}
 		s.life.mu.Lock()
 		deadline := s.life.deadline
+		if s.life.ttl > 0 {
+			ttl = s.life.ttl // an Extend set the lease's ttl: keep it
+		}
 		s.life.mu.Unlock()
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		err := s.extend(cctx, ttl)
@@ -76,6 +79,11 @@ func (s *Lease) renew(ctx context.Context, ttl time.Duration, done <-chan struct
 		if errors.Is(err, ErrNotHeld) || ctx.Err() != nil {
 			return
 		}
+		s.life.mu.Lock()
+		if s.life.ttl > 0 {
+			ttl = s.life.ttl
+		}
+		s.life.mu.Unlock()
 		t.Reset(renewAfter(ttl, s.left(), err != nil))
 	}
 }
