@@ -59,8 +59,9 @@
 // own leases. Every grant and every re-entry of an [Owner] takes the
 // caller's own entry out of the queue. A waiter that gives up leaves the
 // queue, and gives back a grant that reached it as it gave up, which goes
-// to the next waiter. [Locker.TryAcquire] does not look at the queue: it
-// takes a free lock.
+// to the next waiter. [Locker.TryAcquire] respects the queue too: a free
+// lock with live waiters queued goes to the first of them, and TryAcquire
+// is refused.
 //
 // A Locker's waiters share one subscription connection (on a
 // *redis.ClusterClient one per hash slot with waiters, using SSUBSCRIBE). A

@@ -228,7 +228,9 @@ func checkTTL(ttl time.Duration) error {
 // keeps whole milliseconds, so a fraction of one is dropped, from the lease
 // sent and from the lease counted alike). It costs one round trip: the
 // grant and the next token come from one script. When another holder has
-// the lock it returns a [*NotAcquiredError] at once.
+// the lock, or the lock is free but live waiters are queued for it in
+// [Locker.Acquire] (it then goes to the first of them), it returns a
+// [*NotAcquiredError] at once.
 //
 // ctx bounds the round trip, and TryAcquire returns by its deadline (see
 // the package doc for a server that does not answer at all). If ctx
@@ -248,7 +250,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	}
 	start := time.Now()
 	ctx, span := l.tel.startAcquire(ctx, "fencekit.lock.try_acquire", resource, false)
-	lease, err := l.tryAcquire(ctx, resource, ttl, cfg, &attempt{holder: fence.NewHolder()})
+	lease, err := l.tryAcquire(ctx, resource, ttl, cfg, &attempt{holder: fence.NewHolder(), ordered: true})
 	l.tel.endAcquire(ctx, span, start, false, lease, err)
 	return lease, err
 }
@@ -284,7 +286,7 @@ type attempt struct {
 	holder string
 	// ordered says the tries respect the wait queue: a free lock with live
 	// waiters queued ahead goes to the first of them. Every try of Acquire
-	// does; TryAcquire's does not.
+	// and TryAcquire does.
 	ordered bool
 	queue   bool // a refused try queues the holder (or refreshes its entry)
 	// head says the last refused try left the holder first in the queue:

@@ -1001,3 +1001,42 @@ func TestQueuedWaitersTryOnlyAtTheHead(t *testing.T) {
 	}
 	_ = holder.Release(context.Background())
 }
+
+// TestTryAcquireRespectsTheQueue: a TryAcquire that finds the lock free
+// while a live waiter is queued does not take it: the lock goes to the
+// head of the queue and TryAcquire is refused (DESIGN: every try that can
+// take a free lock respects the queue).
+func TestTryAcquireRespectsTheQueue(t *testing.T) {
+	ctx := context.Background()
+	const resource = "trynewcomer"
+	_, wl, hc, hl := waiterAndHolder(t)
+	nl, err := lock.New(testenv.Redis(t), lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.Close)
+	mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, wl, "queued", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+	// The holder vanishes; the queued waiter's own next try is a second
+	// away.
+	if err := hc.Del(ctx, hl.LockKey(resource)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := nl.TryAcquire(ctx, resource, 30*time.Second)
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Fatal("TryAcquire took the free lock ahead of a live queued waiter")
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
+	}
+	first := receive(t, got, 5*time.Second)
+	if first.name != "queued" {
+		t.Fatalf("%s got the lock, want the waiter queued ahead", first.name)
+	}
+	if err := first.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
