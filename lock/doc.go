@@ -80,7 +80,9 @@
 // [AutoRenew] keeps a lease held until it is released, extending it
 // whenever only two thirds of its TTL are left (at once for a grant that
 // reached its waiter late); [Locker.Do] renews by default for as long as its
-// function runs. Every TTL is sent and counted in whole milliseconds, as
+// function runs. Do's function has the type func(ctx context.Context, f
+// fence.Fence) error: it gets the lease's fence to present to storage, and
+// ctx is cancelled as soon as the lease is lost. Every TTL is sent and counted in whole milliseconds, as
 // Redis keeps it. [Lease.Done] closes when a lease ends, on release or as
 // soon as it is known lost (a renewal refused, Redis unreachable until the
 // lease ran out, [Lease.Extend] or [Lease.TTL] finding it gone), and

@@ -41,8 +41,11 @@ func ExampleLocker_Do() {
 		fmt.Println("token", f.Token)
 		return nil
 	})
-	if errors.Is(err, lock.ErrNotHeld) {
+	switch {
+	case errors.Is(err, lock.ErrNotHeld):
 		fmt.Println("the lease expired before the work finished")
+	case err != nil:
+		panic(err) // not acquired in time, Redis unreachable, or the work's own error
 	}
 }
 

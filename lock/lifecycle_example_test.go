@@ -63,8 +63,11 @@ func ExampleLocker_Do_lost() {
 		}
 		return nil
 	})
-	if errors.Is(err, lock.ErrNotHeld) {
+	switch {
+	case errors.Is(err, lock.ErrNotHeld):
 		fmt.Println("the lease was lost; the entries written so far were fenced")
+	case err != nil:
+		panic(err)
 	}
 }
 

@@ -557,10 +557,7 @@ func exampleBodies(t *testing.T, root string) (fset *token.FileSet, names []stri
 // examplesDroppingErrors are Example functions known to drop errors, in
 // packages whose owners fix them; the test fails once one is fixed, so that
 // its line goes too.
-var examplesDroppingErrors = map[string]bool{
-	"lock/example_test.go:ExampleLocker_Do":                true,
-	"lock/lifecycle_example_test.go:ExampleLocker_Do_lost": true,
-}
+var examplesDroppingErrors = map[string]bool{}
 
 // TestDocSnippetsHandleErrors: no snippet and no Example function tests an
 // error for one sentinel and lets every other error fall through.
