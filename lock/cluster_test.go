@@ -19,6 +19,7 @@ import (
 // masters with a replica each, where a resource's keys must stay on one
 // master and waiters on every master must be woken.
 func TestOnClusters(t *testing.T) {
+	testenv.Slow(t)
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) *redis.ClusterClient

@@ -76,6 +76,7 @@ func TestCallsReturnByTheDeadlineWhenRedisIsDown(t *testing.T) {
 // A cleanup left to the background is done when Close returns: a grant
 // whose reply was lost as the caller's context ended is released.
 func TestCloseWaitsForBackgroundCleanup(t *testing.T) {
+	testenv.Slow(t)
 	opt, err := redis.ParseURL(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +106,7 @@ func TestCloseWaitsForBackgroundCleanup(t *testing.T) {
 // (a network black hole), Release included, and Close returns once the
 // background cleanup has timed out.
 func TestCallsReturnByTheDeadlineWhenRedisIsSilent(t *testing.T) {
+	testenv.Slow(t)
 	const (
 		timeout = 500 * time.Millisecond
 		slack   = 250 * time.Millisecond

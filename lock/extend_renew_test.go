@@ -13,6 +13,7 @@ import (
 // renewal keeps the lock at that ttl instead of cutting it back to the
 // grant's, and Validity never exceeds what Redis holds.
 func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)

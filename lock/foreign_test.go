@@ -234,6 +234,7 @@ var awkwardKeys = []string{
 }
 
 func TestFenceKeySlot(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	node := srv.Client()
@@ -274,6 +275,7 @@ func TestFenceKeySlot(t *testing.T) {
 }
 
 func TestFenceLockOnCluster(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	cc := srv.ClusterClient()

@@ -346,6 +346,7 @@ func TestOneCommandToAcquireOneToRelease(t *testing.T) {
 }
 
 func TestClusterOneSlotPerResource(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	c := srv.ClusterClient()

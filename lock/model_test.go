@@ -1029,6 +1029,7 @@ func (m *model) nemesis(ctx context.Context, ahead []*lock.Locker, rng *rand.Ran
 // TestLockModelRedlock runs the model over Redlock on five private
 // redis-servers.
 func TestLockModelRedlock(t *testing.T) {
+	testenv.Slow(t)
 	m := runRedlockModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t)})
 	m.report(t, "Redlock model")
 }
@@ -1062,6 +1063,7 @@ func (b brokenLease) Fence() fence.Fence {
 // workload where today's leases keep their promises, a lease that claims
 // 20ms past its expiry, and one that reuses a token, are each caught.
 func TestLockModelRejectsBrokenLeases(t *testing.T) {
+	testenv.Slow(t)
 	budget := min(modelBudget(t), 3*time.Second)
 	t.Run("honest", func(t *testing.T) {
 		// The same workload with the real leases: no promise or token

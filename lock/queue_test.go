@@ -618,6 +618,7 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 // then sit idle for a whole 30s lease and the run would stall), and once
 // everyone is done the lock is free and the queue is gone.
 func TestQueueWithWaitersGivingUp(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	const resource = "giveups"
 	c := testenv.Redis(t)
@@ -951,6 +952,7 @@ func TestNewcomerRespectsTheQueue(t *testing.T) {
 // refresh their entry once a second, so the tries per waiter stay near one
 // a second whatever the lease.
 func TestQueuedWaitersTryOnlyAtTheHead(t *testing.T) {
+	testenv.Slow(t)
 	const (
 		resource = "manywaiters"
 		waiters  = 200

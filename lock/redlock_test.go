@@ -293,6 +293,7 @@ func TestRedlockValidityShrinks(t *testing.T) {
 // release it sends to every node. The two live nodes hold no lock once
 // that release is through.
 func TestRedlockFailedQuorumReturnsWithinNodeTimeout(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	const nodeTimeout = 200 * time.Millisecond
@@ -337,6 +338,7 @@ func TestRedlockFailedQuorumReturnsWithinNodeTimeout(t *testing.T) {
 // the lease lost (nodes did not answer); once the lease has run out on the
 // live nodes Extend reports ErrNotHeld and Done closes.
 func TestRedlockExtendAndLoss(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
@@ -395,6 +397,7 @@ func TestRedlockExtendAndLoss(t *testing.T) {
 // with a Redlock Locker as with one Redis, and a waiting Acquire gets the
 // lock once it is released.
 func TestRedlockAutoRenewAndDo(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	ns := startNodes(t, 3, 0)
 	l := newRedlock(t, ns)
@@ -631,6 +634,7 @@ func (ns *redlockNodes) atToken(t *testing.T, l *lock.Locker, resource string, t
 // a retryable failure that leaves no lock behind. Every lease that is
 // handed out has a quorum of nodes at its token, and tokens never go back.
 func TestRedlockRaiseLostRefusesLease(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	hooks := make([]*raiseHook, len(ns.clients))
@@ -874,6 +878,7 @@ func TestRedlockFailedExtendCapsValidity(t *testing.T) {
 // traffic again and Close has returned no node holds the lock, not even
 // one whose grant arrived late.
 func TestRedlockCallsEndByDeadline(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	l, err := lock.NewRedlock(ns.clients, lock.WithNodeTimeout(5*time.Second))

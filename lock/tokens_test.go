@@ -78,6 +78,7 @@ func TestTokenStateExpiresAfterRetention(t *testing.T) {
 // retention has passed: Redis memory returns to its baseline. Run with
 // FENCEKIT_TOKEN_MEMORY_RESOURCES=100000 for the figures in the README.
 func TestTokenStateMemoryReturnsToBaseline(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	srv := testenv.StartRedis(t)
 	c := srv.Client()

@@ -285,6 +285,7 @@ func TestCloseStopsSubscription(t *testing.T) {
 // its own; waiters on resources in different slots are all woken by their
 // releases.
 func TestAcquireWakesAcrossSlots(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	c := testenv.StartRedisCluster(t).ClusterClient()
 	l := newLocker(t, c)
@@ -394,6 +395,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 // subscribes on its resource's shard, queues there, and is handed the lock
 // by the release.
 func TestAcquireWaitsOnARing(t *testing.T) {
+	testenv.Slow(t)
 	ctx := context.Background()
 	a, b := testenv.StartRedis(t), testenv.StartRedis(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
