@@ -292,6 +292,10 @@ type attempt struct {
 	// head says the last refused try left the holder first in the queue:
 	// only the head has a reason to try again when the current lease ends.
 	head bool
+	// place is the holder's place in the queue as of the last refused try
+	// (0: the head; -1: unknown), counted down as grants to waiters ahead
+	// of it are heard of: the waiter that reaches 0 tries at once.
+	place int64
 	// ref and sent name the holder's queue entry as of the last refused
 	// try: the server clock (µs) the entry was refreshed at, and when that
 	// try was sent. ref is 0 until a try has queued the holder.
@@ -365,7 +369,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 			} else if err == nil && kind == 1 && third == 1 {
 				l.tel.stateMissed(ctx)
 			} else if err == nil && kind == 0 && third > 0 {
-				a.head = place == 0
+				a.head, a.place = place == 0, place
 			}
 		}
 	}

@@ -198,6 +198,7 @@ type waiter struct {
 	holder string        // the holder id it queues under
 	wake   chan struct{} // cap 1
 	grant  chan grantMsg // cap 1: a release granted it the lock
+	moved  chan struct{} // cap 1: a release granted the lock to another waiter
 	owes   bool          // took a wake-up and has not yet tried on it
 }
 
@@ -272,7 +273,13 @@ func (t *topic) deliver(holder string, g grantMsg) {
 			case w.grant <- g:
 			default:
 			}
-			return
+			continue
+		}
+		// Every other waiter moved one place up the queue: the one that
+		// becomes the head must learn it, to try when this lease ends.
+		select {
+		case w.moved <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -316,7 +323,7 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 		t.idle = time.Time{}
 		c.lingering--
 	}
-	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1)}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), moved: make(chan struct{}, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
 }
@@ -691,7 +698,7 @@ func (c *subConn) reset(failures int) bool {
 func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (lease *Lease, err error) {
 	// Every try respects the queue, whether or not it can join it yet: a
 	// free lock with live waiters queued ahead goes to the first of them.
-	a := attempt{holder: fence.NewHolder(), ordered: true}
+	a := attempt{holder: fence.NewHolder(), ordered: true, place: -1}
 	var (
 		w       *waiter
 		channel string
@@ -765,11 +772,11 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			}
 		}
 		var (
-			wake, edge <-chan struct{}
-			granted    <-chan grantMsg
+			wake, edge, moved <-chan struct{}
+			granted           <-chan grantMsg
 		)
 		if w != nil {
-			wake, granted = w.wake, w.grant
+			wake, granted, moved = w.wake, w.grant, w.moved
 			if confirmed {
 				edge = lost // back to timed retries
 			} else {
@@ -781,17 +788,32 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		} else {
 			timer.Reset(d)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
-		case <-timer.C:
-		case <-wake:
-			w.owes = true
-		case <-edge:
-		case g := <-granted:
-			if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
-				return lease, nil
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
+			case <-timer.C:
+			case <-wake:
+				w.owes = true
+			case <-edge:
+			case g := <-granted:
+				if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
+					return lease, nil
+				}
+			case <-moved:
+				// The lock went to a waiter ahead: the one that was next in
+				// line is now the head and tries at once, to learn the new
+				// lease's end (one try per grant); the others keep waiting
+				// for their refresh.
+				if a.place > 0 {
+					a.place--
+				}
+				if a.place != 0 {
+					continue wait
+				}
 			}
+			break
 		}
 	}
 }
