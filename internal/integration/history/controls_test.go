@@ -20,6 +20,9 @@ func controlRuns() int {
 // rejection in most of them. The runs share the budget, and last at least
 // three seconds each: shorter runs of the subtler variants race too seldom.
 func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) bool) {
+	if testing.Short() {
+		t.Skip("negative control: runs without -short (and in .ci/checkers)")
+	}
 	b := BudgetFor(t)
 	n := controlRuns()
 	b.Duration = max(b.Duration/time.Duration(n), 3*time.Second)
