@@ -91,9 +91,10 @@
 // cannot see Done close, which is why storage checks the fence.
 //
 // With [Owner], an acquisition is re-entrant for the named owner: the same
-// fence and one more hold, the lock freed with the last hold. No hold's
-// re-entry, Extend or renewal ever shortens the lock below what another
-// hold was told. Every script
+// fence and one more hold, the lock freed with the last hold. No
+// re-entry, Extend or renewal ever shortens a lock: an extension only
+// lengthens it, so no call takes away time that a hold was told it had,
+// not even an earlier extension that reaches Redis late. Every script
 // recognises a client retry of a run that already happened (go-redis
 // retries after a lost reply), so a retried re-entry or hold release never
 // counts twice.

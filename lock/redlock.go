@@ -532,40 +532,35 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		return extendScript.Run(ctx, n.client, keys, s.f.Holder, ttl.Milliseconds(), l.retentionMS).Int64()
 	}, nil)
 	elapsed := time.Since(sent)
-	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
-	switch {
-	case ok >= l.red.quorum && elapsed < ttl-drift(ttl):
-		s.extended(sent, ttl-drift(ttl))
-		return nil
-	case notHeld > len(replies)-l.red.quorum:
+	ok, notHeld, errs := count(replies, func(ms int64) bool { return ms != -3 })
+	if ok >= l.red.quorum {
+		// Each node that replied holds the lock for what it said from a
+		// moment after sent; the quorum-th longest is how long a quorum
+		// holds it. Extensions never shorten a node's lock, so neither do
+		// the calls still in flight to the others.
+		var left []int64
+		for _, rep := range replies {
+			if rep.err == nil && rep.v != -3 {
+				left = append(left, max(rep.v, ttl.Milliseconds()))
+			}
+		}
+		slices.Sort(left)
+		slices.Reverse(left)
+		held := time.Duration(left[l.red.quorum-1]) * time.Millisecond
+		if valid := held - drift(held); elapsed < valid {
+			s.extended(sent, valid)
+			return nil
+		}
+	}
+	if notHeld > len(replies)-l.red.quorum {
 		err := fmt.Errorf("%w: extend %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
 		s.lost(err)
 		return err
 	}
-	// Nodes that answered late, or not at all, may have set the new ttl,
-	// which may be shorter than what the lease had left.
-	s.capValidity(sent, ttl-drift(ttl))
+	// Nodes that answered late, or not at all, may have lengthened the
+	// lock; none shortened it, so the lease keeps the expiry it knew.
 	return translate(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
 		OK: ok, Elapsed: elapsed, Err: errs}, "extend", s.f.Resource)
-}
-
-// capValidity moves the lease's known expiry back to sent+ttl if that is
-// sooner: after a failed extension, the quorum is known to hold the lock
-// only until the earlier of its old expiry and the one the extension may
-// have set. It ends the lease at once if that has passed.
-func (s *Lease) capValidity(sent time.Time, ttl time.Duration) {
-	s.life.mu.Lock()
-	capped := !s.life.ended && !s.life.deadline.IsZero() && sent.Add(ttl).Before(s.life.deadline)
-	if capped {
-		s.life.deadline = sent.Add(ttl)
-		if s.life.expiry != nil {
-			s.life.expiry.Reset(time.Until(s.life.deadline))
-		}
-	}
-	s.life.mu.Unlock()
-	if capped && ttl <= time.Since(sent) {
-		s.expired()
-	}
 }
 
 // redlockTTL is TTL on a Redlock Locker: the time for which a quorum of
