@@ -91,7 +91,8 @@ func (r *redlock) close() {
 
 type redlockNode struct {
 	client  redis.UniversalClient
-	sharded string // "1" when releases publish with SPUBLISH
+	sharded string     // "1" when releases publish with SPUBLISH
+	dials   *dialWatch // its latest failed dial, to explain a silence
 }
 
 // NewRedlock returns a Locker that holds each lease on a quorum of
@@ -174,6 +175,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 			seen[id] = i
 		}
 		nodes[i].client = c
+		nodes[i].dials = watchDials(c)
 		if _, ok := c.(*redis.ClusterClient); ok {
 			nodes[i].sharded = "1"
 		}
@@ -362,6 +364,11 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 			}
 		}
 	}
+	for _, i := range idx {
+		if res[i].err != nil {
+			res[i].err = explainSilence(res[i].err, r.nodes[i].dials)
+		}
+	}
 	return res
 }
 
@@ -438,7 +445,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	}
 	if ctx.Err() != nil {
 		releaseAll()
-		return nil, translate(ctx, ctx.Err(), "acquire", resource)
+		return nil, endedFailure(ctx, "acquire", resource, errs)
 	}
 	validity := ttl - elapsed - drift(ttl)
 	if len(granted) < r.quorum || validity <= 0 {
@@ -447,7 +454,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 			return nil, wrongType
 		}
 		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
-			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: errors.Join(errs...)}
+			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: joinNodes(errs)}
 	}
 
 	// Lift the granting nodes whose own token was lower to the lease's. The
@@ -486,7 +493,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 		}
 		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
 			OK: len(granted), Held: held, Unraised: len(granted) - atToken, Remaining: remaining,
-			Elapsed: time.Since(sent), Err: errors.Join(errs...)}
+			Elapsed: time.Since(sent), Err: joinNodes(errs)}
 	}
 	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)
@@ -514,8 +521,8 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 		s.end(err, true)
 		return err
 	}
-	err := translate(ctx, &QuorumError{Op: "release", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
-		OK: ok, Elapsed: time.Since(start), Err: errs}, "release", s.f.Resource)
+	err := quorumFailure(ctx, &QuorumError{Op: "release", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs})
 	s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
 	return err
 }
@@ -559,8 +566,8 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 	}
 	// Nodes that answered late, or not at all, may have lengthened the
 	// lock; none shortened it, so the lease keeps the expiry it knew.
-	return translate(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
-		OK: ok, Elapsed: elapsed, Err: errs}, "extend", s.f.Resource)
+	return quorumFailure(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: elapsed, Err: errs})
 }
 
 // redlockTTL is TTL on a Redlock Locker: the time for which a quorum of
@@ -590,8 +597,8 @@ func (s *Lease) redlockTTL(ctx context.Context) (time.Duration, error) {
 		s.lost(err)
 		return 0, err
 	}
-	return 0, translate(ctx, &QuorumError{Op: "ttl", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
-		OK: ok, Elapsed: time.Since(start), Err: errs}, "ttl", s.f.Resource)
+	return 0, quorumFailure(ctx, &QuorumError{Op: "ttl", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs})
 }
 
 // redlockAdvance is Advance on a Redlock Locker: it succeeds once a quorum
@@ -611,8 +618,8 @@ func (l *Locker) redlockAdvance(ctx context.Context, resource string, atLeast fe
 			return e
 		}
 	}
-	return translate(ctx, &QuorumError{Op: "advance", Resource: resource, Nodes: len(replies), Quorum: l.red.quorum,
-		OK: ok, Elapsed: time.Since(start), Err: errs}, "advance", resource)
+	return quorumFailure(ctx, &QuorumError{Op: "advance", Resource: resource, Nodes: len(replies), Quorum: l.red.quorum,
+		OK: ok, Elapsed: time.Since(start), Err: errs})
 }
 
 // count sorts replies into those that did as asked, those that answered
@@ -629,7 +636,7 @@ func count[T any](replies []nodeReply[T], good func(T) bool) (ok, other int, err
 			other++
 		}
 	}
-	return ok, other, errors.Join(all...)
+	return ok, other, joinNodes(all)
 }
 
 // refuseRedlock is the error of a call that a Redlock Locker does not offer.

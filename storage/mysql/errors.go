@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -56,7 +57,7 @@ type RetryableError struct {
 
 // Error describes the server's error and says that a retry may succeed.
 func (e *RetryableError) Error() string {
-	return "mysql: retryable: " + e.Err.Error()
+	return "mysql: retryable: " + strings.TrimPrefix(e.Err.Error(), "mysql: ")
 }
 
 // Unwrap returns both [ErrRetryable] and the server's error.
@@ -96,11 +97,11 @@ func commitOutcome(op string, err error) error {
 	var myErr *mysql.MySQLError
 	switch {
 	case errors.As(err, &myErr):
-		return fmt.Errorf("%s: %w", op, translate(err, false))
+		return prefixed(op, translate(err, false))
 	case errors.Is(err, driver.ErrBadConn),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w", op, err)
+		return prefixed(op, err)
 	case errors.Is(err, sql.ErrTxDone):
 		// The transaction ended before COMMIT: database/sql rolled it back
 		// when its context ended, or fn ended it itself.
@@ -108,3 +109,20 @@ func commitOutcome(op string, err error) error {
 	}
 	return &fence.OutcomeUnknownError{Op: op, Err: err}
 }
+
+// prefixed is msg, which starts with the package's "mysql: ", followed by err:
+// it matches err, and says "mysql:" once even when err's own message starts
+// with it (a [*RetryableError], an error from a call of this package's
+// that a caller's function returned).
+func prefixed(msg string, err error) error { return &prefixedError{msg: msg, err: err} }
+
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string {
+	return e.msg + ": " + strings.TrimPrefix(e.err.Error(), "mysql: ")
+}
+
+func (e *prefixedError) Unwrap() error { return e.err }

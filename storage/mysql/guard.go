@@ -126,11 +126,11 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 		t, t, h, h,
 		t, t, h, t)
 	if err != nil {
-		return fmt.Errorf("mysql: guard %s: %w", f, translate(err, true))
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("mysql: guard %s: %w", f, err)
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), err)
 	}
 	if n == rowsChanged {
 		return nil
@@ -144,7 +144,7 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	if mark.Token == f.Token && mark.Holder == f.Holder {
 		return nil
 	}
-	return &fence.StaleError{Fence: f, HighWater: mark}
+	return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // GuardAll guards several resources in one transaction, as [Guard] does for
@@ -218,7 +218,7 @@ func readMark(ctx context.Context, db Querier, query, resource string) (fence.Fe
 	case errors.Is(err, sql.ErrNoRows):
 		return mark, nil
 	case err != nil:
-		return fence.Fence{}, fmt.Errorf("mysql: high-water mark of %q: %w", resource, translate(err, true))
+		return fence.Fence{}, prefixed(fmt.Sprintf("mysql: high-water mark of %q", resource), translate(err, true))
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil

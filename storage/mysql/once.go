@@ -117,11 +117,11 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 		}
 		res, err := tx.ExecContext(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), f.Holder)
 		if err != nil {
-			return fmt.Errorf("mysql: once %q: completion record: %w", key, translate(err, true))
+			return prefixed(fmt.Sprintf("mysql: once %q: completion record", key), translate(err, true))
 		}
 		claimed, err := res.RowsAffected()
 		if err != nil {
-			return fmt.Errorf("mysql: once %q: completion record: %w", key, err)
+			return prefixed(fmt.Sprintf("mysql: once %q: completion record", key), err)
 		}
 		if claimed == 0 {
 			return nil // done already: commit the mark raise only
@@ -169,9 +169,9 @@ func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error)
 	err := db.QueryRowContext(ctx, onceLookupSQL, key).Scan(&rec.Fence.Resource, &token, &rec.Fence.Holder, &done)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return OnceRecord{}, fmt.Errorf("mysql: once %q: %w", key, fence.ErrNotFound)
+		return OnceRecord{}, prefixed(fmt.Sprintf("mysql: once %q", key), fence.ErrNotFound)
 	case err != nil:
-		return OnceRecord{}, fmt.Errorf("mysql: once %q: completion record: %w", key, translate(err, true))
+		return OnceRecord{}, prefixed(fmt.Sprintf("mysql: once %q: completion record", key), translate(err, true))
 	}
 	rec.Fence.Token, rec.Done = fence.Token(token), time.Time(done)
 	return rec, nil
@@ -214,7 +214,7 @@ func (t *serverTime) Scan(v any) error {
 func (t *serverTime) parse(s string) error {
 	p, err := time.ParseInLocation(datetimeLayout, s, time.UTC)
 	if err != nil {
-		return fmt.Errorf("mysql: DATETIME %q: %w", s, err)
+		return prefixed(fmt.Sprintf("mysql: DATETIME %q", s), err)
 	}
 	*t = serverTime(p)
 	return nil

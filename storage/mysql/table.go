@@ -302,16 +302,16 @@ func (r table) checkMark(ctx context.Context, db Querier, f fence.Fence, key any
 	var holder sql.NullString
 	err := db.QueryRowContext(ctx, "SELECT "+r.token+", "+r.holder+" FROM "+r.name+" WHERE "+r.key+" = ? FOR UPDATE", key).Scan(&token, &holder)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("mysql: %q key %v: %w", r.display, key, fence.ErrNotFound)
+		return prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), fence.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("mysql: mark of %q key %v: %w", r.display, key, translate(err, false))
+		return prefixed(fmt.Sprintf("mysql: mark of %q key %v", r.display, key), translate(err, false))
 	}
 	mark := fence.Fence{Resource: f.Resource, Token: fence.Token(token.Int64), Holder: holder.String}
 	if token.Valid && mark.Token == f.Token && mark.Holder == f.Holder {
 		return nil
 	}
-	return &fence.StaleError{Fence: f, HighWater: mark}
+	return prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // UpdateVersion writes values to the row whose key column equals key only if
@@ -363,11 +363,11 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	err = db.QueryRowContext(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = ?", key).Scan(&actual)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, fmt.Errorf("mysql: %q key %v: %w", r.display, key, fence.ErrNotFound)
+		return 0, prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), fence.ErrNotFound)
 	case err != nil:
-		return 0, fmt.Errorf("mysql: version of %q key %v: %w", r.display, key, translate(err, false))
+		return 0, prefixed(fmt.Sprintf("mysql: version of %q key %v", r.display, key), translate(err, false))
 	case !actual.Valid:
-		return 0, fmt.Errorf("mysql: %q key %v: %w", r.display, key, ErrNullVersion)
+		return 0, prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), ErrNullVersion)
 	}
 	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: actual.Int64}
 }
@@ -380,7 +380,7 @@ func writeError(db Querier, op string, err error) error {
 	var myErr *mysql.MySQLError
 	_, inTx := db.(*sql.Tx)
 	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
-		return fmt.Errorf("%s: %w", op, translate(err, false))
+		return prefixed(op, translate(err, false))
 	}
 	return &fence.OutcomeUnknownError{Op: op, Err: err}
 }

@@ -123,7 +123,7 @@ func commit(ctx context.Context, tx *sql.Tx, op string) error {
 		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
 			// The context ended first and database/sql rolled back instead
 			// of committing.
-			return fmt.Errorf("%s: %w", op, ctx.Err())
+			return prefixed(op, ctx.Err())
 		}
 		return commitOutcome(op, err)
 	case <-ctx.Done():
@@ -163,7 +163,7 @@ func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error
 	delay := time.Millisecond
 	for i := 1; ; i++ {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("mysql: retry: %w", err)
+			return prefixed("mysql: retry", err)
 		}
 		err := fn(ctx)
 		if err == nil || i == attempts || !retryable(err) {

@@ -79,7 +79,7 @@ func exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	if err != nil {
 		var stale *fence.StaleError
 		if errors.As(err, &stale) {
-			return nil, fmt.Errorf("postgres: Exec: %w", stale)
+			return nil, prefixed("postgres: Exec", stale)
 		}
 		return nil, err
 	}
@@ -92,17 +92,17 @@ func execBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, n i
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("postgres: fenced batch: %w", translate(cerr, f))
+			err = prefixed("postgres: fenced batch", translate(cerr, f))
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("postgres: fenced batch: %w", translate(err, f))
+		return nil, prefixed("postgres: fenced batch", translate(err, f))
 	}
 	tags = make([]pgconn.CommandTag, 0, n)
 	for i := range n {
 		tag, err := br.Exec()
 		if err != nil {
-			return nil, fmt.Errorf("postgres: fenced batch statement %d: %w", i, translate(err, f))
+			return nil, prefixed(fmt.Sprintf("postgres: fenced batch statement %d", i), translate(err, f))
 		}
 		tags = append(tags, tag)
 	}
@@ -160,7 +160,7 @@ func query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn fu
 // commits by itself, so that a failure in flight leaves its outcome unknown.
 func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn func(rows pgx.Rows) error, commits bool) (err error) {
 	failed := func(err error) error {
-		err = fmt.Errorf("postgres: fenced query: %w", translate(err, f))
+		err = prefixed("postgres: fenced query", translate(err, f))
 		if commits {
 			return unknownOutcome("postgres: Query", err)
 		}
@@ -175,7 +175,7 @@ func queryBatch(ctx context.Context, db Batcher, b *pgx.Batch, f fence.Fence, fn
 	if _, err := br.Exec(); err != nil {
 		var stale *fence.StaleError
 		if err := translate(err, f); errors.As(err, &stale) {
-			return fmt.Errorf("postgres: Query: %w", stale)
+			return prefixed("postgres: Query", stale)
 		}
 		return failed(err)
 	}

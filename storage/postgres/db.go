@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -70,7 +69,7 @@ func onConn[T any](ctx context.Context, db T, fn func(T) error) error {
 	}
 	c, err := p.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: acquire a connection: %w", err)
+		return prefixed("postgres: acquire a connection", err)
 	}
 	defer c.Release()
 	conn, ok := any(c).(T)

@@ -85,7 +85,7 @@ type RetryableError struct {
 
 // Error describes the server's error and says that a retry may succeed.
 func (e *RetryableError) Error() string {
-	return "postgres: retryable: " + e.Err.Error()
+	return "postgres: retryable: " + strings.TrimPrefix(e.Err.Error(), "postgres: ")
 }
 
 // Unwrap returns both [ErrRetryable] and the server's error.
@@ -161,7 +161,7 @@ func forHandle(op string, err error, db any) error {
 	if _, isPool := db.(*pgxpool.Pool); !isPool || !errors.As(err, &nm) {
 		return err
 	}
-	return fmt.Errorf("postgres: %s: %w", op, &notMigratedError{apply: applyPool, err: nm.err})
+	return prefixed(fmt.Sprintf("postgres: %s", op), &notMigratedError{apply: applyPool, err: nm.err})
 }
 
 // ownObjects are the tables and functions the migrations create.
@@ -192,3 +192,20 @@ func namesOwnObject(msg string) bool {
 func identByte(b byte) bool {
 	return b == '_' || b == '$' || b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
 }
+
+// prefixed is msg, which starts with the package's "postgres: ", followed by err:
+// it matches err, and says "postgres:" once even when err's own message starts
+// with it (a [*RetryableError], an error from a call of this package's
+// that a caller's function returned).
+func prefixed(msg string, err error) error { return &prefixedError{msg: msg, err: err} }
+
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string {
+	return e.msg + ": " + strings.TrimPrefix(e.err.Error(), "postgres: ")
+}
+
+func (e *prefixedError) Unwrap() error { return e.err }

@@ -77,7 +77,7 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: guard %s: %w", f, translate(err, f))
+		return prefixed(fmt.Sprintf("postgres: guard %s", f), translate(err, f))
 	}
 	// Stale. The upsert left the row locked by tx, so this read sees the
 	// mark that refused f, not a later one.
@@ -85,7 +85,7 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("postgres: guard: %w", &fence.StaleError{Fence: f, HighWater: mark})
+	return prefixed("postgres: guard", &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // GuardAll guards several resources in one transaction, as [Guard] does for
@@ -161,7 +161,7 @@ func highWater(ctx context.Context, db Querier, resource string) (fence.Fence, e
 	case errors.Is(err, pgx.ErrNoRows):
 		return mark, nil
 	case err != nil:
-		return fence.Fence{}, fmt.Errorf("postgres: high-water mark of %q: %w", resource, translate(err, fence.Fence{Resource: resource}))
+		return fence.Fence{}, prefixed(fmt.Sprintf("postgres: high-water mark of %q", resource), translate(err, fence.Fence{Resource: resource}))
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil

@@ -206,3 +206,25 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRetryableSaysPostgresOnce: a serialization failure reported by a
+// statement in a batch, or by a caller's function, says "postgres:" once
+// however many calls wrapped it.
+func TestRetryableSaysPostgresOnce(t *testing.T) {
+	ctx, pool := setup(t)
+	f := fenceOf("r", 1, "h")
+	raise := `DO $$ BEGIN RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001'; END $$`
+	_, execErr := postgres.Exec(ctx, pool, f, postgres.Statement{SQL: raise})
+	inTxErr := postgres.InTx(ctx, pool, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := postgres.Exec(ctx, tx, f, postgres.Statement{SQL: raise})
+		return err
+	})
+	for name, err := range map[string]error{"Exec": execErr, "Exec inside InTx": inTxErr} {
+		if !errors.Is(err, postgres.ErrRetryable) {
+			t.Fatalf("%s = %v, want ErrRetryable", name, err)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "postgres: ") || strings.Count(msg, "postgres:") != 1 {
+			t.Errorf("%s: %q, want one \"postgres: \" prefix", name, msg)
+		}
+	}
+}

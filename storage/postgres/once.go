@@ -127,7 +127,7 @@ func once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil // done already: commit the mark raise only
 		case err != nil:
-			return fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, f))
+			return prefixed(fmt.Sprintf("postgres: once %q: completion record", key), translate(err, f))
 		}
 		if err := fn(ctx, tx); err != nil {
 			return err
@@ -171,9 +171,9 @@ func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error)
 	err := db.QueryRow(ctx, onceLookupSQL, key).Scan(&rec.Fence.Resource, &token, &rec.Fence.Holder, &rec.Done)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return OnceRecord{}, fmt.Errorf("postgres: once %q: %w", key, fence.ErrNotFound)
+		return OnceRecord{}, prefixed(fmt.Sprintf("postgres: once %q", key), fence.ErrNotFound)
 	case err != nil:
-		return OnceRecord{}, forHandle("LookupOnce", fmt.Errorf("postgres: once %q: completion record: %w", key, translate(err, fence.Fence{})), db)
+		return OnceRecord{}, forHandle("LookupOnce", prefixed(fmt.Sprintf("postgres: once %q: completion record", key), translate(err, fence.Fence{})), db)
 	}
 	rec.Fence.Token = fence.Token(token)
 	return rec, nil

@@ -223,7 +223,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sb.String(), args...)
 		if err != nil {
-			err = fmt.Errorf("postgres: fenced update of %q: %w", r.display, r.markColumns(ctx, db, translate(err, f)))
+			err = prefixed(fmt.Sprintf("postgres: fenced update of %q", r.display), r.markColumns(ctx, db, translate(err, f)))
 			if commits {
 				return unknownOutcome("postgres: Table.Update", err)
 			}
@@ -280,7 +280,7 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	return onConn(ctx, db, func(db Querier) error {
 		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
-			err = fmt.Errorf("postgres: fenced upsert into %q: %w", r.display, r.markColumns(ctx, db, translate(err, f)))
+			err = prefixed(fmt.Sprintf("postgres: fenced upsert into %q", r.display), r.markColumns(ctx, db, translate(err, f)))
 			if commits {
 				return unknownOutcome("postgres: Table.Upsert", err)
 			}
@@ -344,10 +344,10 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 	var holder *string
 	err := db.QueryRow(ctx, "SELECT "+r.token+", "+r.holder+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&token, &holder)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
+		return prefixed(fmt.Sprintf("postgres: %q key %v", r.display, key), fence.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: mark of %q key %v: %w", r.display, key, translate(err, f))
+		return prefixed(fmt.Sprintf("postgres: mark of %q key %v", r.display, key), translate(err, f))
 	}
 	mark := fence.Fence{Resource: f.Resource}
 	if token != nil {
@@ -356,7 +356,7 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 	if holder != nil {
 		mark.Holder = *holder
 	}
-	return fmt.Errorf("postgres: %q key %v: %w", r.display, key, &fence.StaleError{Fence: f, HighWater: mark})
+	return prefixed(fmt.Sprintf("postgres: %q key %v", r.display, key), &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // UpdateVersion writes values to the row whose key column equals key only if
@@ -409,7 +409,7 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 		return next, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		err = fmt.Errorf("postgres: versioned update of %q: %w", r.display, translate(err, fence.Fence{}))
+		err = prefixed(fmt.Sprintf("postgres: versioned update of %q", r.display), translate(err, fence.Fence{}))
 		if commits {
 			return 0, unknownOutcome("postgres: Table.UpdateVersion", err)
 		}
@@ -419,11 +419,11 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 	err = db.QueryRow(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = $1", key).Scan(&actual)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, fence.ErrNotFound)
+		return 0, prefixed(fmt.Sprintf("postgres: %q key %v", r.display, key), fence.ErrNotFound)
 	case err != nil:
-		return 0, fmt.Errorf("postgres: version of %q key %v: %w", r.display, key, translate(err, fence.Fence{}))
+		return 0, prefixed(fmt.Sprintf("postgres: version of %q key %v", r.display, key), translate(err, fence.Fence{}))
 	case actual == nil:
-		return 0, fmt.Errorf("postgres: %q key %v: %w", r.display, key, ErrNullVersion)
+		return 0, prefixed(fmt.Sprintf("postgres: %q key %v", r.display, key), ErrNullVersion)
 	}
 	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: *actual}
 }

@@ -71,7 +71,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		tx, err = db.Begin(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: begin: %w", translate(err, f))
+		return prefixed("postgres: begin", translate(err, f))
 	}
 	committed := false
 	defer func() {
@@ -94,13 +94,13 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	// driver's error for it pass for one in flight. The deferred rollback
 	// then ends the transaction (or the connection, which aborts it).
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: commit not sent: %w", err)
+		return prefixed("postgres: commit not sent", err)
 	}
 	if tx.Conn().IsClosed() {
 		return errors.New("postgres: commit not sent: the connection is closed")
 	}
 	if err := tx.Commit(ctx); err != nil {
-		err = fmt.Errorf("postgres: commit: %w", translate(err, f))
+		err = prefixed("postgres: commit", translate(err, f))
 		if !commitsItself(db) {
 			// A savepoint's release commits nothing: the caller's
 			// transaction decides, and a failure here leaves it aborted.
@@ -144,7 +144,7 @@ func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error
 	delay := time.Millisecond
 	for i := 1; ; i++ {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: retry: %w", err)
+			return prefixed("postgres: retry", err)
 		}
 		err := fn(ctx)
 		if err == nil || i == attempts || !retryable(err) {

@@ -5,18 +5,14 @@
 // # Layout
 //
 // Every value lives in one Redis hash under the store's prefix (default
-// [DefaultPrefix]) followed by the caller's key. The hash holds the value's
-// bytes, its version, its optional expiry and the key's high-water mark (the
-// newest fence admitted for the key, with the resource that fence was for).
-// The retry record of a call (see Retries below) is a small string key of
-// its own in the same Redis Cluster slot: "{<tag>}fkr:<call id>", where tag
-// is the shortest number that hashes to that slot, so a record's size does
-// not grow with its value's key (SCAN MATCH "*}fkr:*" finds records). So
-// every script touches one slot; a hash tag in the caller's key (such as "{user42}:cart")
-// decides that slot, because the prefix may not contain braces. No value key
-// starts with a brace, so records never meet values. The store takes the narrowest
-// client it needs, a [goredis.Scripter]: a *goredis.Client or a
-// *goredis.ClusterClient both serve.
+// [DefaultPrefix]) followed by the caller's key, holding the value, its
+// version, its optional expiry and the key's high-water mark; each call that
+// changes something also leaves a small retry record in the same Redis
+// Cluster slot (see Retries). A hash tag in the caller's key (such as
+// "{user42}:cart") decides that slot. The store takes the narrowest client it
+// needs, a [goredis.Scripter]: a *goredis.Client or a *goredis.ClusterClient
+// both serve. Key names, memory and eviction are in docs/operations.md in the
+// repository: https://github.com/fencekit/fencekit/blob/main/docs/operations.md
 //
 // # Fenced operations
 //
@@ -135,18 +131,11 @@
 //
 // # Eviction
 //
-// Without [WithMarkRetention] the store's hashes carry no Redis TTL, so a
-// volatile-* maxmemory-policy (volatile-lru, volatile-lfu, volatile-random,
-// volatile-ttl) never evicts them. With it, a hash that holds no live value,
-// or an expiring one, carries a TTL and becomes evictable under those
-// policies: Redis may drop it, mark included, long before the retention
-// ends, and then admit old fences. Retry records always carry a TTL, so
-// under a volatile-* policy Redis may evict a record before its window ends
-// and then run a retried write again.
-// Under an allkeys-* policy any hash may be evicted, retention or not. Give
-// the store's keys a server whose maxmemory-policy is noeviction (writes fail
-// with an out-of-memory error instead, and nothing is lost), or use no
-// retention under a volatile-* policy.
+// Give the store's keys a server whose maxmemory-policy is noeviction. Under
+// a volatile-* policy, retry records and, with [WithMarkRetention], hashes
+// without a live value carry a TTL and may be evicted early, which lets a
+// retried write run again or admits old fences; under allkeys-* any hash may
+// go. docs/operations.md says more.
 //
 // # Observability
 //
