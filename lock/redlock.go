@@ -122,14 +122,20 @@ type redlockNode struct {
 //
 // Release and Extend go to every node. Extend keeps the lease only when a
 // quorum extended it with validity left; a lease that a quorum no longer
-// holds is lost ([ErrNotHeld], and Done closes). A failed Extend to a ttl
-// shorter than what the lease had left shortens [Lease.Validity] to that
-// ttl less drift, since some nodes may have set it. [Lease.TTL] reports the
+// holds is lost ([ErrNotHeld], and Done closes). An extension never
+// shortens a node's lock, so a failed Extend leaves [Lease.Validity] as it
+// was, and a successful one counts what a quorum holds. [Lease.TTL] reports the
 // time for which a quorum still holds the lock. [Locker.Advance] raises
 // the token state on every node and succeeds once a quorum has it.
 // [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
 // be counted per node, so a re-entry could land on a different quorum than
 // the grant, and a foreign lock is fenced on one of its servers with [New].
+//
+// NewRedlock adds a hook to each client (once per client, however many
+// Lockers share it) that remembers the client's latest failed dial, so a
+// node that did not answer is reported by its own connection error
+// ("connect: connection refused") rather than by a timeout alone. The hook
+// changes nothing the client does and stays with the client.
 //
 // # Tokens
 //
