@@ -503,6 +503,9 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	}
 	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)
+	if redlockTrace != nil {
+		redlockTrace(lease, "grant", sent, ttl, fmt.Sprint(replies, " granted ", granted), ttl-drift(ttl))
+	}
 	if cfg.autoRenew {
 		lease.startRenewal(ttl)
 	}
@@ -533,6 +536,10 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 	return err
 }
 
+// redlockTrace, when set (by tests), hears of every Redlock grant and
+// extension: what the nodes replied and the validity counted from sent.
+var redlockTrace func(s *Lease, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration)
+
 // redlockExtend is extend on a Redlock Locker.
 func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 	if err := checkRedlockTTL(ttl); err != nil {
@@ -562,8 +569,14 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		held := time.Duration(left[l.red.quorum-1]) * time.Millisecond
 		if valid := held - drift(held); elapsed < valid {
 			s.extended(sent, valid)
+			if redlockTrace != nil {
+				redlockTrace(s, "extend", sent, ttl, fmt.Sprint(replies), valid)
+			}
 			return nil
 		}
+	}
+	if redlockTrace != nil {
+		redlockTrace(s, "extend failed", sent, ttl, fmt.Sprint(replies), 0)
 	}
 	if notHeld > len(replies)-l.red.quorum {
 		err := fmt.Errorf("%w: extend %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
