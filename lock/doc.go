@@ -19,8 +19,9 @@
 //   - [Locker.Acquire] waits for the lock (in arrival order, across
 //     processes, woken by the release rather than by polling);
 //     [Locker.TryAcquire] does not wait. Release with [Lease.Release];
-//     [Lease.Extend] or [AutoRenew] keep a lease longer, and [Lease.Done]
-//     and [Lease.Err] say when and why it ended.
+//     [Lease.Extend] or [AutoRenew] keep a lease longer (an extension
+//     never shortens a lock), and [Lease.Done] and [Lease.Err] say when
+//     and why it ended.
 //   - [Owner] makes acquisitions re-entrant for a named owner: the same
 //     fence and one more hold, the lock freed with the last hold.
 //   - [NewRedlock] holds each lease on a quorum of independent masters,

@@ -128,15 +128,18 @@ func (s *Lease) release(ctx context.Context) error {
 	return nil
 }
 
-// Extend resets the lease to ttl from now if this grant still holds the
-// lock; the token is unchanged. It returns [ErrNotHeld] and changes nothing
-// when the lease has already been lost, and then ends the lease
-// ([Lease.Done] closes). ctx bounds the round trip. As for
-// [Locker.TryAcquire], a fraction of a millisecond of ttl is dropped.
+// Extend lengthens the lease to at least ttl from now if this grant still
+// holds the lock; the token is unchanged. The lock then expires at the
+// later of its current expiry and ttl from now: an extension never
+// shortens a lock, so neither a short ttl (cutting another hold of an
+// [Owner]'s lock) nor an earlier extension that reaches Redis late can
+// take away time that a holder was told it had. [Lease.Validity] counts
+// what the lock has after the call. To give a lock up early, release it.
 //
-// For a lease acquired with [Owner], whose lock other holds share, Extend
-// only lengthens: the lock then expires at the later of its current expiry
-// and ttl from now, so a short ttl never cuts another hold's lease.
+// Extend returns [ErrNotHeld] and changes nothing when the lease has
+// already been lost, and then ends the lease ([Lease.Done] closes). ctx
+// bounds the round trip. As for [Locker.TryAcquire], a fraction of a
+// millisecond of ttl is dropped.
 func (s *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -181,16 +184,17 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if s.acq != "" {
 		keys = s.keys[:keyQueue] // with the hold record
 	}
-	n, err := extendScript.Run(ctx, s.l.client, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
+	ms, err := extendScript.Run(ctx, s.l.client, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}
-	if n == 0 {
+	if ms == -3 {
 		err := fmt.Errorf("%w: extend %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
 		s.lost(err)
 		return err
 	}
-	s.extended(sent, ttl)
+	// The lock lives ms from when the script ran, which is after sent.
+	s.extended(sent, time.Duration(max(ms, ttl.Milliseconds()))*time.Millisecond)
 	return nil
 }
 

@@ -122,14 +122,20 @@ type redlockNode struct {
 //
 // Release and Extend go to every node. Extend keeps the lease only when a
 // quorum extended it with validity left; a lease that a quorum no longer
-// holds is lost ([ErrNotHeld], and Done closes). A failed Extend to a ttl
-// shorter than what the lease had left shortens [Lease.Validity] to that
-// ttl less drift, since some nodes may have set it. [Lease.TTL] reports the
+// holds is lost ([ErrNotHeld], and Done closes). An extension never
+// shortens a node's lock, so a failed Extend leaves [Lease.Validity] as it
+// was, and a successful one counts what a quorum holds. [Lease.TTL] reports the
 // time for which a quorum still holds the lock. [Locker.Advance] raises
 // the token state on every node and succeeds once a quorum has it.
 // [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
 // be counted per node, so a re-entry could land on a different quorum than
 // the grant, and a foreign lock is fenced on one of its servers with [New].
+//
+// NewRedlock adds a hook to each client (once per client, however many
+// Lockers share it) that remembers the client's latest failed dial, so a
+// node that did not answer is reported by its own connection error
+// ("connect: connection refused") rather than by a timeout alone. The hook
+// changes nothing the client does and stays with the client.
 //
 // # Tokens
 //
@@ -497,6 +503,9 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	}
 	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
 	lease.start(sent, ttl-drift(ttl), true)
+	if redlockTrace != nil {
+		redlockTrace(lease, "grant", sent, ttl, fmt.Sprint(replies, " granted ", granted), ttl-drift(ttl))
+	}
 	if cfg.autoRenew {
 		lease.startRenewal(ttl)
 	}
@@ -527,6 +536,10 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 	return err
 }
 
+// redlockTrace, when set (by tests), hears of every Redlock grant and
+// extension: what the nodes replied and the validity counted from sent.
+var redlockTrace func(s *Lease, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration)
+
 // redlockExtend is extend on a Redlock Locker.
 func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 	if err := checkRedlockTTL(ttl); err != nil {
@@ -539,40 +552,41 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		return extendScript.Run(ctx, n.client, keys, s.f.Holder, ttl.Milliseconds(), l.retentionMS).Int64()
 	}, nil)
 	elapsed := time.Since(sent)
-	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
-	switch {
-	case ok >= l.red.quorum && elapsed < ttl-drift(ttl):
-		s.extended(sent, ttl-drift(ttl))
-		return nil
-	case notHeld > len(replies)-l.red.quorum:
+	ok, notHeld, errs := count(replies, func(ms int64) bool { return ms != -3 })
+	if ok >= l.red.quorum {
+		// Each node that replied holds the lock for what it said from a
+		// moment after sent; the quorum-th longest is how long a quorum
+		// holds it. Extensions never shorten a node's lock, so neither do
+		// the calls still in flight to the others.
+		var left []int64
+		for _, rep := range replies {
+			if rep.err == nil && rep.v != -3 {
+				left = append(left, max(rep.v, ttl.Milliseconds()))
+			}
+		}
+		slices.Sort(left)
+		slices.Reverse(left)
+		held := time.Duration(left[l.red.quorum-1]) * time.Millisecond
+		if valid := held - drift(held); elapsed < valid {
+			s.extended(sent, valid)
+			if redlockTrace != nil {
+				redlockTrace(s, "extend", sent, ttl, fmt.Sprint(replies), valid)
+			}
+			return nil
+		}
+	}
+	if redlockTrace != nil {
+		redlockTrace(s, "extend failed", sent, ttl, fmt.Sprint(replies), 0)
+	}
+	if notHeld > len(replies)-l.red.quorum {
 		err := fmt.Errorf("%w: extend %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
 		s.lost(err)
 		return err
 	}
-	// Nodes that answered late, or not at all, may have set the new ttl,
-	// which may be shorter than what the lease had left.
-	s.capValidity(sent, ttl-drift(ttl))
+	// Nodes that answered late, or not at all, may have lengthened the
+	// lock; none shortened it, so the lease keeps the expiry it knew.
 	return quorumFailure(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
 		OK: ok, Elapsed: elapsed, Err: errs})
-}
-
-// capValidity moves the lease's known expiry back to sent+ttl if that is
-// sooner: after a failed extension, the quorum is known to hold the lock
-// only until the earlier of its old expiry and the one the extension may
-// have set. It ends the lease at once if that has passed.
-func (s *Lease) capValidity(sent time.Time, ttl time.Duration) {
-	s.life.mu.Lock()
-	capped := !s.life.ended && !s.life.deadline.IsZero() && sent.Add(ttl).Before(s.life.deadline)
-	if capped {
-		s.life.deadline = sent.Add(ttl)
-		if s.life.expiry != nil {
-			s.life.expiry.Reset(time.Until(s.life.deadline))
-		}
-	}
-	s.life.mu.Unlock()
-	if capped && ttl <= time.Since(sent) {
-		s.expired()
-	}
 }
 
 // redlockTTL is TTL on a Redlock Locker: the time for which a quorum of

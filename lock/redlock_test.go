@@ -829,11 +829,10 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 	}
 }
 
-// TestRedlockFailedExtendCapsValidity: an Extend to a shorter ttl that
-// every node applied but that took too long to leave validity fails, and
-// the lease's validity is no longer than that ttl from the call: once the
-// nodes have let the lock go, the lease reports none left and has ended.
-func TestRedlockFailedExtendCapsValidity(t *testing.T) {
+// TestRedlockShortExtendKeepsTheLock: an Extend to a shorter TTL, even one
+// whose round trips take longer than that TTL leaves validity for, keeps
+// the time the lock had on every node, and the lease counts it.
+func TestRedlockShortExtendKeepsTheLock(t *testing.T) {
 	ctx := context.Background()
 	ns := startNodes(t, 3, 3)
 	l := newRedlock(t, ns)
@@ -841,6 +840,7 @@ func TestRedlockFailedExtendCapsValidity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer lease.Release(ctx)
 	for _, p := range ns.proxies {
 		p.SetLatency(150 * time.Millisecond)
 	}
@@ -849,25 +849,21 @@ func TestRedlockFailedExtendCapsValidity(t *testing.T) {
 	for _, p := range ns.proxies {
 		p.SetLatency(0)
 	}
-	if !errors.Is(err, lock.ErrNoQuorum) {
-		t.Fatalf("Extend(%v) through 300ms round trips: %v; want ErrNoQuorum (no validity left)", short, err)
+	if err != nil {
+		t.Fatalf("Extend(%v) of a lock with about 30s left: %v", short, err)
 	}
-	if v := lease.Validity(); v > short {
-		t.Errorf("validity %v after a failed Extend(%v) that the nodes applied", v, short)
+	v := lease.Validity()
+	if v < 20*time.Second {
+		t.Errorf("validity %v after Extend(%v) of a lock with about 30s left", v, short)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for held := true; held; {
-		held = false
-		for _, v := range ns.lockValues(t, l, "orders") {
-			held = held || v != ""
+	for i, c := range ns.direct {
+		pttl, err := c.PTTL(ctx, l.LockKey("orders")).Result()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if held && time.Now().After(deadline) {
-			t.Fatal("the nodes still hold the lock 10s after a 200ms extension")
+		if pttl+time.Millisecond < v {
+			t.Errorf("node %d holds the lock for %v, the lease is told %v", i, pttl, v)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if v, err := lease.Validity(), lease.Err(); v != 0 || !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("validity %v, Err %v once no node holds the lock; want 0 and ErrNotHeld", v, err)
 	}
 }
 

@@ -35,5 +35,9 @@
 //     retried Gets for other violations;
 //   - FENCEKIT_CHECK_STRICT_UNKNOWN=1: fail a run in which a call that may
 //     have written ended in an error that does not match
-//     fence.ErrOutcomeUnknown.
+//     fence.ErrOutcomeUnknown;
+//   - FENCEKIT_CHECK_LEAVE_OPEN=1: leave such a call of the Redis store
+//     open, as if its outcome were unknown. By default it is closed as not
+//     applied, so that the checker also judges the store's claim that the
+//     call never reached Redis.
 package history

@@ -29,6 +29,9 @@ const (
 	Stale    = "stale"
 	Conflict = "conflict"
 	Unknown  = "unknown"
+	// Failed is a call whose error says it was not applied: an error
+	// that does not match fence.ErrOutcomeUnknown.
+	Failed = "failed"
 )
 
 // Mark is a high-water mark or a fence: a token and its holder. The zero
@@ -137,6 +140,9 @@ var RedisModel = porcupine.NondeterministicModel{
 	Step: func(state, input, output any) []any {
 		s, in, out := state.(RedisState), input.(RedisIn), output.(RedisOut)
 		n, want := redisApply(s, in)
+		if out.Status == Failed {
+			return []any{s} // not applied: changes nothing, whatever it asked
+		}
 		if out.Status == Unknown {
 			if n == s {
 				return []any{s}

@@ -1,0 +1,20 @@
+package lock
+
+import (
+	"fmt"
+	"time"
+)
+
+// SetRedlockTrace makes every Redlock grant and extension report a line
+// about itself to f, keyed by the lease's holder id; nil stops it. Tests
+// only: it is not safe to call while Lockers run.
+func SetRedlockTrace(f func(holder, line string)) {
+	if f == nil {
+		redlockTrace = nil
+		return
+	}
+	redlockTrace = func(s *Lease, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration) {
+		f(s.f.Holder, fmt.Sprintf("%s ttl %v sent %s valid %v (until %s) replies %s",
+			op, ttl, sent.Format("15:04:05.000000"), valid, sent.Add(valid).Format("15:04:05.000000"), replies))
+	}
+}
