@@ -33,7 +33,8 @@ func TestImportDirection(t *testing.T) {
 	pkgs := moduleImports(t, ".")
 	for _, want := range []string{
 		"fence", "lock", "storage/postgres", "storage/mysql", "storage/redis",
-		"migrations", "internal/telemetry", "internal/harness/testenv",
+		"migrations", "internal/telemetry", "internal/sqlguard", "internal/keyslot",
+		"internal/harness/testenv",
 		"internal/harness/workload",
 	} {
 		if _, ok := pkgs[modulePath+"/"+want]; !ok {
@@ -55,10 +56,12 @@ func TestImportDirectionCatchesViolations(t *testing.T) {
 		m + "internal/telemetry": {"c_test.go": {m + "internal/harness/workload"}},
 		m + "fence":              {"d.go": {"github.com/jackc/pgx/v5"}},
 		m + "internal/harness/x": {"e.go": {m + "lock", m + "internal/harness/testenv"}},
+		m + "internal/sqlguard":  {"f.go": {"github.com/go-sql-driver/mysql"}, "f_test.go": {"github.com/jackc/pgx/v5"}},
 	}
 	got := layeringViolations(pkgs)
 	want := []string{
 		m + "fence: d.go imports the driver github.com/jackc/pgx/v5",
+		m + "internal/sqlguard: f.go imports the driver github.com/go-sql-driver/mysql",
 		m + "internal/telemetry: c_test.go imports the harness package " + m + "internal/harness/workload",
 		m + "lock: a.go imports the harness package " + m + "internal/harness/testenv",
 		m + "storage/postgres: b.go imports " + m + "lock",
@@ -71,7 +74,8 @@ func TestImportDirectionCatchesViolations(t *testing.T) {
 // layeringViolations lists, sorted, every import in pkgs that breaks a rule:
 //   - no non-test file of a library package imports a harness package, and
 //     no file at all of a library-internal package does;
-//   - fence imports no database or Redis driver;
+//   - fence and internal/sqlguard (the SQL adapters' shared code) import
+//     no database or Redis driver outside their tests;
 //   - no storage adapter imports lock.
 func layeringViolations(pkgs importedBy) []string {
 	var out []string
@@ -86,7 +90,7 @@ func layeringViolations(pkgs importedBy) []string {
 				switch {
 				case isHarness(imp) && (!test || internalPkg):
 					out = append(out, pkg+": "+file+" imports the harness package "+imp)
-				case pkg == modulePath+"/fence" && isDriver(imp):
+				case (pkg == modulePath+"/fence" || pkg == modulePath+"/internal/sqlguard") && !test && isDriver(imp):
 					out = append(out, pkg+": "+file+" imports the driver "+imp)
 				case strings.HasPrefix(pkg, modulePath+"/storage/") && !test && imp == modulePath+"/lock":
 					out = append(out, pkg+": "+file+" imports "+imp)

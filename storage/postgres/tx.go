@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -129,43 +127,5 @@ const DefaultRetryAttempts = 10
 // ctx.Err() that also wraps fn's last error. A panic in fn is not retried: it
 // continues unchanged, and Retry holds nothing that it would leak.
 func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	if fn == nil {
-		return invalid("nil retry function")
-	}
-	if attempts < 0 {
-		return invalid("negative attempts %d", attempts)
-	}
-	if attempts == 0 {
-		attempts = DefaultRetryAttempts
-	}
-	delay := time.Millisecond
-	for i := 1; ; i++ {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: retry: %w", err)
-		}
-		err := fn(ctx)
-		if err == nil || i == attempts || !retryable(err) {
-			return err
-		}
-		wait := delay/2 + rand.N(delay/2+1)
-		delay = min(2*delay, 100*time.Millisecond)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("postgres: retry: %w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}
-
-func retryable(err error) bool {
-	if errors.Is(err, fence.ErrOutcomeUnknown) {
-		// The work may have been applied: running it again may apply it twice.
-		return false
-	}
-	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
+	return store.Retry(ctx, attempts, DefaultRetryAttempts, fn)
 }
