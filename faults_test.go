@@ -3,7 +3,7 @@ package fencekit_test
 // End-to-end proofs beyond one Redis: a Redis Cluster master killed so its
 // replica takes over, Redlock nodes killed and restarted empty, and network
 // faults between holders and Redis (latency past the lease, connections
-// cut, traffic black-holed) injected by the TCP proxy of internal/testenv.
+// cut, traffic black-holed) injected by the TCP proxy of internal/harness/testenv.
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testenv"
-	"github.com/fencekit/fencekit/internal/workload"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/internal/harness/workload"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
 )

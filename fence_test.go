@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testenv"
-	"github.com/fencekit/fencekit/internal/workload"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/internal/harness/workload"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
 	fkredis "github.com/fencekit/fencekit/storage/redis"

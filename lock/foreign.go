@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/keyslot"
 )
 
 // FenceLock returns a fence for a lock that another library took and still
@@ -122,46 +122,12 @@ func slotTag(key string) string {
 	if !strings.Contains(h, "}") {
 		return h
 	}
-	return slotTags()[keySlot(h)]
+	return keyslot.Tag(keySlot(h))
 }
 
 // hashed returns the part of key that Redis Cluster hashes: the content of
 // the first '{' ... '}' pair if it is not empty, else the whole key.
-func hashed(key string) string {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			return key[open+1 : open+1+n]
-		}
-	}
-	return key
-}
+func hashed(key string) string { return keyslot.HashedPart(key) }
 
 // keySlot is Redis Cluster's slot of a hashed string: CRC16 (XMODEM) mod 16384.
-func keySlot(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
-}
-
-// slotTags maps each slot to the smallest decimal number
-// that hashes to it. Built once, on the first key that needs it.
-var slotTags = sync.OnceValue(func() *[16384]string {
-	var tags [16384]string
-	for i, left := 0, len(tags); left > 0; i++ {
-		s := strconv.Itoa(i)
-		if slot := keySlot(s); tags[slot] == "" {
-			tags[slot] = s
-			left--
-		}
-	}
-	return &tags
-})
+func keySlot(s string) uint16 { return keyslot.Hash(s) }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
 // BenchmarkInstrumentsOverhead alternates TryAcquire + Release on a Locker

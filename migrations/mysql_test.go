@@ -10,7 +10,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/migrations"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/migrations"
 )
 

@@ -26,7 +26,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fencekit/fencekit/examples/internal/cli"
-	"github.com/fencekit/fencekit/internal/workload"
+	"github.com/fencekit/fencekit/internal/harness/workload"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
 	fkredis "github.com/fencekit/fencekit/storage/redis"

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/workload"
+	"github.com/fencekit/fencekit/internal/harness/workload"
 )
 
 // eventLog collects the steps of a run for the timeline.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/examples/ormguard"
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/migrations"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
 // build compiles the program, as a user's go run would.

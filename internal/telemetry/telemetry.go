@@ -42,6 +42,8 @@ const (
 	KeyResource = attribute.Key("fencekit.resource")
 	KeyToken    = attribute.Key("fencekit.token")
 	KeyKey      = attribute.Key("fencekit.key")
+	// KeyOnceRan says on a Once span whether the call ran its work.
+	KeyOnceRan = attribute.Key("fencekit.once.ran")
 )
 
 // Outcome is a precomputed attribute set with one outcome, for metric

@@ -109,8 +109,10 @@
 // guard.go holds the guard and its SQL, tx.go [InTx], [Retry] and the
 // commit whose outcome may be unknown, once.go [Once], table.go the
 // row-level marks and versions, errors.go the sentinels and the one place
-// where driver errors are translated, telemetry.go the spans and the
-// rejection counter.
+// where driver errors are translated, shared.go the link to the code this
+// package shares with storage/postgres (spans, the rejection counter,
+// argument checks, GuardAll's order, Retry's loop and a Table's column
+// rules).
 //
 // # Checked against MySQL 8
 //

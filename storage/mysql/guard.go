@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
-	"strings"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // MaxHolderLen is the longest holder id, in bytes, that the guard table
@@ -164,24 +162,11 @@ func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	if len(fences) == 0 {
-		return invalid("no fences to guard")
+	sorted, err := store.SortFences(fences, validate)
+	if err != nil {
+		return err
 	}
-	sorted := slices.Clone(fences)
-	for _, f := range sorted {
-		if err := validate(f); err != nil {
-			return err
-		}
-	}
-	// The guard table's key is VARBINARY: the server orders it by bytes,
-	// as strings.Compare does.
-	slices.SortFunc(sorted, func(a, b fence.Fence) int { return strings.Compare(a.Resource, b.Resource) })
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i].Resource == sorted[i-1].Resource {
-			return invalid("resource %q appears more than once", sorted[i].Resource)
-		}
-	}
-	fencesAttrs(ctx, sorted)
+	sqlguard.FencesAttrs(ctx, sorted)
 	for _, f := range sorted {
 		if err := guard(ctx, tx, f); err != nil {
 			return err
@@ -222,31 +207,4 @@ func readMark(ctx context.Context, db Querier, query, resource string) (fence.Fe
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil
-}
-
-// checkCall refuses a nil handle or a context that is already done, before
-// anything is sent.
-func checkCall(ctx context.Context, handle any, name string) error {
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	if isNil(handle) {
-		return invalid("nil %s", name)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mysql: %w", err)
-	}
-	return nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
@@ -36,10 +35,6 @@ const (
 // MaxOnceKeyLen is the longest key, in bytes, that [Once] and [LookupOnce]
 // accept: the completion table's key column is VARBINARY(1024).
 const MaxOnceKeyLen = fence.MaxResourceLen
-
-// keyOnceRan is the span attribute that says whether a [Once] call ran its
-// work.
-const keyOnceRan = attribute.Key("fencekit.once.ran")
 
 // Once runs fn at most once per key: fn's work and a completion record for
 // key commit in one transaction, and a key that has a record is never run
@@ -94,7 +89,7 @@ func Once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 	ctx, span := startSpan(ctx, "fencekit.mysql.once", &f)
 	ran, err = once(ctx, db, f, key, fn)
 	if span != nil && span.IsRecording() {
-		span.SetAttributes(keyOnceRan.Bool(ran))
+		span.SetAttributes(telemetry.KeyOnceRan.Bool(ran))
 	}
 	endSpan(ctx, span, err)
 	return ran, err

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // Default column names of a [Table].
@@ -99,38 +100,29 @@ func (t Table) resolve(values []Value) (table, error) {
 		}
 		name = quoteIdent(t.Database) + "." + name
 	}
-	managed := [...]struct{ role, col string }{
-		{"key", t.Key},
-		{"token", orDefault(t.Token, DefaultTokenColumn)},
-		{"holder", orDefault(t.Holder, DefaultHolderColumn)},
-		{"version", orDefault(t.Version, DefaultVersionColumn)},
+	c := sqlguard.Columns{
+		Key:     t.Key,
+		Token:   orDefault(t.Token, DefaultTokenColumn),
+		Holder:  orDefault(t.Holder, DefaultHolderColumn),
+		Version: orDefault(t.Version, DefaultVersionColumn),
 	}
-	// MySQL compares column names case-insensitively.
-	role := make(map[string]string, len(managed)+len(values))
-	for _, m := range managed {
-		if err := checkIdent(display, m.role+" column", m.col); err != nil {
-			return table{}, err
-		}
-		if other, ok := role[strings.ToLower(m.col)]; ok {
-			return table{}, invalid("table %q: %s and %s columns are both %q; they must differ", display, other, m.role, m.col)
-		}
-		role[strings.ToLower(m.col)] = m.role
-	}
-	for _, v := range values {
-		if err := checkIdent(display, "value column", v.Column); err != nil {
-			return table{}, err
-		}
-		if other, ok := role[strings.ToLower(v.Column)]; ok {
-			return table{}, invalid("table %q: column %q is set twice or is the %s column", display, v.Column, other)
-		}
-		role[strings.ToLower(v.Column)] = "value"
+	err := store.CheckColumns(display, c, valueColumns(values), sqlguard.Dialect{
+		Check: func(what, name string) error { return checkIdent(display, what, name) },
+		// MySQL compares column names case-insensitively.
+		Kept: strings.ToLower,
+		Clash: func(first, second, name string) error {
+			return invalid("table %q: %s and %s columns are both %q; they must differ", display, first, second, name)
+		},
+	})
+	if err != nil {
+		return table{}, err
 	}
 	return table{
 		name:    name,
-		key:     quoteIdent(managed[0].col),
-		token:   quoteIdent(managed[1].col),
-		holder:  quoteIdent(managed[2].col),
-		version: quoteIdent(managed[3].col),
+		key:     quoteIdent(c.Key),
+		token:   quoteIdent(c.Token),
+		holder:  quoteIdent(c.Holder),
+		version: quoteIdent(c.Version),
 		display: display,
 	}, nil
 }
@@ -160,6 +152,15 @@ func checkIdent(table, what, name string) error {
 // quoteIdent quotes a validated name as a MySQL identifier.
 func quoteIdent(name string) string {
 	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+}
+
+// valueColumns returns the columns values assign, in order.
+func valueColumns(values []Value) []string {
+	cols := make([]string, len(values))
+	for i, v := range values {
+		cols[i] = v.Column
+	}
+	return cols
 }
 
 func orDefault(s, def string) string {

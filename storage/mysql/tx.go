@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -123,7 +121,7 @@ func commit(ctx context.Context, tx *sql.Tx, op string) error {
 		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
 			// The context ended first and database/sql rolled back instead
 			// of committing.
-			return prefixed(op, ctx.Err())
+			return fmt.Errorf("%s: %w", op, ctx.Err())
 		}
 		return commitOutcome(op, err)
 	case <-ctx.Done():
@@ -148,42 +146,5 @@ const DefaultRetryAttempts = 10
 // ctx.Err() that also wraps fn's last error. A panic in fn is not retried: it
 // continues unchanged, and Retry holds nothing that it would leak.
 func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	if fn == nil {
-		return invalid("nil retry function")
-	}
-	if attempts < 0 {
-		return invalid("negative attempts %d", attempts)
-	}
-	if attempts == 0 {
-		attempts = DefaultRetryAttempts
-	}
-	delay := time.Millisecond
-	for i := 1; ; i++ {
-		if err := ctx.Err(); err != nil {
-			return prefixed("mysql: retry", err)
-		}
-		err := fn(ctx)
-		if err == nil || i == attempts || !retryable(err) {
-			return err
-		}
-		wait := delay/2 + rand.N(delay/2+1)
-		delay = min(2*delay, 100*time.Millisecond)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("mysql: retry: %w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}
-
-func retryable(err error) bool {
-	if errors.Is(err, fence.ErrOutcomeUnknown) {
-		return false
-	}
-	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
+	return store.Retry(ctx, attempts, DefaultRetryAttempts, fn)
 }

@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
@@ -37,10 +36,6 @@ RETURNING true`
 // accept: the same bound as a resource name, well inside the primary key
 // index's row limit.
 const MaxOnceKeyLen = fence.MaxResourceLen
-
-// keyOnceRan is the span attribute that says whether a [Once] call ran its
-// work.
-const keyOnceRan = attribute.Key("fencekit.once.ran")
 
 // Once runs fn at most once per key: fn's work and a completion record for
 // key commit in one transaction, and a key that has a record is never run
@@ -101,7 +96,7 @@ func Once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc
 	ran, err = once(ctx, db, f, key, fn)
 	err = forHandle("Once", err, db)
 	if span != nil && span.IsRecording() {
-		span.SetAttributes(keyOnceRan.Bool(ran))
+		span.SetAttributes(telemetry.KeyOnceRan.Bool(ran))
 	}
 	endSpan(ctx, span, err)
 	return ran, err

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // Default column names of a [Table].
@@ -103,40 +104,31 @@ func (t Table) resolve(values []Value) (table, error) {
 			return table{}, err
 		}
 	}
-	managed := [...]struct{ role, col string }{
-		{"key", t.Key},
-		{"token", orDefault(t.Token, DefaultTokenColumn)},
-		{"holder", orDefault(t.Holder, DefaultHolderColumn)},
-		{"version", orDefault(t.Version, DefaultVersionColumn)},
+	c := sqlguard.Columns{
+		Key:     t.Key,
+		Token:   orDefault(t.Token, DefaultTokenColumn),
+		Holder:  orDefault(t.Holder, DefaultHolderColumn),
+		Version: orDefault(t.Version, DefaultVersionColumn),
 	}
-	role := make(map[string]string, len(managed)+len(values))
-	for _, m := range managed {
-		if err := checkIdent(display, m.role+" column", m.col); err != nil {
-			return table{}, err
-		}
-		if other, ok := role[keptName(m.col)]; ok {
-			return table{}, invalid("table %q: %s and %s columns are both %q (as PostgreSQL keeps the name); they must differ", display, other, m.role, keptName(m.col))
-		}
-		role[keptName(m.col)] = m.role
-	}
-	for _, v := range values {
-		if err := checkIdent(display, "value column", v.Column); err != nil {
-			return table{}, err
-		}
-		if other, ok := role[keptName(v.Column)]; ok {
-			return table{}, invalid("table %q: column %q is set twice or is the %s column", display, v.Column, other)
-		}
-		role[keptName(v.Column)] = "value"
+	err := store.CheckColumns(display, c, valueColumns(values), sqlguard.Dialect{
+		Check: func(what, name string) error { return checkIdent(display, what, name) },
+		Kept:  keptName,
+		Clash: func(first, second, name string) error {
+			return invalid("table %q: %s and %s columns are both %q (as PostgreSQL keeps the name); they must differ", display, first, second, keptName(name))
+		},
+	})
+	if err != nil {
+		return table{}, err
 	}
 	return table{
 		name:      t.Name.Sanitize(),
-		key:       pgx.Identifier{managed[0].col}.Sanitize(),
-		token:     pgx.Identifier{managed[1].col}.Sanitize(),
-		holder:    pgx.Identifier{managed[2].col}.Sanitize(),
-		version:   pgx.Identifier{managed[3].col}.Sanitize(),
+		key:       pgx.Identifier{c.Key}.Sanitize(),
+		token:     pgx.Identifier{c.Token}.Sanitize(),
+		holder:    pgx.Identifier{c.Holder}.Sanitize(),
+		version:   pgx.Identifier{c.Version}.Sanitize(),
 		display:   display,
-		tokenCol:  managed[1].col,
-		holderCol: managed[2].col,
+		tokenCol:  c.Token,
+		holderCol: c.Holder,
 	}, nil
 }
 
@@ -166,6 +158,15 @@ func checkIdent(table, what, name string) error {
 		return invalid("table %q: %s %q holds a NUL byte, which PostgreSQL names cannot", table, what, name)
 	}
 	return nil
+}
+
+// valueColumns returns the columns values assign, in order.
+func valueColumns(values []Value) []string {
+	cols := make([]string, len(values))
+	for i, v := range values {
+		cols[i] = v.Column
+	}
+	return cols
 }
 
 func orDefault(s, def string) string {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,7 +69,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		tx, err = db.Begin(ctx)
 	}
 	if err != nil {
-		return prefixed("postgres: begin", translate(err, f))
+		return fmt.Errorf("postgres: begin: %w", translate(err, f))
 	}
 	committed := false
 	defer func() {
@@ -94,13 +92,13 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	// driver's error for it pass for one in flight. The deferred rollback
 	// then ends the transaction (or the connection, which aborts it).
 	if err := ctx.Err(); err != nil {
-		return prefixed("postgres: commit not sent", err)
+		return fmt.Errorf("postgres: commit not sent: %w", err)
 	}
 	if tx.Conn().IsClosed() {
 		return errors.New("postgres: commit not sent: the connection is closed")
 	}
 	if err := tx.Commit(ctx); err != nil {
-		err = prefixed("postgres: commit", translate(err, f))
+		err = fmt.Errorf("postgres: commit: %w", translate(err, f))
 		if !commitsItself(db) {
 			// A savepoint's release commits nothing: the caller's
 			// transaction decides, and a failure here leaves it aborted.
@@ -129,43 +127,5 @@ const DefaultRetryAttempts = 10
 // ctx.Err() that also wraps fn's last error. A panic in fn is not retried: it
 // continues unchanged, and Retry holds nothing that it would leak.
 func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
-	if ctx == nil {
-		return invalid("nil context")
-	}
-	if fn == nil {
-		return invalid("nil retry function")
-	}
-	if attempts < 0 {
-		return invalid("negative attempts %d", attempts)
-	}
-	if attempts == 0 {
-		attempts = DefaultRetryAttempts
-	}
-	delay := time.Millisecond
-	for i := 1; ; i++ {
-		if err := ctx.Err(); err != nil {
-			return prefixed("postgres: retry", err)
-		}
-		err := fn(ctx)
-		if err == nil || i == attempts || !retryable(err) {
-			return err
-		}
-		wait := delay/2 + rand.N(delay/2+1)
-		delay = min(2*delay, 100*time.Millisecond)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("postgres: retry: %w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}
-
-func retryable(err error) bool {
-	if errors.Is(err, fence.ErrOutcomeUnknown) {
-		// The work may have been applied: running it again may apply it twice.
-		return false
-	}
-	return errors.Is(err, ErrRetryable) || errors.Is(err, fence.ErrConflict)
+	return store.Retry(ctx, attempts, DefaultRetryAttempts, fn)
 }

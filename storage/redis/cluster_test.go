@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/internal/keyslot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,8 +80,8 @@ func clusterOps(t *testing.T, cc *redis.ClusterClient) {
 		}
 		vkey := s.redisKey(k)
 		want := cc.ClusterKeySlot(ctx, vkey).Val()
-		if got := cc.ClusterKeySlot(ctx, recordKey(vkey, "fkr:x:1")).Val(); got != want || int64(keySlot(hashedPart(vkey))) != want {
-			t.Fatalf("key %q: record in slot %d, value in %d (computed %d)", k, got, want, keySlot(hashedPart(vkey)))
+		if got := cc.ClusterKeySlot(ctx, recordKey(vkey, "fkr:x:1")).Val(); got != want || int64(keyslot.Of(vkey)) != want {
+			t.Fatalf("key %q: record in slot %d, value in %d (computed %d)", k, got, want, keyslot.Of(vkey))
 		}
 	}
 }

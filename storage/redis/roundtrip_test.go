@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
 // TestOneCommandPerOperation counts, with a go-redis hook, the commands each

@@ -4,7 +4,7 @@
 //
 //	go run ./cmd/testservers redis|postgres|mysql   (from internal/integration)
 //
-// internal/testenv runs it when no server answers at FENCEKIT_TEST_REDIS,
+// internal/harness/testenv runs it when no server answers at FENCEKIT_TEST_REDIS,
 // FENCEKIT_TEST_POSTGRES or FENCEKIT_TEST_MYSQL or on the default local ports, and a Docker engine
 // answers. It lives in this module so that testcontainers-go and the Docker
 // client stay out of the fencekit module's requirements, and so out of the

@@ -1,0 +1,62 @@
+package sqlguard
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencekit/fencekit/internal/telemetry"
+)
+
+// Store is one SQL storage adapter, as the shared code needs to know it.
+// Make it once per adapter, as a package-level pointer; it must not be
+// copied once used.
+type Store struct {
+	// Name is the adapter's package name ("postgres", "mysql"): it starts
+	// error messages, names the instrumentation scope (storage/Name) and is
+	// the storage attribute of the rejection counter.
+	Name string
+	// Invalid returns the adapter's error for a call refused before
+	// anything was sent; it must match fence.ErrInvalid.
+	Invalid func(format string, args ...any) error
+	// Retryable is the adapter's ErrRetryable.
+	Retryable error
+
+	obs struct {
+		once       sync.Once
+		tracer     trace.Tracer
+		rejections *telemetry.RejectionCounter
+	}
+}
+
+// CheckCall refuses a nil context, a nil handle (name says which argument
+// it is) or a context that is already done, before anything is sent.
+func (s *Store) CheckCall(ctx context.Context, handle any, name string) error {
+	if ctx == nil {
+		return s.Invalid("nil context")
+	}
+	if IsNil(handle) {
+		return s.Invalid("nil %s", name)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// IsNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, function or channel: a handle no call can use.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
