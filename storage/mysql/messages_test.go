@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
 
