@@ -159,7 +159,7 @@ func Markdown(r *suite.Results, command string) string {
 	p("%s, %s, GOMAXPROCS %d, Redis %s on loopback (a private `redis-server` without persistence), median PING round trip %s. ",
 		runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH, runtime.GOMAXPROCS(0), r.Redis, µs(r.RTT))
 	p("Every ratio compares figures from the same run, in which the contenders were interleaved: operation by operation for the uncontended and storage figures, run by run (each case %d times, the median kept) for the hand-off.\n\n", r.Config.HandoffReps)
-	p("Contenders: fencekit (this repository), [bsm/redislock](https://github.com/bsm/redislock) v0.9.4, [go-redsync/redsync](https://github.com/go-redsync/redsync) v4.18.1 (go-redis v9 pool), [rueidislock](https://github.com/redis/rueidis) v1.0.79 (KeyMajority 1, NoLoopTracking), and the floor: `SET NX PX` then `DEL` as plain commands.\n\n")
+	p("Contenders: fencekit (this repository), [bsm/redislock](https://github.com/bsm/redislock) v0.9.4, [go-redsync/redsync](https://github.com/go-redsync/redsync) v4.18.1 (go-redis v9 pool), [rueidislock](https://github.com/redis/rueidis) v1.0.79 (KeyMajority 1, NoLoopTracking, TryNextAfter 1s), and the floor: `SET NX PX` then `DEL` as plain commands.\n\n")
 
 	p("## Targets\n\n| workload | target | measured | met |\n|---|---|---|---|\n")
 	for _, t := range Targets(r) {
