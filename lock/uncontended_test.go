@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
 )

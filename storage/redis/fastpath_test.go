@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testenv"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
 // The fenced script answers a call under the key's mark before its helpers
