@@ -24,17 +24,18 @@ end
 -- waiter) and age is how long before the grant that was, rounded down, so
 -- the waiter can date its lease no later than the grant. When the token
 -- state cannot be read or the token space is spent, nothing is granted.
+-- The second result says whether anyone was queued, live or not.
 local function hand_over(channel, sharded, retention)
   local top = redis.pcall('ZPOPMIN', KEYS[4])
   if type(top) ~= 'table' or top.err or #top == 0 then
-    return false
+    return false, false
   end
   local n = read_state(KEYS[2], 'token state')
   local now = now_us()
   local token = n and next_token(n, now)
   if not token then
     redis.call('ZADD', KEYS[4], top[2], top[1])
-    return false
+    return false, true
   end
   while top and #top > 0 do
     local w = top[1]
@@ -69,5 +70,5 @@ local function hand_over(channel, sharded, retention)
     end
     top = redis.call('ZPOPMIN', KEYS[4])
   end
-  return false
+  return false, true
 end

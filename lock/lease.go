@@ -57,9 +57,10 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // of a hold's release that is not the last one is recognised and reports
 // success.
 //
-// The release that frees the lock announces it on the resource's
-// [Locker.ReleaseChannel], in the same script, which wakes a waiting
-// [Locker.Acquire]. Release stops the lease's renewal, if any, and closes
+// The release that frees the lock hands it to the first live waiter queued
+// in [Locker.Acquire] and announces the grant on the resource's
+// [Locker.ReleaseChannel], in the same script; with nobody queued it only
+// deletes the lock. Release stops the lease's renewal, if any, and closes
 // [Lease.Done], whatever its outcome; releasing a lease again after a
 // release that reached Redis returns ErrNotHeld without a round trip.
 //
@@ -110,7 +111,8 @@ func (s *Lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.l.client, s.keys, s.holderArg, s.channel, s.l.sharded, s.acq, s.l.retentionArg, "").Int64()
+	n, err := runScript(ctx, s.l.client, releaseSrc, []any{"evalsha", releaseHash, numKeys, &s.keyBuf[0], &s.keyBuf[1], &s.keyBuf[2], &s.keyBuf[3], &s.keyBuf[4],
+		s.holderArg, &s.channel, s.l.sharded, &s.acq, s.l.retentionArg, ""}).Int64()
 	if err != nil {
 		if ctx.Err() != nil && !isReply(err) {
 			return fmt.Errorf("%w: %w", errReleaseUnknown, err)

@@ -132,11 +132,17 @@ func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resou
 // [WithTokenRetention]) after the last lease ends.
 func (l *Locker) TokenKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
 
-// ReleaseChannel returns the pub/sub channel on which a release of
-// resource's lock is announced, in the same script that deletes the lock:
-// the prefix, the resource as a hash tag, and ":released". On a
-// *redis.ClusterClient it is a sharded channel (SPUBLISH), in the slot of
-// the resource's keys.
+// ReleaseChannel returns the pub/sub channel on which the waiters of
+// resource's lock hear of a release, in the same script that deletes the
+// lock or hands it on: the prefix, the resource as a hash tag, and
+// ":released". On a *redis.ClusterClient it is a sharded channel
+// (SPUBLISH), in the slot of the resource's keys.
+//
+// A release publishes only when waiters are queued in [Locker.Acquire]:
+// the grant to the first live one, or an empty message when none of them
+// is live any more. A release with nobody queued publishes nothing, since
+// no waiter needs the message (a lock made by [NewRedlock] publishes every
+// release).
 func (l *Locker) ReleaseChannel(resource string) string {
 	return l.prefix + "{" + resource + "}:released"
 }
@@ -332,13 +338,22 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if cfg.owner == "" && !a.queue {
 		// Without an owner and without joining the queue every reply is
 		// numbers, read without boxing each one.
-		var res []int64
+		// try.lua makes the grant with the fewest calls; only when it
+		// finds the lock free with waiters queued does acquire.lua run, to
+		// hand the lock to the first of them.
+		var args []any
 		if a.ordered {
+			args = []any{"evalsha", tryHash, 3, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken], &lease.keyBuf[keyQueue],
+				holderArg, ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
+		} else {
+			args = []any{"evalsha", tryHash, 2, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken],
+				holderArg, ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
+		}
+		var res []int64
+		res, err = runScript(ctx, l.client, trySrc, args).Int64Slice()
+		if err == nil && len(res) == 1 && res[0] == 4 {
 			res, err = acquireScript.Run(ctx, l.client, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
-		} else {
-			res, err = acquireScript.Run(ctx, l.client, keys[:keyHolds],
-				holderArg, ttl.Milliseconds(), l.retentionArg, "").Int64Slice()
 		}
 		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)

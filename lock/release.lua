@@ -1,6 +1,8 @@
 -- Delete the lock only if this grant still holds it and, in the same step,
 -- hand it to the first live waiter in the resource's queue, or announce
--- that it is free. Runs after tokenstate.lua and handover.lua.
+-- that it is free to waiters queued that are no longer live. Runs after
+-- release_plain.lua (the uncontended release, done before the helpers are
+-- made), tokenstate.lua and handover.lua.
 -- KEYS[1] lock key; then, all optional (with the same hash tag): KEYS[2]
 -- token state, KEYS[3] hold record, KEYS[4] wait queue, KEYS[5] waiter
 -- entries (see acquire.lua).
@@ -15,9 +17,14 @@
 -- of a hold that is still counted elsewhere returns 1 again.
 --
 -- Hand-over (handover.lua): the lock goes to the first live queued waiter,
--- and the grant is published. With no live waiter, an empty message says
--- the lock is free. Hand-over never fails the release: when the token state
--- cannot be read or the token space is spent, the lock is simply freed.
+-- and the grant is published. When waiters were queued but none is live,
+-- an empty message says the lock is free. With nobody queued nothing is
+-- published: every waiter that relies on the channel is in the queue (a
+-- waiter joins it in the same try that is refused, once its subscription
+-- is confirmed, and tries again at that confirmation), so the message
+-- would wake nobody, and an uncontended release skips the PUBLISH.
+-- Hand-over never fails the release: when the token state cannot be read
+-- or the token space is spent, the lock is simply freed.
 
 local function not_held()
   if ARGV[6] == '1' and KEYS[5] then
@@ -59,9 +66,18 @@ if acq ~= '' then
 elseif redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
 end
--- Redlock passes the lock key alone and no retention: nothing to hand over.
-if not (KEYS[5] and ARGV[5] and ARGV[5] ~= '' and hand_over(ARGV[2], ARGV[3], tonumber(ARGV[5]))) then
+-- Redlock passes the lock key alone and no retention: nothing to hand
+-- over, and the release is always announced.
+if not (KEYS[5] and ARGV[5] and ARGV[5] ~= '') then
   redis.call('DEL', KEYS[1])
   publish(ARGV[2], ARGV[3], '')
+  return 1
+end
+local granted, waited = hand_over(ARGV[2], ARGV[3], tonumber(ARGV[5]))
+if not granted then
+  redis.call('DEL', KEYS[1])
+  if waited then
+    publish(ARGV[2], ARGV[3], '')
+  end
 end
 return 1

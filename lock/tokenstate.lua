@@ -32,13 +32,16 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- is_token reports whether s is a decimal token at most MAX_TOKEN. Strings
--- are compared by length first, so no digit is lost to a double.
+-- in_range reports whether the decimal digits s are a token at most
+-- MAX_TOKEN. Strings are compared by length first, so no digit is lost to a
+-- double.
+local function in_range(s)
+  return #s < 16 or (#s == 16 and s <= '9007199254740991')
+end
+
+-- is_token reports whether s is a decimal token at most MAX_TOKEN.
 local function is_token(s)
-  if not s or not string.match(s, '^%d+$') or #s > 16 then
-    return false
-  end
-  return #s < 16 or s <= '9007199254740991'
+  return s and string.match(s, '^%d+$') and in_range(s) or false
 end
 
 -- read_state returns n, g, h of the token state at key (0, 0, false when it
@@ -52,16 +55,21 @@ local function read_state(key, what)
   if not v then
     return 0, 0, false
   end
-  -- The short form is the common one; the captures are digits already.
+  -- The short form is the common one; the captures are digits already, so
+  -- only their range is checked.
   local n, h = string.match(v, '^(%d+) (%S+)$')
   local g = n
   if not n then
     n, g, h = string.match(v, '^(%d+) (%d+) (%S+)$')
   end
-  if not n then
+  local ok
+  if n then
+    ok = in_range(n) and (g == n or in_range(g))
+  else
     n = v -- a bare counter: no grant recorded
+    ok = is_token(n)
   end
-  if not is_token(n) or (g and not is_token(g)) then
+  if not ok then
     return nil, redis.error_reply('WRONGTYPE ' .. what .. ' ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a token state')
   end
   return tonumber(n), tonumber(g or '0'), h or false

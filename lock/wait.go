@@ -21,9 +21,11 @@ import (
 // try that is refused, and the release that frees the lock grants it to
 // the first live waiter in that queue in the same script, publishing the
 // grant (holder, token) on the channel: the waiter has the lock when the
-// message arrives, with no round trip of its own. A release that finds no
-// live waiter publishes an empty message, and each such message wakes one
-// waiter of the Locker to try. A Locker's waiters share one subscription
+// message arrives, with no round trip of its own. A release that finds
+// waiters queued but none live publishes an empty message, and each such
+// message wakes one waiter of the Locker to try; with nobody queued there
+// is no one to wake (a waiter that is not queued yet tries again once its
+// subscription is confirmed), and nothing is published. A Locker's waiters share one subscription
 // connection (one per hash slot on a cluster, where sharded pub/sub is
 // used; one per resource on a Ring). A channel is subscribed when its first
 // waiter arrives and unsubscribed topicLinger after its last one leaves, so

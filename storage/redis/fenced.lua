@@ -35,7 +35,9 @@ local key, rkey = KEYS[1], KEYS[2]
 local op, res, tok, hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local retention, window = tonumber(ARGV[5]), tonumber(ARGV[6])
 local resent = window < 0
-window = math.abs(window)
+-- The window as sent, without its sign: Redis takes it as text, where a Lua
+-- number would cost a conversion.
+window = resent and string.sub(ARGV[6], 2) or ARGV[6]
 
 if resent and op ~= 'get' then
   local record = redis.call('GET', rkey)

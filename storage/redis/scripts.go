@@ -13,13 +13,17 @@ var (
 	valueSrc string
 	//go:embed fenced.lua
 	fencedSrc string
+	//go:embed fenced_fast.lua
+	fencedFastSrc string
 	//go:embed cas.lua
 	casSrc string
 	//go:embed load.lua
 	loadSrc string
 
 	// fencedScript admits a fenced read, write or delete and performs it.
-	fencedScript = goredis.NewScript(valueSrc + fencedSrc)
+	// A read or write under the key's mark is done before value.lua's
+	// helpers are made.
+	fencedScript = goredis.NewScript(fencedFastSrc + valueSrc + fencedSrc)
 	// casScript performs a version-checked write or delete.
 	casScript = goredis.NewScript(valueSrc + casSrc)
 	// loadScript reads a value and its mark without writing.

@@ -72,9 +72,14 @@ local function replay(record)
 end
 
 -- remember records reply as the outcome of this call in rkey for window ms
--- and returns reply. It runs after the call's writes.
+-- (a number, or its decimal text) and returns reply. It runs after the
+-- call's writes.
 local function remember(rkey, window, reply)
-  redis.call('SET', rkey, reply[1] .. ' ' .. reply[2] .. ' ' .. (reply[4] or 0), 'PX', window)
+  local exp = reply[4]
+  if not exp or exp == 0 then
+    exp = '0'
+  end
+  redis.call('SET', rkey, reply[1] .. ' ' .. reply[2] .. ' ' .. exp, 'PX', window)
   return reply
 end
 
@@ -128,7 +133,8 @@ local function write_value(key, s, data, ttl, retention, extra)
   retention = hold_for(s, retention)
   local ver = s.ver + 1
   local exp = 0
-  local fields = {'v', data, 'ver', ver}
+  -- One conversion of the version to text, rather than one by Redis.
+  local fields = {'v', data, 'ver', tostring(ver)}
   for _, x in ipairs(extra) do
     fields[#fields + 1] = x
   end

@@ -78,6 +78,9 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 			KeyPrefix:      prefix + "rueidislock",
 			KeyMajority:    1,
 			NoLoopTracking: true,
+			// Its default, 20ms per try, fails calls outright when the
+			// machine is busy; a timeout changes nothing about its speed.
+			TryNextAfter: time.Second,
 			ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
 				c, err := rueidis.NewClient(o)
 				if err != nil {

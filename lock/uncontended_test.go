@@ -1,0 +1,119 @@
+package lock_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The uncontended path: a grant with nobody queued, and its release.
+
+// nextMessage subscribes to l's release channel of resource and returns a
+// function that gives the next message published on it.
+func nextMessage(t *testing.T, c *redis.Client, l *lock.Locker, resource string) func() string {
+	t.Helper()
+	ctx := context.Background()
+	ps := c.Subscribe(ctx, l.ReleaseChannel(resource))
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	return func() string {
+		t.Helper()
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Payload
+	}
+}
+
+// A release with nobody queued publishes nothing: no waiter needs the
+// message. A marker published after the release is the first message the
+// channel carries (Redis runs both in order).
+func TestUncontendedReleasePublishesNothing(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	next := nextMessage(t, c, l, "quiet")
+	for range 3 {
+		lease := mustAcquire(t, l, "quiet", time.Minute)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Publish(ctx, l.ReleaseChannel("quiet"), "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "marker" {
+		t.Fatalf("an uncontended release published %q", got)
+	}
+}
+
+// queueLapsed puts holder in resource's wait queue with an entry that
+// lapsed ten seconds ago: a waiter that vanished.
+func queueLapsed(t *testing.T, c *redis.Client, l *lock.Locker, resource, holder string) {
+	t.Helper()
+	ctx := context.Background()
+	queue, waiting := queueKeys(l, resource)
+	at := time.Now().Add(-10 * time.Second).UnixMicro()
+	if err := c.HSet(ctx, waiting, holder, strconv.FormatInt(at, 10)+" 3000 30000 ").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, queue, redis.Z{Score: float64(at), Member: holder}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), queue, waiting) })
+}
+
+// A release that finds only lapsed waiters in the queue still announces
+// that the lock is free (a waiter whose entry lapsed may still be waiting),
+// and leaves the queue empty.
+func TestReleaseAnnouncesToLapsedWaiters(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	lease := mustAcquire(t, l, "lapsed", time.Minute)
+	queueLapsed(t, c, l, "lapsed", "gone")
+	next := nextMessage(t, c, l, "lapsed")
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "" {
+		t.Fatalf("the release published %q, want the empty message", got)
+	}
+	queue, _ := queueKeys(l, "lapsed")
+	if n := c.Exists(ctx, queue, l.LockKey("lapsed")).Val(); n != 0 {
+		t.Fatalf("%d of the queue and the lock left after the release", n)
+	}
+}
+
+// A TryAcquire that finds the lock free and only a lapsed waiter queued
+// takes the lock (the waiter is passed over), with a token above the last
+// one, and clears the queue, so the next grant is uncontended again.
+func TestTryAcquirePassesOverLapsedWaiters(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	first := mustAcquire(t, l, "stale-queue", time.Minute)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queueLapsed(t, c, l, "stale-queue", "gone")
+	lease := mustAcquire(t, l, "stale-queue", time.Minute)
+	if lease.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", lease.Token(), first.Token())
+	}
+	queue, waiting := queueKeys(l, "stale-queue")
+	if n := c.Exists(ctx, queue, waiting).Val(); n != 0 {
+		t.Fatalf("%d queue keys left after the lapsed waiter was passed over", n)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
