@@ -80,3 +80,23 @@
 // repository:
 // https://github.com/fencekit/fencekit/blob/main/docs/operations.md
 package lock
+
+// Where things are, for those who work on this package (not part of its
+// documentation):
+//
+//   - locker.go: Locker, New, key names, TryAcquire and one try of an
+//     acquisition (try.lua for a plain one, acquire.lua otherwise), Advance;
+//   - wait.go: Acquire's waiting: tries, refreshes, hand-overs;
+//   - queue.go: the wait queue's client side (entry lives, grant messages);
+//   - subscribe.go: the subscription multiplexer shared by a Locker's
+//     waiters (connections, generations, reader and writer goroutines);
+//   - lease.go, lifecycle.go, lease_validity.go, renew.go: a Lease, what it
+//     knows of its expiry, its end, its renewal;
+//   - owner.go, do.go, foreign.go: Owner holds, Do, FenceLock;
+//   - redlock.go, redlock_errors.go: the Redlock Locker, its node fan-out
+//     and its errors; every node runs the single-node scripts;
+//   - options.go, acquire_options.go, errors.go, telemetry.go,
+//     background.go, scripts.go: options, errors, spans and metrics,
+//     cleanup that outlives a call, the scripts (*.lua, one idea each;
+//     tokenstate.lua and handover.lua are shared helpers prepended to the
+//     scripts that issue tokens or hand the lock over).

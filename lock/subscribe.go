@@ -1,0 +1,629 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The subscription multiplexer: a Locker's waiters share its subscription
+// connections (one, one per hash slot on a cluster with sharded pub/sub, or
+// one per resource on a Ring). A channel is subscribed when its first waiter
+// arrives and unsubscribed topicLinger after its last one leaves. Each
+// connection has a writer goroutine (subscribe, unsubscribe, health pings)
+// and a reader goroutine (messages, confirmations); a connection that
+// breaks is replaced by a new generation, and its waiters are told to retry
+// on the Locker's wait strategy meanwhile. Waiting itself is in wait.go,
+// the queue protocol's messages in queue.go.
+
+const (
+	// healthEvery is how long a silent subscription connection waits before
+	// it pings the server; a ping unanswered for as long again means the
+	// connection is dead and is replaced.
+	healthEvery = time.Second
+	// idleLinger is how long a connection with no subscribed channel stays
+	// open for the next waiter.
+	idleLinger = 30 * time.Second
+	// subWriteTimeout bounds one subscribe or unsubscribe write.
+	subWriteTimeout = 5 * time.Second
+	// topicLinger is how long a channel stays subscribed after its last
+	// waiter here left, so that the next Acquire of the resource in this
+	// process is covered from its first try (which then queues) instead of
+	// paying a subscribe and a second try. At most maxLingering channels
+	// per connection linger; past that a channel is dropped at once.
+	topicLinger  = 2 * time.Second
+	maxLingering = 1024
+)
+
+type subMode int
+
+const (
+	subPlain      subMode = iota // SUBSCRIBE, one connection
+	subSharded                   // SSUBSCRIBE, one connection per hash slot
+	subPerChannel                // SUBSCRIBE, one connection per channel
+)
+
+// hub is a Locker's set of subscription connections.
+type hub struct {
+	client redis.UniversalClient
+	mode   subMode
+	wg     sync.WaitGroup // every connection's goroutines
+
+	mu     sync.Mutex // guards everything below and all subConn, topic and waiter state
+	closed bool
+	conns  map[string]*subConn
+}
+
+func newHub(client redis.UniversalClient) *hub {
+	h := &hub{client: client, conns: make(map[string]*subConn)}
+	switch client.(type) {
+	case *redis.ClusterClient:
+		h.mode = subSharded
+	case *redis.Ring:
+		// A Ring routes a connection by its first channel: keep one channel
+		// per connection so every subscription reaches its shard.
+		h.mode = subPerChannel
+	}
+	return h
+}
+
+func (h *hub) connKey(channel string) string {
+	switch h.mode {
+	case subSharded:
+		return strconv.Itoa(int(keySlot(hashed(channel))))
+	case subPerChannel:
+		return channel
+	}
+	return ""
+}
+
+// newPubSub returns a PubSub with no channel yet, so without any I/O; nil
+// on a Ring, which routes a PubSub by its first channel and so can only
+// make one that subscribes at once: the writer makes it then (see write).
+func (h *hub) newPubSub() *redis.PubSub {
+	switch c := h.client.(type) {
+	case *redis.ClusterClient:
+		return c.SSubscribe(context.Background())
+	case *redis.Ring:
+		return nil
+	}
+	return h.client.Subscribe(context.Background())
+}
+
+// ringSubscribe subscribes channel on a new PubSub of the Ring's shard for
+// it, or returns nil when the Ring has no shard to give (it panics then,
+// rather than return an error).
+func (h *hub) ringSubscribe(ctx context.Context, channel string) (ps *redis.PubSub) {
+	defer func() {
+		if recover() != nil {
+			ps = nil
+		}
+	}()
+	return h.client.Subscribe(ctx, channel)
+}
+
+// subConn is one subscription connection: a reader goroutine that receives
+// confirmations and messages and keeps the connection healthy, and a writer
+// goroutine that sends subscribe and unsubscribe commands in the order they
+// were decided.
+type subConn struct {
+	h         *hub
+	key       string
+	gen       *psGen
+	topics    map[string]*topic
+	pending   map[string]int // subscribes sent on gen, not yet confirmed
+	unsubs    map[string]int // unsubscribes sent on gen, not yet confirmed
+	ops       []subOp
+	kick      chan struct{} // cap 1: ops are waiting
+	quit      chan struct{} // closed to stop both goroutines
+	retired   bool
+	idleSince time.Time
+	lingering int       // topics without waiters, kept subscribed for topicLinger
+	swept     time.Time // when lingering topics were last looked at
+}
+
+// psGen is one PubSub; it is replaced, never reused, after a failure.
+type psGen struct {
+	// ps is set when the generation is made, or on a Ring by its first
+	// subscribe; nil until then, and for good if that subscribe failed.
+	ps      atomic.Pointer[redis.PubSub]
+	once    sync.Once
+	written chan struct{} // closed after the first command was written
+}
+
+// close closes the generation's PubSub, if it has one.
+func (g *psGen) close() {
+	if ps := g.ps.Load(); ps != nil {
+		_ = ps.Close()
+	}
+}
+
+type subOp struct {
+	gen     *psGen
+	sub     bool
+	channel string
+}
+
+type topic struct {
+	channel string
+	c       *subConn
+	ready   chan struct{} // closed when the subscription is confirmed
+	lost    chan struct{} // closed when a confirmed subscription is lost
+	isReady bool
+	waiters []*waiter
+	idle    time.Time // when its last waiter left, while it lingers; zero otherwise
+}
+
+type waiter struct {
+	t      *topic
+	holder string        // the holder id it queues under
+	wake   chan struct{} // cap 1
+	grant  chan grantMsg // cap 1: a release granted it the lock
+	moved  chan struct{} // cap 1: a release granted the lock to another waiter
+	owes   bool          // took a wake-up and has not yet tried on it
+}
+
+func newGen(ps *redis.PubSub) *psGen {
+	g := &psGen{written: make(chan struct{})}
+	if ps != nil {
+		g.ps.Store(ps)
+	}
+	return g
+}
+
+func (t *topic) setReady() {
+	if !t.isReady {
+		t.isReady = true
+		close(t.ready)
+	}
+}
+
+func (t *topic) setLost() {
+	if t.isReady {
+		close(t.lost)
+		t.ready, t.lost, t.isReady = make(chan struct{}), make(chan struct{}), false
+	}
+}
+
+// wakeOne wakes the first waiter that has no wake-up pending.
+func (t *topic) wakeOne() {
+	for _, w := range t.waiters {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// deliver passes grant g to the waiter queued as holder, if it is here.
+func (t *topic) deliver(holder string, g grantMsg) {
+	for _, w := range t.waiters {
+		if w.holder == holder {
+			select {
+			case w.grant <- g:
+			default:
+			}
+			continue
+		}
+		// Every other waiter moved one place up the queue: the one that
+		// becomes the head must learn it, to try when this lease ends.
+		select {
+		case w.moved <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// join registers a waiter for holder on channel. With create false it only
+// joins a channel that already has waiters here, which costs no I/O; it
+// returns nil otherwise, and always after the hub was closed.
+func (h *hub) join(channel string, create bool, holder string) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	key := h.connKey(channel)
+	c := h.conns[key]
+	if c == nil && !create {
+		return nil
+	}
+	if c == nil {
+		c = &subConn{
+			h: h, key: key, gen: newGen(h.newPubSub()),
+			topics: make(map[string]*topic), pending: make(map[string]int), unsubs: make(map[string]int),
+			kick: make(chan struct{}, 1), quit: make(chan struct{}),
+		}
+		h.conns[key] = c
+		h.wg.Add(2)
+		go c.reader()
+		go c.writer()
+	}
+	t := c.topics[channel]
+	if t == nil && !create {
+		return nil
+	}
+	if t == nil {
+		t = &topic{channel: channel, c: c, ready: make(chan struct{}), lost: make(chan struct{})}
+		c.topics[channel] = t
+		c.pending[channel]++
+		c.enqueue(subOp{gen: c.gen, sub: true, channel: channel})
+	}
+	if !t.idle.IsZero() {
+		t.idle = time.Time{}
+		c.lingering--
+	}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), moved: make(chan struct{}, 1)}
+	t.waiters = append(t.waiters, w)
+	return w
+}
+
+// state returns the waiter's subscription as of now: whether it is
+// confirmed, the channel that closes once it is, and the one that closes
+// if it is lost after that.
+func (w *waiter) state() (ready, lost <-chan struct{}, confirmed bool) {
+	h := w.t.c.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return w.t.ready, w.t.lost, w.t.isReady
+}
+
+// leave removes the waiter. One that leaves without the lock hands on a
+// wake-up it took or was sent, so that another waiter tries in its place.
+func (h *hub) leave(w *waiter, acquired bool) {
+	if w == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := w.t
+	for i, x := range t.waiters {
+		if x == w {
+			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+			break
+		}
+	}
+	if !acquired && (w.owes || len(w.wake) > 0) {
+		t.wakeOne()
+	}
+	if len(t.waiters) > 0 {
+		return
+	}
+	c := t.c
+	if c.topics[t.channel] != t {
+		return
+	}
+	if c.retired || c.lingering >= maxLingering {
+		c.drop(t)
+		return
+	}
+	t.idle = time.Now()
+	c.lingering++
+}
+
+// drop unsubscribes t, which has no waiter; the caller holds h.mu.
+func (c *subConn) drop(t *topic) {
+	delete(c.topics, t.channel)
+	if !t.idle.IsZero() {
+		t.idle = time.Time{}
+		c.lingering--
+	}
+	if !c.retired {
+		c.unsubs[t.channel]++
+		c.enqueue(subOp{gen: c.gen, channel: t.channel})
+	}
+	if len(c.topics) == 0 {
+		c.idleSince = time.Now()
+	}
+}
+
+// sweep drops the topics that have lingered for topicLinger, at most once
+// per healthEvery.
+func (c *subConn) sweep() {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	now := time.Now()
+	if c.lingering == 0 || now.Sub(c.swept) < healthEvery {
+		return
+	}
+	c.swept = now
+	for _, t := range c.topics {
+		if !t.idle.IsZero() && now.Sub(t.idle) >= topicLinger {
+			c.drop(t)
+		}
+	}
+}
+
+// close stops every connection and waits for their goroutines. Waiters
+// still waiting fall back to timed retries.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	var gens []*psGen
+	for key, c := range h.conns {
+		delete(h.conns, key)
+		gens = append(gens, c.retire())
+	}
+	h.mu.Unlock()
+	for _, g := range gens {
+		g.close()
+	}
+	h.wg.Wait()
+}
+
+// retire takes c out of service; the caller holds h.mu and closes the
+// returned PubSub after unlocking.
+func (c *subConn) retire() *psGen {
+	if c.retired {
+		return c.gen
+	}
+	c.retired = true
+	close(c.quit)
+	for _, t := range c.topics {
+		t.setLost()
+	}
+	if c.h.conns[c.key] == c {
+		delete(c.h.conns, c.key)
+	}
+	return c.gen
+}
+
+func (c *subConn) enqueue(op subOp) {
+	c.ops = append(c.ops, op)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *subConn) writer() {
+	defer c.h.wg.Done()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.kick:
+		}
+		for {
+			c.h.mu.Lock()
+			if len(c.ops) == 0 || c.retired {
+				c.h.mu.Unlock()
+				break
+			}
+			op := c.ops[0]
+			c.ops = c.ops[1:]
+			c.h.mu.Unlock()
+			c.write(op)
+		}
+	}
+}
+
+// write sends one command. A failure needs no handling here: the reader sees
+// the broken connection and subscribes every channel again on a new one.
+func (c *subConn) write(op subOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), subWriteTimeout)
+	defer cancel()
+	ps := op.gen.ps.Load()
+	if ps == nil {
+		// A Ring's generation: its first subscribe makes the PubSub.
+		if op.sub {
+			c.ringStart(ctx, op)
+		}
+		op.gen.once.Do(func() { close(op.gen.written) })
+		return
+	}
+	switch sharded := c.h.mode == subSharded; {
+	case op.sub && sharded:
+		_ = ps.SSubscribe(ctx, op.channel)
+	case op.sub:
+		_ = ps.Subscribe(ctx, op.channel)
+	case sharded:
+		_ = ps.SUnsubscribe(ctx, op.channel)
+	default:
+		_ = ps.Unsubscribe(ctx, op.channel)
+	}
+	op.gen.once.Do(func() { close(op.gen.written) })
+}
+
+// ringStart makes the PubSub of a Ring's generation by subscribing op's
+// channel on it, and closes it again if the generation was replaced or the
+// connection retired meanwhile.
+func (c *subConn) ringStart(ctx context.Context, op subOp) {
+	ps := c.h.ringSubscribe(ctx, op.channel)
+	if ps == nil {
+		return
+	}
+	op.gen.ps.Store(ps)
+	c.h.mu.Lock()
+	dead := c.retired || c.gen != op.gen
+	c.h.mu.Unlock()
+	if dead {
+		_ = ps.Close()
+	}
+}
+
+func (c *subConn) reader() {
+	defer c.h.wg.Done()
+	failures := 0
+	for {
+		c.h.mu.Lock()
+		g := c.gen
+		c.h.mu.Unlock()
+		// Receiving before the first command would connect a PubSub that
+		// has no channel yet, which a cluster client routes to a random node.
+		select {
+		case <-c.quit:
+			return
+		case <-g.written:
+		}
+		if c.receive(g, &failures) {
+			return
+		}
+		failures++
+		if !c.reset(failures) {
+			return
+		}
+	}
+}
+
+// receive handles what g's connection delivers until it breaks (false) or
+// the connection is retired (true).
+func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
+	ps := g.ps.Load()
+	if ps == nil {
+		return false // a Ring's first subscribe failed
+	}
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(context.Background(), healthEvery)
+		select {
+		case <-c.quit:
+			return true
+		default:
+		}
+		c.sweep()
+		switch {
+		case err == nil:
+			pinged, *failures = false, 0
+			if c.handle(msg) {
+				return false
+			}
+		case isTimeout(err):
+			if c.retireIfIdle() {
+				return true
+			}
+			if pinged {
+				return false // nothing, not even a pong, for a whole interval
+			}
+			pinged = true
+			ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
+			err := ps.Ping(ctx)
+			cancel()
+			if err != nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// isTimeout reports whether err is a read that timed out. It is apart from
+// receive so that its net.Error, which errors.As moves to the heap, is
+// allocated only on an error, not for every message received.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// handle applies one received message; it reports whether the connection
+// must be replaced (the server dropped a subscription on its own, as a
+// cluster does when the channel's slot moves).
+func (c *subConn) handle(msg any) (broken bool) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		ch := m.Channel
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if c.pending[ch] > 0 {
+				c.pending[ch]--
+			}
+			if c.pending[ch] == 0 {
+				delete(c.pending, ch)
+				if t := c.topics[ch]; t != nil && c.unsubs[ch] == 0 {
+					t.setReady()
+				}
+			}
+		case "unsubscribe", "sunsubscribe":
+			if c.unsubs[ch] > 0 {
+				if c.unsubs[ch]--; c.unsubs[ch] == 0 {
+					delete(c.unsubs, ch)
+				}
+			} else if c.topics[ch] != nil {
+				return true
+			}
+		}
+	case *redis.Message:
+		t := c.topics[m.Channel]
+		if t == nil {
+			break
+		}
+		holder, g, ok := parseGrant(m.Payload)
+		if !ok {
+			t.wakeOne() // free: one waiter tries
+			break
+		}
+		t.deliver(holder, g) // a grant to another process's waiter is no one's here
+	}
+	return false
+}
+
+func (c *subConn) retireIfIdle() bool {
+	c.h.mu.Lock()
+	if len(c.topics) > 0 || time.Since(c.idleSince) < idleLinger {
+		c.h.mu.Unlock()
+		return false
+	}
+	g := c.retire()
+	c.h.mu.Unlock()
+	g.close()
+	return true
+}
+
+// reset replaces a broken connection: waiters fall back to timed retries at
+// once, and after a pause that grows with consecutive failures every
+// channel is subscribed again on a new connection. It returns false when
+// the connection was retired instead.
+func (c *subConn) reset(failures int) bool {
+	c.h.mu.Lock()
+	for _, t := range c.topics {
+		t.setLost()
+	}
+	old := c.gen
+	c.h.mu.Unlock()
+	old.close()
+
+	pause := min(10*time.Millisecond<<min(failures-1, 7), time.Second)
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	select {
+	case <-c.quit:
+		return false
+	case <-timer.C:
+	}
+
+	c.h.mu.Lock()
+	if c.retired {
+		c.h.mu.Unlock()
+		return false
+	}
+	for ch, t := range c.topics {
+		if !t.idle.IsZero() { // lingering: not worth subscribing again
+			delete(c.topics, ch)
+			c.lingering--
+		}
+	}
+	if len(c.topics) == 0 {
+		g := c.retire()
+		c.h.mu.Unlock()
+		g.close()
+		return false
+	}
+	c.gen = newGen(c.h.newPubSub())
+	c.pending, c.unsubs, c.ops = make(map[string]int), make(map[string]int), nil
+	for ch := range c.topics {
+		c.pending[ch] = 1
+		c.enqueue(subOp{gen: c.gen, sub: true, channel: ch})
+	}
+	c.h.mu.Unlock()
+	return true
+}
