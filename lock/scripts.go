@@ -24,9 +24,12 @@ var (
 	acquireLua    string
 	acquireScript = redis.NewScript(tokenStateLua + handOverLua + acquireLua)
 
+	//go:embed try_fast.lua
+	tryFastLua string
+
 	//go:embed try.lua
 	tryLua    string
-	trySrc    = tokenStateLua + tryLua
+	trySrc    = tryFastLua + tokenStateLua + tryLua
 	tryScript = redis.NewScript(trySrc)
 
 	//go:embed release_plain.lua
