@@ -36,8 +36,8 @@
 //   - FENCEKIT_CHECK_STRICT_UNKNOWN=1: fail a run in which a call that may
 //     have written ended in an error that does not match
 //     fence.ErrOutcomeUnknown;
-//   - FENCEKIT_CHECK_LEAVE_OPEN=1: leave such a call of the Redis store
-//     open, as if its outcome were unknown. By default it is closed as not
-//     applied, so that the checker also judges the store's claim that the
-//     call never reached Redis.
+//   - FENCEKIT_CHECK_LEAVE_OPEN=1: leave such a call open, as if its
+//     outcome were unknown. By default it is closed as not applied, so
+//     that the checker also judges the store's claim that the call was not
+//     applied (never reached Redis; rolled back by PostgreSQL).
 package history

@@ -442,6 +442,9 @@ func (r *pgRun) outcome(in PgIn, err error) PgOut {
 		out.Status = Unknown
 		if in.Op != PgRead && !errors.Is(err, fence.ErrOutcomeUnknown) {
 			r.unmarked.Add(1)
+			if takeAtWord {
+				out.Status = Aborted // the store says it was not applied
+			}
 		}
 		msg := err.Error()
 		if i := strings.LastIndex(msg, ": "); i >= 0 {
