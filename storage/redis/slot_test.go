@@ -3,6 +3,7 @@ package redis
 import "testing"
 
 func TestKeySlot(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[string]uint16{
 		"123456789": 0x31c3 & 16383, // CRC16/XMODEM's check value
 		"foo":       12182,
