@@ -219,7 +219,6 @@ func wantRefusedWhileHeld(t *testing.T, other *lock.Locker, lease *lock.Lease, r
 // an inner hold that extends to (and renews at) a short lease and is
 // released leaves the lock held for the outer hold's lease.
 func TestOwnerHoldNeverShortensAnother(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
