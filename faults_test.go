@@ -33,6 +33,7 @@ import (
 // default run uses Redis storage; FENCEKIT_SOAK adds PostgreSQL.
 func TestFencedSurvivesClusterFailover(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	stores := []storage{redisStorage()}
 	if os.Getenv("FENCEKIT_SOAK") != "" {
 		stores = append(stores, postgresStorage())
@@ -85,6 +86,7 @@ func TestFencedSurvivesClusterFailover(t *testing.T) {
 // whichever nodes grant, and nothing acknowledged is lost.
 func TestFencedRedlockSurvivesNodeLoss(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	var (
 		srvs    []*testenv.RedisServer
 		clients []redis.UniversalClient
@@ -221,6 +223,7 @@ func netFaultRun(t *testing.T, f netFault, mode workload.Mode) workload.Result {
 // (up to five times) until one did; every run must be safe.
 func TestFencedUnderNetworkFaults(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
 			for range 5 {
@@ -242,6 +245,7 @@ func TestFencedUnderNetworkFaults(t *testing.T) {
 // could have seen a loss.
 func TestNegativeControlsLoseUpdatesUnderNetworkFaults(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
 			for range 5 {

@@ -149,6 +149,7 @@ func requireSafe(t *testing.T, res workload.Result) {
 // TestFencedNoLostUpdates runs the fenced workload under each fault that
 // does not lose Redis data.
 func TestFencedNoLostUpdates(t *testing.T) {
+	t.Parallel()
 	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
 		t.Run(st.name+"/pause past the lease", func(t *testing.T) {
 			requireSafe(t, run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced}))
@@ -175,6 +176,7 @@ func TestFencedNoLostUpdates(t *testing.T) {
 // fault to the first admitted write.
 func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	faults := []struct {
 		name  string
 		fault func(srv *testenv.RedisServer) func(ctx context.Context)
@@ -219,6 +221,7 @@ func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 // backends again and again while the workload runs. Writes cut off without
 // an answer are uncertain; none of the acknowledged ones may be lost.
 func TestFencedSurvivesPostgresBackendTermination(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	app := "fencekit-e2e-" + time.Now().Format("150405.000000")
 	pool := migratedPool(t, app)
@@ -256,6 +259,7 @@ func TestFencedSurvivesPostgresBackendTermination(t *testing.T) {
 // are uncertain; none of the acknowledged ones may be lost.
 func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testenv.MySQLConfig(t)
 	db := testenv.OpenMySQL(t, cfg)
@@ -309,6 +313,7 @@ func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
 // lost, and writes resume once the server is back.
 func TestFencedSurvivesMySQLRestart(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	srv := testenv.StartMySQL(t)
 	db := testenv.OpenMySQL(t, srv.Config())
@@ -337,6 +342,7 @@ func TestFencedSurvivesMySQLRestart(t *testing.T) {
 // reads, and without any fencing: both must lose increments, which shows the
 // checker can see a loss.
 func TestNegativeControlsLoseUpdates(t *testing.T) {
+	t.Parallel()
 	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
 		for _, mode := range []workload.Mode{workload.Plain, workload.UnfencedReads} {
 			t.Run(st.name+"/"+mode.String(), func(t *testing.T) {

@@ -257,6 +257,7 @@ func runLottery(t *testing.T, db lotteryDB, withOnce bool) lotteryRun {
 // (in our runs, one per lost reply).
 func TestLotteryOnceDespitePauseAndLostReplies(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	for _, store := range []struct {
 		name string
 		open func(*testing.T) lotteryDB

@@ -26,6 +26,7 @@ import (
 // fenced but without the completion record, and pays some days twice.
 func TestMySQLDailyJobOnceDespiteLostReplies(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	const days, instances, attempts = 12, 3, 20
 	run := func(t *testing.T, withOnce bool) (perDay map[string]int, lost int) {
 		cfg := testenv.MySQLConfig(t)

@@ -20,6 +20,7 @@ import (
 // with a newer token, as an earlier version of our docs advised) overwrites
 // B's acknowledged update with a value computed from A's old read.
 func TestSplitBrainRecipe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "acct-1"
 	for _, st := range []storage{redisStorage(), postgresStorage()} {

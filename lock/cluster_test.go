@@ -20,6 +20,7 @@ import (
 // master and waiters on every master must be woken.
 func TestOnClusters(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) *redis.ClusterClient

@@ -16,6 +16,7 @@ import (
 // grant's, and Validity never exceeds what Redis holds.
 func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)

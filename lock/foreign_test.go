@@ -235,6 +235,7 @@ var awkwardKeys = []string{
 
 func TestFenceKeySlot(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	node := srv.Client()
@@ -276,6 +277,7 @@ func TestFenceKeySlot(t *testing.T) {
 
 func TestFenceLockOnCluster(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	cc := srv.ClusterClient()
@@ -349,6 +351,7 @@ func BenchmarkFenceLockRepeat(b *testing.B) {
 // outlives its record, and its next call gets a new, higher token, as the
 // doc says.
 func TestFenceRecordFollowsTheLeaseAtEachCall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)

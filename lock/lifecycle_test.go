@@ -34,6 +34,7 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 // With AutoRenew a 1s lease stays held through 3s of work, and nobody
 // else can take it meanwhile.
 func TestAutoRenewHoldsThroughWork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
@@ -144,6 +145,7 @@ func TestRenewalRefusedEndsLease(t *testing.T) {
 // renewed lease ends once its last successful renewal runs out: Done closes
 // and Do's fn context is cancelled, although no renewal call has returned.
 func TestRenewalUnreachableEndsLease(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t)
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond

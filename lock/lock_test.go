@@ -347,6 +347,7 @@ func TestOneCommandToAcquireOneToRelease(t *testing.T) {
 
 func TestClusterOneSlotPerResource(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	srv := testenv.StartRedisCluster(t)
 	c := srv.ClusterClient()
@@ -378,6 +379,7 @@ func TestClusterOneSlotPerResource(t *testing.T) {
 }
 
 func TestNoOverlappingLeases(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := newLocker(t, testenv.Redis(t))

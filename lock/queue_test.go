@@ -180,6 +180,7 @@ func TestHandOverCostsTheWaiterNoCommand(t *testing.T) {
 // waiter's last queue refresh plus the time the server says passed until
 // the grant.
 func TestHandedOverLeaseValidity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "dated"
 	c := testenv.Redis(t)
@@ -218,6 +219,7 @@ func TestHandedOverLeaseValidity(t *testing.T) {
 // passed over; one that is still live is granted the lock, which then
 // waits out that grant's lease.
 func TestQueuePassesOverVanishedWaiters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "vanished"
 	c := testenv.Redis(t)
@@ -449,6 +451,7 @@ func TestHandOverSurvivesALostMessage(t *testing.T) {
 
 // The entry a waiter refreshes keeps its place in the queue.
 func TestQueueRefreshKeepsPlace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "refresh"
 	c := testenv.Redis(t)
@@ -723,6 +726,7 @@ func TestQueueRefusedByACL(t *testing.T) {
 // lock still goes to the queued waiters in arrival order. Whichever waiter
 // tries first hands the lock to the head of the queue and stays queued.
 func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "lostlease"
 	c := testenv.Redis(t)
@@ -828,6 +832,7 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 // a third of its ttl after Acquire returned, which would be after Redis let
 // it go.
 func TestRenewalOfAGrantFoundLate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const (
 		resource = "late"
@@ -907,6 +912,7 @@ func TestReentryLeavesTheQueue(t *testing.T) {
 // ahead goes to that waiter (at once, by the hand-over's message), and the
 // newcomer waits its turn.
 func TestNewcomerRespectsTheQueue(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const resource = "newcomer"
 	_, wl, hc, hl := waiterAndHolder(t)
@@ -951,6 +957,7 @@ func TestNewcomerRespectsTheQueue(t *testing.T) {
 // a second whatever the lease.
 func TestQueuedWaitersTryOnlyAtTheHead(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	const (
 		resource = "manywaiters"
 		waiters  = 200

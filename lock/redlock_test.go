@@ -127,6 +127,7 @@ func contains(xs []int, x int) bool {
 // largest they issued and every one of them was raised to it, the next
 // grant's token is higher, and a release clears all three.
 func TestRedlockFiveNodesTwoStopped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
@@ -178,6 +179,7 @@ func TestRedlockFiveNodesTwoStopped(t *testing.T) {
 // ErrNoQuorum (no other holder was seen, so waiting would not help), and
 // the two live nodes hold no lock afterwards.
 func TestRedlockThreeStoppedRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
@@ -210,6 +212,7 @@ func TestRedlockThreeStoppedRefuses(t *testing.T) {
 // ErrNotAcquired (worth waiting for), releases its two grants, and leaves
 // the other holder's lock alone.
 func TestRedlockFailedQuorumLeavesNoLock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
@@ -238,6 +241,7 @@ func TestRedlockFailedQuorumLeavesNoLock(t *testing.T) {
 // the lease starts with that much less. When the acquisition takes longer
 // than the TTL, no validity is left and it is refused and released.
 func TestRedlockValidityShrinks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	l := newRedlock(t, ns, lock.WithNodeTimeout(2*time.Second))
@@ -294,6 +298,7 @@ func TestRedlockValidityShrinks(t *testing.T) {
 // that release is through.
 func TestRedlockFailedQuorumReturnsWithinNodeTimeout(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	const nodeTimeout = 200 * time.Millisecond
@@ -339,6 +344,7 @@ func TestRedlockFailedQuorumReturnsWithinNodeTimeout(t *testing.T) {
 // live nodes Extend reports ErrNotHeld and Done closes.
 func TestRedlockExtendAndLoss(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
@@ -398,6 +404,7 @@ func TestRedlockExtendAndLoss(t *testing.T) {
 // lock once it is released.
 func TestRedlockAutoRenewAndDo(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 3, 0)
 	l := newRedlock(t, ns)
@@ -452,6 +459,7 @@ func TestRedlockAutoRenewAndDo(t *testing.T) {
 // TestRedlockInput: bad node lists and options are refused before
 // anything is sent, and calls a Redlock Locker does not offer say so.
 func TestRedlockInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 2, 0)
 	same := redis.NewClient(&redis.Options{Addr: ns.srvs[0].Addr()})
@@ -500,6 +508,7 @@ func TestRedlockInput(t *testing.T) {
 // TestRedlockAdvance: Advance raises a quorum's token state, so the next
 // grant's token is above the mark.
 func TestRedlockAdvance(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 3, 0)
 	l := newRedlock(t, ns)
@@ -635,6 +644,7 @@ func (ns *redlockNodes) atToken(t *testing.T, l *lock.Locker, resource string, t
 // handed out has a quorum of nodes at its token, and tokens never go back.
 func TestRedlockRaiseLostRefusesLease(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	hooks := make([]*raiseHook, len(ns.clients))
@@ -739,6 +749,7 @@ func TestRedlockRaiseLostRefusesLease(t *testing.T) {
 // node holds that token as its grant's, which a retried acquisition there
 // returns.
 func TestRedlockRaiseRetried(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 3, 0)
 	l := newRedlock(t, ns)
@@ -833,6 +844,7 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 // whose round trips take longer than that TTL leaves validity for, keeps
 // the time the lock had on every node, and the lease counts it.
 func TestRedlockShortExtendKeepsTheLock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 3, 3)
 	l := newRedlock(t, ns)
@@ -875,6 +887,7 @@ func TestRedlockShortExtendKeepsTheLock(t *testing.T) {
 // one whose grant arrived late.
 func TestRedlockCallsEndByDeadline(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	ns := startNodes(t, 5, 3)
 	l, err := lock.NewRedlock(ns.clients, lock.WithNodeTimeout(5*time.Second))

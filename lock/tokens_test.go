@@ -79,6 +79,7 @@ func TestTokenStateExpiresAfterRetention(t *testing.T) {
 // FENCEKIT_TOKEN_MEMORY_RESOURCES=100000 for the figures in the README.
 func TestTokenStateMemoryReturnsToBaseline(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	srv := testenv.StartRedis(t)
 	c := srv.Client()

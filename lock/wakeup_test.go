@@ -55,6 +55,7 @@ func waitSubscribers(t *testing.T, c redis.UniversalClient, channel string, ok f
 // it: with a 30s lease, a grant that arrives before the lease could have run
 // out was handed off by the release, not by expiry.
 func TestAcquireWakesOnRelease(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) redis.UniversalClient
@@ -106,6 +107,7 @@ func TestAcquireWakesOnRelease(t *testing.T) {
 // A holder that vanishes without releasing hands the lock on when its lease
 // runs out, without a message.
 func TestAcquireAfterHolderVanishes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
@@ -254,6 +256,7 @@ func serverCalls(t testing.TB, c *redis.Client, names ...string) int64 {
 // Close stops the shared subscription; a Locker keeps working after it,
 // waiting by timed retries.
 func TestCloseStopsSubscription(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
@@ -286,6 +289,7 @@ func TestCloseStopsSubscription(t *testing.T) {
 // releases.
 func TestAcquireWakesAcrossSlots(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	c := testenv.StartRedisCluster(t).ClusterClient()
 	l := newLocker(t, c)

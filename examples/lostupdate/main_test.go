@@ -47,6 +47,7 @@ func runDemo(t *testing.T, args ...string) (string, int) {
 }
 
 func TestDemoNeedsNoServers(t *testing.T) {
+	t.Parallel()
 	out, code := runDemo(t)
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -65,6 +66,7 @@ func TestDemoNeedsNoServers(t *testing.T) {
 
 func TestDemoOnRealServers(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	redisURL := testenv.RedisURL(t)
 	addr := strings.TrimSuffix(strings.TrimPrefix(redisURL, "redis://"), "/0")
 	out, code := runDemo(t, "-redis", addr, "-postgres", testenv.PostgresURL(t))

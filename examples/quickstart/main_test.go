@@ -44,6 +44,7 @@ func runBin(t *testing.T, bin string, args ...string) (stdout, stderr string, co
 // PostgreSQL schema of the test's own: the first run creates everything, the
 // second finds it in place, and each adds 5 in both stores.
 func TestQuickstart(t *testing.T) {
+	t.Parallel()
 	redisAddr := testenv.StartRedis(t).Addr()
 	pgURL := testenv.PostgresURL(t)
 	bin := build(t)
@@ -75,6 +76,7 @@ func TestQuickstart(t *testing.T) {
 // 1 and a message that says which step failed and why, without the password.
 func TestQuickstartUnreachable(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	closed := closedAddr(t)
 	bin := build(t)
 	for _, tc := range []struct {

@@ -17,6 +17,7 @@ import (
 // of the stored key.
 func TestCluster(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) *redis.ClusterClient

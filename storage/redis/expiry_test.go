@@ -14,6 +14,7 @@ const hour = time.Hour
 // TestExpiryKeepsMark checks that an expired value reads as missing, counts
 // as a delete in the version, and leaves the high-water mark in force.
 func TestExpiryKeepsMark(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v"), WithTTL(250*time.Millisecond)); err != nil {
@@ -61,6 +62,7 @@ func TestExpiryKeepsMark(t *testing.T) {
 // the hash of a key without a live value goes after the retention, and with
 // it the mark, so that an old fence is admitted again.
 func TestMarkRetention(t *testing.T) {
+	t.Parallel()
 	// The shortest retention a store accepts: its retry window, at least 1s.
 	const retention = time.Second
 	s, c := newShortStore(t, WithMarkRetention(retention), WithRetryWindow(retention))

@@ -97,6 +97,7 @@ func newWorkload() workload {
 // final value, and the tokens of accepted writes must increase.
 func TestLockedIncrementsWithExpiringLeases(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	c := testenv.Redis(t)
 	locker, err := lock.New(c, lock.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
@@ -148,6 +149,7 @@ func TestLockedIncrementsWithExpiringLeases(t *testing.T) {
 // otherwise the test above could not see a loss either.
 func TestLockedIncrementsNegativeControl(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	c := testenv.Redis(t)
 	locker, err := lock.New(c, lock.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
@@ -188,6 +190,7 @@ func parseEntry(b []byte) (int, fence.Token, error) {
 // clock, so its next grant is above the store's mark and is admitted without
 // anyone calling Advance, with no acknowledged increment lost.
 func TestLockCounterLossHeals(t *testing.T) {
+	t.Parallel()
 	lockSrv := testenv.StartRedis(t)
 	locker, err := lock.New(lockSrv.Client())
 	if err != nil {

@@ -62,6 +62,7 @@ func incr(calls *atomic.Int32, before func()) func(Value) ([]byte, error) {
 // the write again, and checks that the call reports its first run's outcome
 // and that the write was applied exactly once.
 func TestLostReplyReportsFirstRun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, b := fen(1, "a"), fen(2, "b")
 	must := func(t *testing.T, err error) {
@@ -197,6 +198,7 @@ func wantValue(data string, ver int64) func(*testing.T, *Store) {
 // still refused when the client retries it: refusals change nothing, so
 // running them again gives the same answer.
 func TestLostReplyOfRefusal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	via, p, direct := lostReplyStores(t)
 	if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
@@ -219,6 +221,7 @@ func TestLostReplyOfRefusal(t *testing.T) {
 // its record: a store never drops another store's record, so the counter
 // ends at 2, each increment applied once.
 func TestShorterWindowKeepsOthersRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	via, p, _ := lostReplyStores(t)
 	short, err := New(noRetryClient(t), WithPrefix(via.Prefix()), WithRetryWindow(time.Second))
@@ -251,6 +254,7 @@ func TestShorterWindowKeepsOthersRecords(t *testing.T) {
 // It answers as that run did while the value is as that run saw it, and
 // with an unknown outcome once the value has changed.
 func TestLostReplyOfRaisingGet(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	old, a, b := fen(1, "old"), fen(2, "a"), fen(3, "b")
 	tests := []struct {
@@ -301,6 +305,7 @@ func TestLostReplyOfRaisingGet(t *testing.T) {
 // that the call says its outcome is unknown (and still matches the cause),
 // never that nothing was applied.
 func TestOutcomeUnknownAfterSend(t *testing.T) {
+	t.Parallel()
 	calls := map[string]func(ctx context.Context, s *Store) error{
 		"Set": func(ctx context.Context, s *Store) error {
 			_, err := s.Set(ctx, fen(1, "a"), "k", []byte("x"))
@@ -352,6 +357,7 @@ func TestOutcomeUnknownAfterSend(t *testing.T) {
 // connection before the command is written, an ended context, and an error
 // reply to the only send.
 func TestNothingSentIsNotUnknown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	check := func(t *testing.T, what string, s *Store) {
 		t.Helper()
@@ -415,6 +421,7 @@ func TestNothingSentIsNotUnknown(t *testing.T) {
 // through a client whose options the store cannot read: every send of it
 // looks for its record, so the retry still reports the first run.
 func TestLostReplyThroughAWrapper(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	via, p, direct := lostReplyStores(t)
 	wrapped, err := New(scripter{via.client}, WithPrefix(via.Prefix()))

@@ -10,6 +10,7 @@ import (
 // value (the key keeps its bytes and its version), and that the next call on
 // the key works.
 func TestPanicInFunctionWritesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := newStore(t)
 	type boom struct{ n int }

@@ -54,6 +54,7 @@ func leftovers(t *testing.T, c *goredis.Client, s *Store) int {
 // passed, with no further write of the key.
 func TestEveryChangeLeavesOneRecord(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	const window = 3 * time.Second
 	s, c := newShortStore(t, WithRetryWindow(window))
 	ctx := context.Background()
@@ -127,6 +128,7 @@ func TestEveryChangeLeavesOneRecord(t *testing.T) {
 // written again go once the window has passed, for many keys written once
 // and for one key written many times: nothing is left but the values.
 func TestRecordsGoWithoutWrites(t *testing.T) {
+	t.Parallel()
 	const window = time.Second
 	s, c := newShortStore(t, WithRetryWindow(window))
 	ctx := context.Background()
@@ -153,6 +155,7 @@ func TestRecordsGoWithoutWrites(t *testing.T) {
 // the value's hash keeps its own fields however often it is written, and
 // each record is a small key of its own.
 func TestHotKeyHashStaysSmall(t *testing.T) {
+	t.Parallel()
 	s, c := newShortStore(t, WithRetryWindow(time.Minute))
 	ctx := context.Background()
 	f := fen(1, "a")
@@ -188,6 +191,7 @@ func TestHotKeyHashStaysSmall(t *testing.T) {
 // of a key that never existed creates no value hash; only its record, which
 // goes by itself.
 func TestCompareAndDeleteOfNothingCreatesNoValue(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	if v, err := s.CompareAndDelete(ctx, "none", 0); err != nil || v != 0 {
@@ -202,6 +206,7 @@ func TestCompareAndDeleteOfNothingCreatesNoValue(t *testing.T) {
 // the mark that refused it, and changes nothing else, so that an old holder
 // that keeps retrying is not admitted while it does.
 func TestRefusalKeepsMark(t *testing.T) {
+	t.Parallel()
 	const retention = time.Second
 	s, c := newShortStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
 	ctx := context.Background()

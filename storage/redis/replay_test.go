@@ -25,6 +25,7 @@ func replayStore(t *testing.T) (*Store, *testenv.Replay) {
 }
 
 func TestRetriedVersionedWritesReportTheirSuccess(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, h := replayStore(t)
 
@@ -68,6 +69,7 @@ func TestRetriedVersionedWritesReportTheirSuccess(t *testing.T) {
 // A retried write inside Modify or Update must not make them run fn again:
 // that would apply the change twice.
 func TestRetriedReadModifyWriteAppliesOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, h := replayStore(t)
 	var calls atomic.Int32

@@ -16,6 +16,7 @@ import (
 // shorter retention (or one at all) never lets Redis collect a mark that
 // another store keeps longer (or for ever).
 func TestShorterRetentionKeepsOthersMarks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := noRetryClient(t)
 	prefix := testenv.Prefix(t)

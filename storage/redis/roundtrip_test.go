@@ -13,6 +13,7 @@ import (
 // operation sends once the scripts are loaded: exactly one, a script call,
 // whether the operation is admitted or refused.
 func TestOneCommandPerOperation(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	if err := s.Preload(ctx); err != nil {
@@ -80,6 +81,7 @@ func ignore(err, want error) error {
 // cached, that the first call of an operation still works (EVALSHA, then
 // EVAL) and that the next one is a single command again.
 func TestFirstCallLoadsScript(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
 	s, err := New(c)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	c := testenv.Redis(t)
 	quick := noRetryClient(t)
 	var nilClient *goredis.Client
@@ -74,6 +75,7 @@ func TestNewValidates(t *testing.T) {
 // TestBadInputSendsNothing checks that invalid calls fail with a clear error
 // before any command reaches Redis.
 func TestBadInputSendsNothing(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	h := &testenv.Commands{}
 	c.AddHook(h)
@@ -158,6 +160,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 // TestAdmission applies the four cases of the rule to each fenced operation
 // and checks that a refusal carries the mark and changes nothing in Redis.
 func TestAdmission(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	mark := fen(5, "a")
@@ -219,6 +222,7 @@ func TestAdmission(t *testing.T) {
 }
 
 func TestResourceMismatch(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	if _, err := s.Set(ctx, fen(3, "a"), "k", []byte("v")); err != nil {
@@ -242,6 +246,7 @@ func TestResourceMismatch(t *testing.T) {
 // TestFencedReadRaisesMarkOnMissingKey checks that a fenced read of a key
 // with no value reports ErrNotFound and still fences out older holders.
 func TestFencedReadRaisesMarkOnMissingKey(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	v, err := s.Get(ctx, fen(2, "b"), "new")
@@ -261,6 +266,7 @@ func TestFencedReadRaisesMarkOnMissingKey(t *testing.T) {
 }
 
 func TestDeleteKeepsMark(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
@@ -291,6 +297,7 @@ func TestDeleteKeepsMark(t *testing.T) {
 }
 
 func TestWrongType(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	setup := map[string]func(key string) error{

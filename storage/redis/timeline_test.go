@@ -23,6 +23,7 @@ func atoi(t *testing.T, b []byte) int {
 // With fenced reads and writes A's write is refused and no acknowledged
 // increment is lost.
 func TestTimelineFencedReads(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	a, b := fen(1, "holder-a"), fen(2, "holder-b")
@@ -76,6 +77,7 @@ func TestTimelineFencedReads(t *testing.T) {
 // once with plain GET and SET, once with fenced writes but unfenced reads
 // (which DESIGN.md section 3 says is not enough).
 func TestTimelineNegativeControls(t *testing.T) {
+	t.Parallel()
 	t.Run("plain GET and SET", func(t *testing.T) {
 		s, c := newStore(t)
 		ctx := context.Background()

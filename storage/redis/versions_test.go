@@ -12,6 +12,7 @@ import (
 )
 
 func TestCompareAndSet(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	ver, err := s.CompareAndSet(ctx, "k", 0, []byte("one"))
@@ -47,6 +48,7 @@ func TestCompareAndSet(t *testing.T) {
 // did not read without moving the mark, and that fence and version checks
 // work together.
 func TestFencedWriteChecksVersion(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
 	v, err := s.Get(ctx, fen(1, "a"), "k")
@@ -74,6 +76,7 @@ func TestFencedWriteChecksVersion(t *testing.T) {
 }
 
 func TestUpdateReportsInterleavedWrite(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	_, err := s.Update(ctx, fen(1, "a"), "k", func(old Value) ([]byte, error) {
@@ -98,6 +101,7 @@ func TestUpdateReportsInterleavedWrite(t *testing.T) {
 // TestModifyConcurrent runs optimistic increments without any lock; every
 // acknowledged one must be in the final value.
 func TestModifyConcurrent(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	const workers, each = 8, 25
@@ -137,6 +141,7 @@ func TestModifyConcurrent(t *testing.T) {
 }
 
 func TestModifyGivesUp(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	calls := 0

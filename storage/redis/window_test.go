@@ -19,6 +19,7 @@ type scripter struct{ goredis.Scripter }
 // window is refused: go-redis's defaults may resend a command about 232 s
 // after its first run, far past one minute.
 func TestRetryWindowFromClientOptions(t *testing.T) {
+	t.Parallel()
 	const addr = "127.0.0.1:1" // New sends nothing
 	client := func(o *goredis.Options) *goredis.Client {
 		o.Addr = addr

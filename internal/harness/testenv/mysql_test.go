@@ -45,6 +45,7 @@ func TestMySQLDatabasePerTest(t *testing.T) {
 // TestPrivateMySQLKeepsCommittedData kills a private MariaDB with SIGKILL
 // and restarts it: what was committed is still there.
 func TestPrivateMySQLKeepsCommittedData(t *testing.T) {
+	t.Parallel()
 	s := StartMySQL(t)
 	db := OpenMySQL(t, s.Config())
 	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {

@@ -29,6 +29,7 @@ func TestSharedServers(t *testing.T) {
 }
 
 func TestPrivateRedisRestartLosesData(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := StartRedis(t)
 	c := s.Client()
@@ -48,6 +49,7 @@ func TestPrivateRedisRestartLosesData(t *testing.T) {
 
 func TestPrivateCluster(t *testing.T) {
 	Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	s := StartRedisCluster(t)
 	c := s.ClusterClient()
@@ -65,6 +67,7 @@ func TestPrivateCluster(t *testing.T) {
 // cluster client follows it.
 func TestClusterFailover(t *testing.T) {
 	Slow(t)
+	t.Parallel()
 	ctx := context.Background()
 	cl := StartCluster(t, 3, 1)
 	c := cl.Client()

@@ -9,6 +9,7 @@ import (
 // TestPostgresControlNoGuard runs the PostgreSQL checker on an Exec whose
 // write runs without the guard: it must reject most runs.
 func TestPostgresControlNoGuard(t *testing.T) {
+	t.Parallel()
 	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) bool {
 		res := runPostgres(t, b, pgNoGuard)
 		reportPostgres(t, b, res)
@@ -20,6 +21,7 @@ func TestPostgresControlNoGuard(t *testing.T) {
 // read-modify-write whose read runs before the guarded transaction: it
 // must reject most runs.
 func TestPostgresControlReadOutside(t *testing.T) {
+	t.Parallel()
 	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) bool {
 		res := runPostgres(t, b, pgReadOutside)
 		reportPostgres(t, b, res)

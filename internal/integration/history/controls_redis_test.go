@@ -106,6 +106,7 @@ var doubled atomic.Int64
 // decide in the client between a read and a write: it must reject most
 // runs.
 func TestRedisControlClientSide(t *testing.T) {
+	t.Parallel()
 	rejectsMost(t, "client-side read-then-write", func(t *testing.T, b Budget) bool {
 		res := runRedis(t, b, redisClientSide)
 		reportRedis(t, b, res)
@@ -116,6 +117,7 @@ func TestRedisControlClientSide(t *testing.T) {
 // TestRedisControlNoRecord runs the Redis checker on writes whose retries
 // after a lost reply run as new writes: it must reject most runs.
 func TestRedisControlNoRecord(t *testing.T) {
+	t.Parallel()
 	rejectsMost(t, "writes retried without the retry record", func(t *testing.T, b Budget) bool {
 		before := doubled.Load()
 		res := runRedis(t, b, redisNoRecord)

@@ -95,6 +95,7 @@ type pgResult struct {
 }
 
 func TestPostgresLinearizable(t *testing.T) {
+	t.Parallel()
 	b := BudgetFor(t)
 	res := runPostgres(t, b, pgSound)
 	reportPostgres(t, b, res)

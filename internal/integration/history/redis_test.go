@@ -84,6 +84,7 @@ type redisResult struct {
 }
 
 func TestRedisLinearizable(t *testing.T) {
+	t.Parallel()
 	b := BudgetFor(t)
 	res := runRedis(t, b, redisSound)
 	reportRedis(t, b, res)
