@@ -59,12 +59,12 @@ func TestSplitBrainRecipe(t *testing.T) {
 				if err != nil {
 					t.Fatalf("B's fenced read: %v", err)
 				}
-				if err := counter.Write(ctx, workload.Fenced, b.Fence(), resource, workload.State{N: readB.N + 1, Last: b.Token()}); err != nil {
+				if err := counter.Write(ctx, workload.Fenced, b.Fence(), resource, workload.State{N: readB.N + 1, Last: b.Fence().Token}); err != nil {
 					t.Fatalf("B's write: %v", err)
 				}
 				// A wakes and writes: refused, B's read raised the mark.
-				refused := counter.Write(ctx, workload.Fenced, a.Fence(), resource, workload.State{N: readA.N + 1, Last: a.Token()})
-				hwm, stale := fence.HighWater(refused)
+				refused := counter.Write(ctx, workload.Fenced, a.Fence(), resource, workload.State{N: readA.N + 1, Last: a.Fence().Token})
+				hwm, stale := fence.LostTo(refused)
 				if !errors.Is(refused, fence.ErrStale) || !stale {
 					t.Fatalf("A's late write = %v, want a stale refusal with the mark", refused)
 				}
@@ -77,8 +77,8 @@ func TestSplitBrainRecipe(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if a2.Token() <= hwm.Token {
-					t.Fatalf("A's new grant %d is not above the mark %d", a2.Token(), hwm.Token)
+				if a2.Fence().Token <= hwm.Token {
+					t.Fatalf("A's new grant %d is not above the mark %d", a2.Fence().Token, hwm.Token)
 				}
 				acked := int64(2) // B's write and A's, once it lands
 				switch recipe {
@@ -87,12 +87,12 @@ func TestSplitBrainRecipe(t *testing.T) {
 					if err != nil {
 						t.Fatalf("A's fenced read under the new grant: %v", err)
 					}
-					err = counter.Write(ctx, workload.Fenced, a2.Fence(), resource, workload.State{N: again.N + 1, Last: a2.Token()})
+					err = counter.Write(ctx, workload.Fenced, a2.Fence(), resource, workload.State{N: again.N + 1, Last: a2.Fence().Token})
 					if err != nil {
 						t.Fatalf("A's redone write: %v", err)
 					}
 				case "retry only the write":
-					err := counter.Write(ctx, workload.Fenced, a2.Fence(), resource, workload.State{N: readA.N + 1, Last: a2.Token()})
+					err := counter.Write(ctx, workload.Fenced, a2.Fence(), resource, workload.State{N: readA.N + 1, Last: a2.Fence().Token})
 					if err != nil {
 						t.Fatalf("A's retried write: %v", err)
 					}

@@ -27,6 +27,13 @@ var (
 	// that names the problem.
 	ErrInvalid = errors.New("fence: invalid argument")
 
+	// ErrWrongType means a Redis key that a package of this module uses
+	// holds data it did not write there: a key of another type, a hash
+	// without its fields, a token state out of range. The key was left as
+	// it was. The lock and the Redis store return errors that match it,
+	// each naming the key.
+	ErrWrongType = errors.New("fence: key holds data of another kind")
+
 	// ErrInvalidFence means a fence cannot be presented to storage: empty
 	// resource, token below 1 or empty holder. Nothing was sent. It matches
 	// [ErrInvalid] too.
@@ -118,9 +125,10 @@ func (e *ConflictError) Error() string {
 // Unwrap returns [ErrConflict], so errors.Is(err, ErrConflict) holds.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
-// HighWater returns the high-water mark carried by err if err is or wraps a
-// [*StaleError], and false otherwise.
-func HighWater(err error) (Fence, bool) {
+// LostTo returns the fence that a refused fence lost to, the store's
+// high-water mark, if err is or wraps a [*StaleError], and false otherwise.
+// A lock whose token state was lost can advance its tokens past it.
+func LostTo(err error) (Fence, bool) {
 	var se *StaleError
 	if errors.As(err, &se) {
 		return se.HighWater, true

@@ -24,13 +24,13 @@ func ExampleAdmits() {
 
 // A refused operation returns an error that matches ErrStale and carries the
 // mark it lost to, which a lock can use to heal a counter that Redis lost.
-func ExampleHighWater() {
+func ExampleLostTo() {
 	err := fmt.Errorf("save invoice: %w", &fence.StaleError{
 		Fence:     fence.Fence{Resource: "invoice:42", Token: 3, Holder: "a"},
 		HighWater: fence.Fence{Resource: "invoice:42", Token: 9, Holder: "b"},
 	})
 	if errors.Is(err, fence.ErrStale) {
-		hwm, _ := fence.HighWater(err)
+		hwm, _ := fence.LostTo(err)
 		fmt.Println("a newer holder was admitted, token", hwm.Token)
 	}
 	// Output: a newer holder was admitted, token 9

@@ -68,11 +68,11 @@ func TestStaleError(t *testing.T) {
 	if errors.Is(err, ErrConflict) {
 		t.Fatal("StaleError matches ErrConflict")
 	}
-	got, ok := HighWater(err)
+	got, ok := LostTo(err)
 	if !ok || got != hwm {
 		t.Fatalf("HighWater = %v, %v; want %v, true", got, ok, hwm)
 	}
-	if _, ok := HighWater(errors.New("other")); ok {
+	if _, ok := LostTo(errors.New("other")); ok {
 		t.Fatal("HighWater found a mark in an unrelated error")
 	}
 }

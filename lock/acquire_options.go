@@ -2,7 +2,7 @@ package lock
 
 // AcquireOption configures one acquisition by [Locker.TryAcquire],
 // [Locker.Acquire] or [Locker.Do]. Options validate themselves: an invalid
-// one makes the call return an error matching [ErrInvalid] before anything
+// one makes the call return an error matching [fence.ErrInvalid] before anything
 // is sent.
 type AcquireOption func(*acquireConfig) error
 

@@ -87,10 +87,10 @@ func clusterTokensAndSlots(t *testing.T, c *redis.ClusterClient, l *lock.Locker)
 		var last fence.Token
 		for range 20 {
 			lease := mustAcquire(t, l, r, time.Second)
-			if lease.Token() <= last {
-				t.Fatalf("%s: token %d after %d", r, lease.Token(), last)
+			if lease.Fence().Token <= last {
+				t.Fatalf("%s: token %d after %d", r, lease.Fence().Token, last)
 			}
-			last = lease.Token()
+			last = lease.Fence().Token
 			if _, err := l.TryAcquire(ctx, r, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("%s: second TryAcquire while held: %v", r, err)
 			}

@@ -33,7 +33,7 @@ import (
 // context.
 func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, f fence.Fence) error, opts ...AcquireOption) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
+		return fmt.Errorf("%w: nil function", errInvalid)
 	}
 	lease, err := l.Acquire(ctx, resource, ttl, append(slices.Clip(opts), AutoRenew())...)
 	if err != nil {

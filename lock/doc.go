@@ -42,7 +42,7 @@
 // data (a restart without persistence, a failover, FLUSHALL) still issues
 // tokens that storage admits. If the server's clock went back, storage
 // refuses the low tokens as stale and nothing is lost; [Locker.Advance] with
-// the refusal's mark ([fence.HighWater]) heals at once. After a stale
+// the refusal's mark ([fence.LostTo]) heals at once. After a stale
 // refusal, drop the unit of work or start it again from its fenced read
 // with a new grant's fence; never retry only the refused write.
 //
@@ -58,8 +58,8 @@
 //
 // [ErrNotAcquired] (as a [*NotAcquiredError] that says how long the current
 // lease has left), [ErrNotHeld] when a lease was already lost (and, with
-// [ErrReleased], from [Lease.Err] after a release), [ErrInvalid] for
-// rejected arguments (nothing is sent), [ErrWrongType] when a key of another
+// [ErrReleased], from [Lease.Err] after a release), [fence.ErrInvalid] for
+// rejected arguments (nothing is sent), [fence.ErrWrongType] when a key of another
 // type is in the way (it is left as it was), [ErrTokensExhausted] at the top
 // of the token space, and [ErrNoQuorum] (as a [*QuorumError] naming each
 // failing node) from a Redlock Locker. Calls whose context ends return an

@@ -24,23 +24,35 @@ var (
 	// the lease was given up by [Lease.Release] rather than lost.
 	ErrReleased = errors.New("lock: lease released")
 
-	// ErrInvalid means an argument or option was rejected: an empty resource,
-	// a lease under a millisecond (3ms under Redlock), a nil client, a prefix
-	// with braces. Nothing was sent to Redis. It matches [fence.ErrInvalid]
-	// too.
-	ErrInvalid error = invalidError{}
-
-	// ErrWrongType means a lock key or token state already holds a value of
-	// another type, or a token out of range. The key was left as it was.
-	ErrWrongType = errors.New("lock: key holds the wrong type")
-
 	// ErrTokensExhausted means the next token would pass [fence.MaxToken]:
 	// the token state was advanced to the top of the token space. No lock
 	// was taken and nothing was changed; tokens are never repeated.
 	ErrTokensExhausted = errors.New("lock: token space exhausted, the next token would pass fence.MaxToken")
 )
 
-// invalidError is ErrInvalid: its own sentinel, and fence's one word for an
+// This package's own messages for the module-wide sentinels: callers match
+// [fence.ErrInvalid] and [fence.ErrWrongType].
+var (
+	// errInvalid means an argument or option was rejected: an empty resource,
+	// a lease under a millisecond (3ms under Redlock), a nil client, a prefix
+	// with braces. Nothing was sent to Redis. It matches [fence.ErrInvalid]
+	// too.
+	errInvalid error = invalidError{}
+
+	// errWrongType means a lock key or token state already holds a value of
+	// another type, or a token out of range. The key was left as it was.
+	errWrongType error = wrongTypeError{}
+)
+
+// wrongTypeError is errWrongType: this package's message for a key of
+// another type, matching the module-wide [fence.ErrWrongType].
+type wrongTypeError struct{}
+
+func (wrongTypeError) Error() string { return "lock: key holds the wrong type" }
+
+func (wrongTypeError) Unwrap() error { return fence.ErrWrongType }
+
+// invalidError is errInvalid: its own sentinel, and fence's one word for an
 // invalid argument.
 type invalidError struct{}
 
@@ -80,7 +92,7 @@ func translate(ctx context.Context, err error, op, resource string) error {
 	}
 	var re redis.Error
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w: %s %q: %s", ErrWrongType, op, resource, re.Error())
+		return fmt.Errorf("%w: %s %q: %s", errWrongType, op, resource, re.Error())
 	}
 	if errors.As(err, &re) && strings.Contains(re.Error(), tokensExhaustedReply) {
 		return fmt.Errorf("%w: %s %q", ErrTokensExhausted, op, resource)

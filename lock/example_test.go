@@ -65,7 +65,7 @@ func ExampleLocker_TryAcquire() {
 		panic(err)
 	default:
 		defer lease.Release(ctx)
-		fmt.Println("got token", lease.Token())
+		fmt.Println("got token", lease.Fence().Token)
 	}
 }
 
@@ -82,7 +82,7 @@ func ExampleLocker_Advance() {
 		panic(err)
 	}
 	var writeErr error // the error of a fenced write, for example *fence.StaleError
-	if hwm, ok := fence.HighWater(writeErr); ok {
+	if hwm, ok := fence.LostTo(writeErr); ok {
 		if err := locker.Advance(ctx, hwm.Resource, hwm.Token); err != nil {
 			panic(err)
 		}

@@ -39,15 +39,16 @@ import (
 // is unique to a grant only if values are: keep the libraries' random
 // values (do not fix them with redsync.WithValue, redsync.WithGenValueFunc or
 // redislock's Options.Token). For redsync pass mutex.Name() and
-// mutex.Value(); for redislock lock.Key() and lock.Token()+lock.Metadata().
+// mutex.Value(); for redislock lk.Key() and its lock value,
+// lk.Token()+lk.Metadata() (redislock's random "token", not a fencing token).
 // With a redsync mutex over several Redis servers, fence it on one of them:
 // if that server lost the key, FenceLock returns [ErrNotHeld], and storage
 // admission keeps writes safe either way.
 //
 // A lock key or value that storage would refuse in a fence (see
 // [fence.Fence.Validate]: invalid UTF-8, a NUL byte, too long) returns an
-// error matching [ErrInvalid] and [fence.ErrInvalid] before anything is
-// sent. A key of another type in the way returns [ErrWrongType] and nothing
+// error matching [fence.ErrInvalid] and [fence.ErrInvalid] before anything is
+// sent. A key of another type in the way returns [fence.ErrWrongType] and nothing
 // is changed. ctx bounds the round trip.
 func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fence, error) {
 	return l.fenceLock(ctx, "fence", lockKey, value, 0)
@@ -59,13 +60,13 @@ func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fe
 // start low again. While lockKey still holds value it returns the grant's
 // fence with a token above floor, issuing a new one if needed; later
 // FenceLock calls for the grant return that token. Pass the refusal's
-// [fence.StaleError] HighWater.Token as floor (see [fence.HighWater]).
+// [fence.StaleError] HighWater.Token as floor (see [fence.LostTo]).
 //
 // If lockKey no longer holds value, the refusal was deserved (another holder
 // took the lock): it returns [ErrNotHeld] and changes nothing.
 func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floor fence.Token) (fence.Fence, error) {
 	if floor < 0 || floor >= fence.MaxToken {
-		return fence.Fence{}, fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", ErrInvalid, floor)
+		return fence.Fence{}, fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", errInvalid, floor)
 	}
 	return l.fenceLock(ctx, "fence above", lockKey, value, floor)
 }
@@ -76,15 +77,15 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 	}
 	switch {
 	case lockKey == "":
-		return fence.Fence{}, fmt.Errorf("%w: empty lock key", ErrInvalid)
+		return fence.Fence{}, fmt.Errorf("%w: empty lock key", errInvalid)
 	case value == "":
-		return fence.Fence{}, fmt.Errorf("%w: empty value for lock key %q", ErrInvalid, lockKey)
+		return fence.Fence{}, fmt.Errorf("%w: empty value for lock key %q", errInvalid, lockKey)
 	case len(lockKey) > fence.MaxResourceLen:
-		return fence.Fence{}, fmt.Errorf("%w: lock key of %d bytes is longer than %d", ErrInvalid, len(lockKey), fence.MaxResourceLen)
+		return fence.Fence{}, fmt.Errorf("%w: lock key of %d bytes is longer than %d", errInvalid, len(lockKey), fence.MaxResourceLen)
 	}
 	if err := (fence.Fence{Resource: lockKey, Token: 1, Holder: value}).Validate(); err != nil {
 		// No store would accept the fence: issue no token for it.
-		return fence.Fence{}, fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
+		return fence.Fence{}, fmt.Errorf("%w: %s: %w", errInvalid, op, err)
 	}
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err

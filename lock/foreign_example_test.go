@@ -16,8 +16,9 @@ import (
 // Fence a lock that another library took. Such libraries (redsync,
 // bsm/redislock) take their lock with SET key value NX PX and a random value;
 // the plain SET below stands in for them. For redsync pass mutex.Name() and
-// mutex.Value(); for redislock lk.Key() and lk.Token()+lk.Metadata()
-// (go run ./examples/migrate shows both).
+// mutex.Value(); for redislock lk.Key() and its lock value,
+// lk.Token()+lk.Metadata(), which redislock calls a token but which is only
+// a random value (go run ./examples/migrate shows both).
 func ExampleLocker_FenceLock() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
@@ -58,7 +59,7 @@ func ExampleLocker_FenceLockAbove() {
 	defer client.Del(ctx, key)
 
 	var writeErr error // the error of a fenced write, for example *fence.StaleError
-	if hwm, ok := fence.HighWater(writeErr); ok {
+	if hwm, ok := fence.LostTo(writeErr); ok {
 		f, err := locker.FenceLockAbove(ctx, key, value, hwm.Token)
 		if err != nil {
 			panic(err) // ErrNotHeld: another holder has the lock; the refusal stands

@@ -122,7 +122,7 @@ func TestFenceLockWrongType(t *testing.T) {
 	l := newLocker(t, c, lock.WithPrefix(p))
 
 	c.HSet(ctx, p+"h", "f", "v")
-	if _, err := l.FenceLock(ctx, p+"h", "v"); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.FenceLock(ctx, p+"h", "v"); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("lock key is a hash: %v", err)
 	}
 	if n := c.Exists(ctx, l.FenceKey(p+"h")).Val(); n != 0 {
@@ -131,7 +131,7 @@ func TestFenceLockWrongType(t *testing.T) {
 
 	c.Set(ctx, p+"a", "v", time.Minute)
 	c.RPush(ctx, l.FenceKey(p+"a"), "x")
-	if _, err := l.FenceLock(ctx, p+"a", "v"); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.FenceLock(ctx, p+"a", "v"); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("record is a list: %v", err)
 	}
 	if v := c.LRange(ctx, l.FenceKey(p+"a"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
@@ -140,7 +140,7 @@ func TestFenceLockWrongType(t *testing.T) {
 
 	c.Set(ctx, p+"b", "v", time.Minute)
 	c.HSet(ctx, l.FenceKey(p+"b"), "token", "abc", "value", "old")
-	if _, err := l.FenceLockAbove(ctx, p+"b", "v", 5); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.FenceLockAbove(ctx, p+"b", "v", 5); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("record token is not an integer: %v", err)
 	}
 	if v := c.HGetAll(ctx, l.FenceKey(p+"b")).Val(); v["token"] != "abc" || v["value"] != "old" {
@@ -165,12 +165,12 @@ func TestFenceLockBadInput(t *testing.T) {
 	c.AddHook(h)
 	ctx := context.Background()
 	for _, tc := range []struct{ key, value string }{{"", "v"}, {"k", ""}} {
-		if _, err := l.FenceLock(ctx, tc.key, tc.value); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.FenceLock(ctx, tc.key, tc.value); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("FenceLock(%q, %q) = %v, want ErrInvalid", tc.key, tc.value, err)
 		}
 	}
 	for _, floor := range []fence.Token{-1, fence.MaxToken, 1 << 53} {
-		if _, err := l.FenceLockAbove(ctx, "k", "v", floor); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.FenceLockAbove(ctx, "k", "v", floor); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("FenceLockAbove(%d) = %v, want ErrInvalid", floor, err)
 		}
 	}
@@ -207,10 +207,10 @@ func TestFenceLockRefusesFencesNoStoreAccepts(t *testing.T) {
 		}
 		c.AddHook(h)
 		f, err := l.FenceLock(ctx, tc.key, tc.value)
-		if !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
-			t.Errorf("FenceLock(%q, %q) = %v, %v; want an error matching lock.ErrInvalid and fence.ErrInvalid", tc.key, tc.value, f, err)
+		if !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("FenceLock(%q, %q) = %v, %v; want an error matching fence.ErrInvalid", tc.key, tc.value, f, err)
 		}
-		if _, err := l.FenceLockAbove(ctx, tc.key, tc.value, 5); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.FenceLockAbove(ctx, tc.key, tc.value, 5); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("FenceLockAbove(%q, %q) = %v, want ErrInvalid", tc.key, tc.value, err)
 		}
 		if n := h.Len(); n != 0 {

@@ -189,7 +189,7 @@ func tokenStateSpec(v string) (n int64, ok bool) {
 }
 
 // FuzzTokenState: whatever a resource's token state holds, a grant either
-// takes a token above the state's counter, or is refused with ErrWrongType
+// takes a token above the state's counter, or is refused with errWrongType
 // (or ErrTokensExhausted at the top) and leaves the state and the lock as
 // they were; what the state can hold is what tokenstate.lua says. Runs
 // against the real Redis server.
@@ -226,20 +226,20 @@ func FuzzTokenState(f *testing.F) {
 		switch {
 		case err == nil:
 			if !valid {
-				t.Fatalf("state %q is not a token state, but a grant took token %d from it", state, lease.Token())
+				t.Fatalf("state %q is not a token state, but a grant took token %d from it", state, lease.Fence().Token)
 			}
-			if lease.Token() <= fence.Token(n) || lease.Token() > fence.MaxToken {
-				t.Fatalf("state %q (counter %d): granted token %d", state, n, lease.Token())
+			if lease.Fence().Token <= fence.Token(n) || lease.Fence().Token > fence.MaxToken {
+				t.Fatalf("state %q (counter %d): granted token %d", state, n, lease.Fence().Token)
 			}
 			after, err := c.Get(ctx, tokenKey).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n2, ok := tokenStateSpec(after); !ok || n2 != int64(lease.Token()) {
-				t.Fatalf("after a grant of token %d from %q, the state is %q", lease.Token(), state, after)
+			if n2, ok := tokenStateSpec(after); !ok || n2 != int64(lease.Fence().Token) {
+				t.Fatalf("after a grant of token %d from %q, the state is %q", lease.Fence().Token, state, after)
 			}
-		case errors.Is(err, ErrWrongType) || errors.Is(err, ErrTokensExhausted):
-			if errors.Is(err, ErrWrongType) && valid {
+		case errors.Is(err, errWrongType) || errors.Is(err, ErrTokensExhausted):
+			if errors.Is(err, errWrongType) && valid {
 				t.Fatalf("state %q (counter %d) refused: %v", state, n, err)
 			}
 			if errors.Is(err, ErrTokensExhausted) && (!valid || fence.Token(n) < fence.MaxToken) {

@@ -61,7 +61,7 @@ func TestInvalidCallsSendNothing(t *testing.T) {
 		"FenceLockAbove MaxToken":   func() error { _, err := l.FenceLockAbove(ctx, "k", "v", fence.MaxToken); return err },
 	}
 	for name, call := range calls {
-		if err := call(); !errors.Is(err, lock.ErrInvalid) {
+		if err := call(); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s = %v, want ErrInvalid", name, err)
 		}
 	}

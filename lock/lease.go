@@ -27,17 +27,6 @@ type Lease struct {
 	life      life
 }
 
-// Resource returns the locked resource's name.
-func (s *Lease) Resource() string { return s.f.Resource }
-
-// Token returns the grant's fencing token, above every earlier grant's token
-// for the resource.
-func (s *Lease) Token() fence.Token { return s.f.Token }
-
-// Holder returns the grant's holder id: 128 random bits, unique to the grant,
-// stored as the lock key's value.
-func (s *Lease) Holder() string { return s.f.Holder }
-
 // Fence returns what the holder presents to storage with each read and
 // write made under this lease.
 func (s *Lease) Fence() fence.Fence { return s.f }
@@ -72,7 +61,7 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // timeout of its own; [Locker.Close] waits for it.
 func (s *Lease) Release(ctx context.Context) (err error) {
 	if ctx == nil {
-		return fmt.Errorf("%w: release %q: nil context", ErrInvalid, s.f.Resource)
+		return fmt.Errorf("%w: release %q: nil context", errInvalid, s.f.Resource)
 	}
 	ctx, span := s.l.tel.startLeaseOp(ctx, "fencekit.lock.release", s.f)
 	defer func() { s.l.tel.endLeaseOp(span, err) }()

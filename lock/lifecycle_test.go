@@ -310,7 +310,7 @@ func TestValidityCountsWholeMilliseconds(t *testing.T) {
 	overstated := 0
 	check := func(lease *lock.Lease) {
 		t.Helper()
-		key := l.LockKey(lease.Resource())
+		key := l.LockKey(lease.Fence().Resource)
 		for end := time.Now().Add(time.Second); time.Now().Before(end); {
 			n, err := c.Exists(ctx, key).Result()
 			if err != nil {

@@ -68,20 +68,20 @@ func TestTokensIncreasePerGrant(t *testing.T) {
 	var last fence.Token
 	for i := range 300 { // back to back, many within one millisecond
 		lease := mustAcquire(t, l, "orders", time.Second)
-		if lease.Token() <= last || lease.Token() > fence.MaxToken {
-			t.Fatalf("grant %d got token %d after %d", i, lease.Token(), last)
+		if lease.Fence().Token <= last || lease.Fence().Token > fence.MaxToken {
+			t.Fatalf("grant %d got token %d after %d", i, lease.Fence().Token, last)
 		}
-		if f := lease.Fence(); f.Resource != "orders" || f.Token != lease.Token() || len(f.Holder) != 32 {
+		if f := lease.Fence(); f.Resource != "orders" || f.Token != lease.Fence().Token || len(f.Holder) != 32 {
 			t.Fatalf("fence %v", f)
 		}
-		last = lease.Token()
+		last = lease.Fence().Token
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Another resource has its own state, so its tokens do not wait for
 	// this one's.
-	if got := mustAcquire(t, l, "invoices", time.Second).Token(); got < 1 {
+	if got := mustAcquire(t, l, "invoices", time.Second).Fence().Token; got < 1 {
 		t.Fatalf("first grant of another resource got token %d", got)
 	}
 }
@@ -94,7 +94,7 @@ func TestHolderIsFreshPerGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := mustAcquire(t, l, "r", time.Second)
-	if a.Holder() == b.Holder() {
+	if a.Fence().Holder == b.Fence().Holder {
 		t.Fatal("two grants share a holder id")
 	}
 }
@@ -104,8 +104,8 @@ func TestReacquireAfterExpiryGetsNextToken(t *testing.T) {
 	a := mustAcquire(t, l, "r", 20*time.Millisecond)
 	waitLost(t, a)
 	b := mustAcquire(t, l, "r", time.Second)
-	if b.Token() <= a.Token() {
-		t.Fatalf("after expiry token %d, want above %d", b.Token(), a.Token())
+	if b.Fence().Token <= a.Fence().Token {
+		t.Fatalf("after expiry token %d, want above %d", b.Fence().Token, a.Fence().Token)
 	}
 }
 
@@ -136,8 +136,8 @@ func TestExtendKeepsTokenAndLease(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got <= lease.Token() {
-		t.Fatalf("next grant token %d, want above %d", got, lease.Token())
+	if got := mustAcquire(t, l, "r", time.Second).Fence().Token; got <= lease.Fence().Token {
+		t.Fatalf("next grant token %d, want above %d", got, lease.Fence().Token)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	}
 	select {
 	case lease := <-got:
-		if lease == nil || lease.Token() <= held.Token() {
+		if lease == nil || lease.Fence().Token <= held.Fence().Token {
 			t.Fatalf("waiter got %v", lease)
 		}
 	case <-ctx.Done():
@@ -303,10 +303,10 @@ func TestReplyLostInFlightLeavesNoLock(t *testing.T) {
 	eventually(t, "the granted-but-unreported lock was left behind", keyGone(c, l.LockKey("r")))
 	// The lost grant's token was issued, and the next one is above it.
 	n, g, _ := tokenState(t, c, l, "r")
-	if n <= lease.Token() || g != n {
-		t.Fatalf("token state after the lost grant: n=%d g=%d, want both above %d", n, g, lease.Token())
+	if n <= lease.Fence().Token || g != n {
+		t.Fatalf("token state after the lost grant: n=%d g=%d, want both above %d", n, g, lease.Fence().Token)
 	}
-	if got := mustAcquire(t, l, "r", time.Second).Token(); got <= n {
+	if got := mustAcquire(t, l, "r", time.Second).Fence().Token; got <= n {
 		t.Fatalf("token after a lost grant: %d, want above %d", got, n)
 	}
 }
@@ -398,8 +398,8 @@ func TestNoOverlappingLeases(t *testing.T) {
 				if n := inside.Add(1); n != 1 {
 					t.Errorf("%d holders inside the critical section", n)
 				}
-				if prev := lastToken.Swap(int64(lease.Token())); prev >= int64(lease.Token()) {
-					t.Errorf("token %d granted after %d", lease.Token(), prev)
+				if prev := lastToken.Swap(int64(lease.Fence().Token)); prev >= int64(lease.Fence().Token) {
+					t.Errorf("token %d granted after %d", lease.Fence().Token, prev)
 				}
 				// Still valid at the end of the critical section.
 				if _, err := lease.TTL(ctx); err != nil {
@@ -454,18 +454,18 @@ func TestDo(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	ctx := context.Background()
-	if _, err := lock.New(nil); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("New(nil) = %v", err)
 	}
 	var typedNil *redis.Client
-	if _, err := lock.New(typedNil); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(typedNil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("New(typed nil) = %v", err)
 	}
 	c := testenv.Redis(t)
-	if _, err := lock.New(c, lock.WithPrefix("a{b}")); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(c, lock.WithPrefix("a{b}")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("prefix with braces = %v", err)
 	}
-	if _, err := lock.New(c, lock.WithWait(nil)); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(c, lock.WithWait(nil)); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("nil wait = %v", err)
 	}
 	l := newLocker(t, c)
@@ -473,18 +473,18 @@ func TestBadInput(t *testing.T) {
 		resource string
 		ttl      time.Duration
 	}{{"", time.Second}, {"a{b", time.Second}, {"r", 0}, {"r", -time.Second}, {"r", time.Microsecond}} {
-		if _, err := l.TryAcquire(ctx, tc.resource, tc.ttl); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.TryAcquire(ctx, tc.resource, tc.ttl); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("TryAcquire(%q, %v) = %v, want ErrInvalid", tc.resource, tc.ttl, err)
 		}
-		if _, err := l.Acquire(ctx, tc.resource, tc.ttl); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.Acquire(ctx, tc.resource, tc.ttl); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Acquire(%q, %v) = %v, want ErrInvalid", tc.resource, tc.ttl, err)
 		}
 	}
 	lease := mustAcquire(t, l, "r", time.Second)
-	if err := lease.Extend(ctx, 0); !errors.Is(err, lock.ErrInvalid) {
+	if err := lease.Extend(ctx, 0); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Extend(0) = %v", err)
 	}
-	if err := l.Do(ctx, "r", time.Second, nil); !errors.Is(err, lock.ErrInvalid) {
+	if err := l.Do(ctx, "r", time.Second, nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Do(nil) = %v", err)
 	}
 	keys, _ := c.Keys(ctx, l.TokenKey("")[:len(l.TokenKey(""))-len("{}:token")]+"*").Result()
@@ -500,7 +500,7 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 
 	// A hash where the lock key should be.
 	c.HSet(ctx, l.LockKey("h"), "f", "v")
-	if _, err := l.TryAcquire(ctx, "h", time.Second); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.TryAcquire(ctx, "h", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("lock key is a hash: %v", err)
 	}
 	if v := c.HGet(ctx, l.LockKey("h"), "f").Val(); v != "v" {
@@ -512,13 +512,13 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 
 	// A list where the counter should be.
 	c.RPush(ctx, l.TokenKey("l"), "x")
-	if _, err := l.TryAcquire(ctx, "l", time.Second); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.TryAcquire(ctx, "l", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("counter is a list: %v", err)
 	}
 	if n := c.Exists(ctx, l.LockKey("l")).Val(); n != 0 {
 		t.Fatal("lock was taken although the counter is wrong")
 	}
-	if err := l.Advance(ctx, "l", 5); !errors.Is(err, lock.ErrWrongType) {
+	if err := l.Advance(ctx, "l", 5); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("Advance on a list counter: %v", err)
 	}
 	if v := c.LRange(ctx, l.TokenKey("l"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
@@ -527,7 +527,7 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 
 	// A string that is not an integer.
 	c.Set(ctx, l.TokenKey("s"), "abc", 0)
-	if _, err := l.TryAcquire(ctx, "s", time.Second); !errors.Is(err, lock.ErrWrongType) {
+	if _, err := l.TryAcquire(ctx, "s", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("counter is not an integer: %v", err)
 	}
 	if n := c.Exists(ctx, l.LockKey("s")).Val(); n != 0 {
@@ -556,9 +556,9 @@ func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 		t.Fatalf("TryAcquire whose first run's reply was lost: %v", err)
 	}
 	n, g, holder := tokenState(t, c, l, "r")
-	if lease.Token() != g || n != g || !strings.HasPrefix(lease.Holder(), holder) || lease.Token() <= warm.Token() {
+	if lease.Fence().Token != g || n != g || !strings.HasPrefix(lease.Fence().Holder, holder) || lease.Fence().Token <= warm.Fence().Token {
 		t.Fatalf("retried grant got token %d holder %s; state n=%d g=%d h=%s (one grant since %d)",
-			lease.Token(), lease.Holder(), n, g, holder, warm.Token())
+			lease.Fence().Token, lease.Fence().Holder, n, g, holder, warm.Fence().Token)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("the retried grant is not the caller's: %v", err)

@@ -47,7 +47,7 @@ type Locker struct {
 // resource carries the same hash tag, so a resource lives in one slot.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil Redis client", errInvalid)
 	}
 	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
 	for _, o := range opts {
@@ -59,7 +59,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 	}
 	if c.perNode != 0 {
-		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrInvalid)
+		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", errInvalid)
 	}
 	tel, err := c.instruments()
 	if err != nil {
@@ -195,7 +195,7 @@ func (l *Locker) resourceKeys(buf *[numKeys]string, resource string) (keys []str
 // and resource label the error.
 func checkCall(ctx context.Context, op, resource string) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: %s %q: nil context", ErrInvalid, op, resource)
+		return fmt.Errorf("%w: %s %q: nil context", errInvalid, op, resource)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lock: %s %q: %w", op, resource, err)
@@ -205,27 +205,27 @@ func checkCall(ctx context.Context, op, resource string) error {
 
 func checkResource(resource string) error {
 	if resource == "" {
-		return fmt.Errorf("%w: empty resource name", ErrInvalid)
+		return fmt.Errorf("%w: empty resource name", errInvalid)
 	}
 	if len(resource) > fence.MaxResourceLen {
-		return fmt.Errorf("%w: resource name of %d bytes is longer than %d", ErrInvalid, len(resource), fence.MaxResourceLen)
+		return fmt.Errorf("%w: resource name of %d bytes is longer than %d", errInvalid, len(resource), fence.MaxResourceLen)
 	}
 	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "h"}).Validate(); err != nil {
 		// The same rule storage applies, so a lease is never refused later.
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	if strings.ContainsAny(resource, "{}") {
-		return fmt.Errorf("%w: resource %q contains a brace, which would break its hash tag", ErrInvalid, resource)
+		return fmt.Errorf("%w: resource %q contains a brace, which would break its hash tag", errInvalid, resource)
 	}
 	return nil
 }
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: lease %v is shorter than 1ms", ErrInvalid, ttl)
+		return fmt.Errorf("%w: lease %v is shorter than 1ms", errInvalid, ttl)
 	}
 	if ttl > MaxTTL {
-		return fmt.Errorf("%w: lease %v is longer than %v", ErrInvalid, ttl, MaxTTL)
+		return fmt.Errorf("%w: lease %v is longer than %v", errInvalid, ttl, MaxTTL)
 	}
 	return nil
 }
@@ -555,7 +555,7 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 		return err
 	}
 	if atLeast < 0 || atLeast >= fence.MaxToken {
-		return fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", ErrInvalid, atLeast)
+		return fmt.Errorf("%w: token %d is outside [0, fence.MaxToken)", errInvalid, atLeast)
 	}
 	if err := checkCall(ctx, "advance", resource); err != nil {
 		return err

@@ -692,7 +692,7 @@ func (a *actor) reenter(ctx context.Context, outer *held) {
 		return
 	}
 	kind := "reentry"
-	if l.Holder() != outer.l.Fence().Holder {
+	if l.Fence().Holder != outer.l.Fence().Holder {
 		kind = "try" // the outer hold had run out: a grant afresh
 	}
 	inner := a.register(l, kind, ttl, start, nil, names)

@@ -2,13 +2,14 @@ package lock
 
 import (
 	"fmt"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultPrefix is the key prefix used when no [WithPrefix] option is given.
@@ -48,7 +49,7 @@ func (c config) instruments() (*instruments, error) {
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error {
 		if mp == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalid)
+			return fmt.Errorf("%w: nil meter provider", errInvalid)
 		}
 		c.meters = mp
 		return nil
@@ -60,7 +61,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) error {
 		if tp == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalid)
+			return fmt.Errorf("%w: nil tracer provider", errInvalid)
 		}
 		c.tracers = tp
 		return nil
@@ -86,7 +87,7 @@ const DefaultTokenRetention = 10 * time.Minute
 func WithTokenRetention(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond || d > MaxTTL {
-			return fmt.Errorf("%w: token retention %v is outside [1ms, %v]", ErrInvalid, d, MaxTTL)
+			return fmt.Errorf("%w: token retention %v is outside [1ms, %v]", errInvalid, d, MaxTTL)
 		}
 		c.retention = d
 		return nil
@@ -99,7 +100,7 @@ func WithTokenRetention(d time.Duration) Option {
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q contains a brace", ErrInvalid, prefix)
+			return fmt.Errorf("%w: prefix %q contains a brace", errInvalid, prefix)
 		}
 		c.prefix = prefix
 		return nil
@@ -116,7 +117,7 @@ func WithPrefix(prefix string) Option {
 func WithWait(w WaitStrategy) Option {
 	return func(c *config) error {
 		if w == nil {
-			return fmt.Errorf("%w: nil wait strategy", ErrInvalid)
+			return fmt.Errorf("%w: nil wait strategy", errInvalid)
 		}
 		c.wait = w
 		c.poll = true

@@ -29,9 +29,9 @@ func Owner(id string) AcquireOption {
 	return func(c *acquireConfig) error {
 		switch {
 		case id == "":
-			return fmt.Errorf("%w: empty owner id", ErrInvalid)
+			return fmt.Errorf("%w: empty owner id", errInvalid)
 		case len(id) > MaxOwnerLen:
-			return fmt.Errorf("%w: owner id of %d bytes is longer than %d", ErrInvalid, len(id), MaxOwnerLen)
+			return fmt.Errorf("%w: owner id of %d bytes is longer than %d", errInvalid, len(id), MaxOwnerLen)
 		}
 		c.owner = id
 		return nil

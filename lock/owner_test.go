@@ -66,7 +66,7 @@ func TestOwnerReentry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Token() <= a.Token() || d.Holder() == a.Holder() {
+	if d.Fence().Token <= a.Fence().Token || d.Fence().Holder == a.Fence().Holder {
 		t.Fatalf("next grant %v after %v", d.Fence(), a.Fence())
 	}
 	// Without Owner, a holder never re-enters, not even the same owner-less
@@ -186,7 +186,7 @@ func TestOwnerLastReleaseWakesWaiter(t *testing.T) {
 func TestOwnerInvalid(t *testing.T) {
 	l := newLocker(t, testenv.Redis(t))
 	for _, id := range []string{"", strings.Repeat("o", lock.MaxOwnerLen+1)} {
-		if _, err := l.TryAcquire(context.Background(), "r", time.Second, lock.Owner(id)); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := l.TryAcquire(context.Background(), "r", time.Second, lock.Owner(id)); !errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("Owner(%d bytes) = %v, want ErrInvalid", len(id), err)
 		}
 	}
@@ -204,7 +204,7 @@ func wantRefusedWhileHeld(t *testing.T, other *lock.Locker, lease *lock.Lease, r
 		if err == nil {
 			_ = got.Release(ctx)
 			t.Fatalf("another Locker took the lock (token %d) while the outer hold reported validity %v and Err %v",
-				got.Token(), v, lease.Err())
+				got.Fence().Token, v, lease.Err())
 		}
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
@@ -134,8 +135,8 @@ func TestQueueGrantsInArrivalOrder(t *testing.T) {
 		if a.name != want {
 			t.Fatalf("granted to %s, want %s (arrival order)", a.name, want)
 		}
-		if a.lease.Token() <= prev.Token() {
-			t.Fatalf("token %d after %d", a.lease.Token(), prev.Token())
+		if a.lease.Fence().Token <= prev.Fence().Token {
+			t.Fatalf("token %d after %d", a.lease.Fence().Token, prev.Fence().Token)
 		}
 		prev = a.lease
 	}
@@ -169,7 +170,7 @@ func TestHandOverCostsTheWaiterNoCommand(t *testing.T) {
 		t.Fatalf("the waiter sent %v after it was queued; want nothing", after)
 	}
 	t.Logf("the waiter sent %v to queue", before)
-	wantHolder(t, hc, hl, resource, a.lease.Holder())
+	wantHolder(t, hc, hl, resource, a.lease.Fence().Holder)
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestHandOverSurvivesALostMessage(t *testing.T) {
 	}
 	a := receive(t, got, 5*time.Second)
 	t.Logf("the waiter had its grant %v after the release", time.Since(released))
-	wantHolder(t, hc, hl, resource, a.lease.Holder())
+	wantHolder(t, hc, hl, resource, a.lease.Fence().Holder)
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -597,8 +598,8 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 	if first.name != "first" {
 		t.Fatalf("granted to %s, want first", first.name)
 	}
-	if v, _ := hc.Get(ctx, hl.LockKey(resource)).Result(); v != first.lease.Holder() {
-		t.Fatalf("lock key holds %q after the replayed release, want the first waiter's %q", v, first.lease.Holder())
+	if v, _ := hc.Get(ctx, hl.LockKey(resource)).Result(); v != first.lease.Fence().Holder {
+		t.Fatalf("lock key holds %q after the replayed release, want the first waiter's %q", v, first.lease.Fence().Holder)
 	}
 	if n, _ := hc.ZCard(ctx, queue).Result(); n != 1 {
 		t.Fatalf("%d queued after one hand-over, want the second waiter only", n)
@@ -607,8 +608,8 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := receive(t, got, 5*time.Second)
-	if second.name != "second" || second.lease.Token() <= first.lease.Token() {
-		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Token(), first.lease.Token())
+	if second.name != "second" || second.lease.Fence().Token <= first.lease.Fence().Token {
+		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Fence().Token, first.lease.Fence().Token)
 	}
 	if err := second.lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -666,8 +667,8 @@ func TestQueueWithWaitersGivingUp(t *testing.T) {
 				if n := inside.Add(1); n != 1 {
 					t.Errorf("%d holders at once", n)
 				}
-				if prev := lastToken.Swap(int64(l.Token())); prev >= int64(l.Token()) {
-					t.Errorf("token %d after %d", l.Token(), prev)
+				if prev := lastToken.Swap(int64(l.Fence().Token)); prev >= int64(l.Fence().Token) {
+					t.Errorf("token %d after %d", l.Fence().Token, prev)
 				}
 				time.Sleep(100 * time.Microsecond)
 				inside.Add(-1)
@@ -709,7 +710,7 @@ func TestQueueRefusedByACL(t *testing.T) {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := l.Acquire(actx, resource, time.Second)
-	if err == nil || errors.Is(err, lock.ErrWrongType) || !strings.Contains(err.Error(), "wait queue") {
+	if err == nil || errors.Is(err, fence.ErrWrongType) || !strings.Contains(err.Error(), "wait queue") {
 		t.Fatalf("Acquire under an ACL without ZADD: %v, want the server's refusal, saying it was joining the wait queue", err)
 	}
 	t.Logf("Acquire: %v", err)
@@ -756,8 +757,8 @@ func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
 			if a.name != want {
 				t.Fatalf("round %d: granted to %s, want %s (arrival order)", round, a.name, want)
 			}
-			if a.lease.Token() <= prev.Token() {
-				t.Fatalf("token %d after %d", a.lease.Token(), prev.Token())
+			if a.lease.Fence().Token <= prev.Fence().Token {
+				t.Fatalf("token %d after %d", a.lease.Fence().Token, prev.Fence().Token)
 			}
 			if err := a.lease.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -807,11 +808,11 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 	replay.Arm(0)
 	startWaiter(ctx, rl, "second", resource, 30*time.Second, got)
 	first := receive(t, got, 500*time.Millisecond)
-	if first.name != "first" || first.lease.Token() <= holder.Token() {
-		t.Fatalf("%s granted token %d after %d, want first", first.name, first.lease.Token(), holder.Token())
+	if first.name != "first" || first.lease.Fence().Token <= holder.Fence().Token {
+		t.Fatalf("%s granted token %d after %d, want first", first.name, first.lease.Fence().Token, holder.Fence().Token)
 	}
 	waitQueued(t, hc, hl, resource, 1)
-	wantHolder(t, hc, hl, resource, first.lease.Holder())
+	wantHolder(t, hc, hl, resource, first.lease.Fence().Holder)
 	if n, _ := hc.ZCard(ctx, queue).Result(); n != 1 {
 		t.Fatalf("%d queued, want the second waiter once", n)
 	}
@@ -819,8 +820,8 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := receive(t, got, 5*time.Second)
-	if second.name != "second" || second.lease.Token() <= first.lease.Token() {
-		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Token(), first.lease.Token())
+	if second.name != "second" || second.lease.Fence().Token <= first.lease.Fence().Token {
+		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Fence().Token, first.lease.Fence().Token)
 	}
 	if err := second.lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -865,7 +866,7 @@ func TestRenewalOfAGrantFoundLate(t *testing.T) {
 			t.Fatalf("the lease ran out before its first renewal: %v", err)
 		}
 	}
-	wantHolder(t, hc, hl, resource, a.lease.Holder())
+	wantHolder(t, hc, hl, resource, a.lease.Fence().Holder)
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -943,8 +944,8 @@ func TestNewcomerRespectsTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := receive(t, got, 5*time.Second)
-	if second.name != "newcomer" || second.lease.Token() <= first.lease.Token() {
-		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Token(), first.lease.Token())
+	if second.name != "newcomer" || second.lease.Fence().Token <= first.lease.Fence().Token {
+		t.Fatalf("then %s with token %d after %d", second.name, second.lease.Fence().Token, first.lease.Fence().Token)
 	}
 	if err := second.lease.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ var ErrNoQuorum = errors.New("lock: no quorum of Redlock nodes")
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond || d > MaxTTL {
-			return fmt.Errorf("%w: node timeout %v is outside [1ms, %v]", ErrInvalid, d, MaxTTL)
+			return fmt.Errorf("%w: node timeout %v is outside [1ms, %v]", errInvalid, d, MaxTTL)
 		}
 		c.perNode = d
 		return nil
@@ -111,7 +111,7 @@ type redlockNode struct {
 // lease is then known held until that validity runs out (see
 // [Lease.Validity]); [Lease.Done] closes then unless the lease is extended.
 // A ttl under 3ms could never leave validity and is refused with
-// [ErrInvalid] before anything is sent. When the quorum fails, the attempt
+// [fence.ErrInvalid] before anything is sent. When the quorum fails, the attempt
 // releases what it took on every node, not only those that answered, before
 // returning a [*QuorumError]; it waits for those releases no longer than
 // its context allows, and [Locker.Close] waits for the rest.
@@ -127,7 +127,7 @@ type redlockNode struct {
 // was, and a successful one counts what a quorum holds. [Lease.TTL] reports the
 // time for which a quorum still holds the lock. [Locker.Advance] raises
 // the token state on every node and succeeds once a quorum has it.
-// [Owner] and [Locker.FenceLock] are refused with [ErrInvalid]: holds would
+// [Owner] and [Locker.FenceLock] are refused with [fence.ErrInvalid]: holds would
 // be counted per node, so a re-entry could land on a different quorum than
 // the grant, and a foreign lock is fenced on one of its servers with [New].
 //
@@ -166,17 +166,17 @@ type redlockNode struct {
 // token was below the largest. Acquire polls; no subscription is opened.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
-		return nil, fmt.Errorf("%w: Redlock needs at least one Redis client", ErrInvalid)
+		return nil, fmt.Errorf("%w: Redlock needs at least one Redis client", errInvalid)
 	}
 	seen := make(map[any]int, len(clients))
 	nodes := make([]redlockNode, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
-			return nil, fmt.Errorf("%w: Redlock client %d is nil", ErrInvalid, i)
+			return nil, fmt.Errorf("%w: Redlock client %d is nil", errInvalid, i)
 		}
 		for _, id := range nodeIDs(c) {
 			if j, dup := seen[id]; dup {
-				return nil, fmt.Errorf("%w: Redlock clients %d and %d reach the same server (%v): it would vote twice", ErrInvalid, j, i, id)
+				return nil, fmt.Errorf("%w: Redlock clients %d and %d reach the same server (%v): it would vote twice", errInvalid, j, i, id)
 			}
 			seen[id] = i
 		}
@@ -236,7 +236,7 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 // since nodes get whole milliseconds. Acquiring it could never succeed.
 func checkRedlockTTL(ttl time.Duration) error {
 	if sent := ttl.Truncate(time.Millisecond); sent-drift(sent) <= 0 {
-		return fmt.Errorf("%w: a Redlock lease of %v leaves no validity after the drift allowance of %v", ErrInvalid, ttl, drift(sent))
+		return fmt.Errorf("%w: a Redlock lease of %v leaves no validity after the drift allowance of %v", errInvalid, ttl, drift(sent))
 	}
 	return nil
 }
@@ -381,7 +381,7 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 // redlockAcquire is tryAcquire on a Redlock Locker.
 func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
 	if cfg.owner != "" {
-		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", ErrInvalid, resource)
+		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", errInvalid, resource)
 	}
 	if err := checkRedlockTTL(ttl); err != nil {
 		return nil, fmt.Errorf("%w: acquire %q", err, resource)
@@ -433,7 +433,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	for i, rep := range replies {
 		switch {
 		case rep.err != nil:
-			if e := translate(ctx, rep.err, "acquire", resource); errors.Is(e, ErrWrongType) || errors.Is(e, ErrTokensExhausted) {
+			if e := translate(ctx, rep.err, "acquire", resource); errors.Is(e, errWrongType) || errors.Is(e, ErrTokensExhausted) {
 				wrongType = e
 			}
 			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
@@ -633,7 +633,7 @@ func (l *Locker) redlockAdvance(ctx context.Context, resource string, atLeast fe
 		return nil
 	}
 	for _, rep := range replies {
-		if e := translate(ctx, rep.err, "advance", resource); errors.Is(e, ErrWrongType) {
+		if e := translate(ctx, rep.err, "advance", resource); errors.Is(e, errWrongType) {
 			return e
 		}
 	}
@@ -663,5 +663,5 @@ func (l *Locker) refuseRedlock(op string) error {
 	if l.red == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s is not offered by a Redlock Locker; fence a foreign lock on one of its servers with a Locker from New", ErrInvalid, op)
+	return fmt.Errorf("%w: %s is not offered by a Redlock Locker; fence a foreign lock on one of its servers with a Locker from New", errInvalid, op)
 }

@@ -144,23 +144,23 @@ func TestRedlockFiveNodesTwoStopped(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire with 3 of 5 nodes up: %v", err)
 		}
-		if lease.Token() <= last {
-			t.Fatalf("token %d after %d", lease.Token(), last)
+		if lease.Fence().Token <= last {
+			t.Fatalf("token %d after %d", lease.Fence().Token, last)
 		}
-		last = lease.Token()
+		last = lease.Fence().Token
 		for i, v := range ns.lockValues(t, l, "orders", stopped...) {
-			if v != lease.Holder() {
+			if v != lease.Fence().Holder {
 				t.Fatalf("node %d holds %q, want the lease's holder", i, v)
 			}
 			n, g, h := tokenState(t, ns.direct[i], l, "orders")
-			if n != lease.Token() || g != lease.Token() || h != lease.Holder()[:8] {
-				t.Fatalf("node %d token state %d %d %q; want the lease's token %d on every granting node", i, n, g, h, lease.Token())
+			if n != lease.Fence().Token || g != lease.Fence().Token || h != lease.Fence().Holder[:8] {
+				t.Fatalf("node %d token state %d %d %q; want the lease's token %d on every granting node", i, n, g, h, lease.Fence().Token)
 			}
 			// What a client retry of this node's acquisition gets back.
 			res, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey("orders"), l.TokenKey("orders")},
-				lease.Holder(), 5000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
-			if err != nil || len(res) != 2 || res[0] != 1 || fence.Token(res[1]) != lease.Token() {
-				t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, res, err, lease.Token())
+				lease.Fence().Holder, 5000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
+			if err != nil || len(res) != 2 || res[0] != 1 || fence.Token(res[1]) != lease.Fence().Token {
+				t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, res, err, lease.Fence().Token)
 			}
 		}
 		if err := lease.Release(ctx); err != nil {
@@ -433,8 +433,8 @@ func TestRedlockAutoRenewAndDo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- l2.Do(ctx, "job", time.Second, func(ctx context.Context, f fence.Fence) error {
-			if f.Token <= holder.Token() {
-				t.Errorf("Do's token %d not above the previous holder's %d", f.Token, holder.Token())
+			if f.Token <= holder.Fence().Token {
+				t.Errorf("Do's token %d not above the previous holder's %d", f.Token, holder.Fence().Token)
 			}
 			ran.Store(true)
 			return nil
@@ -477,11 +477,11 @@ func TestRedlockInput(t *testing.T) {
 		{"two clients of one server", []redis.UniversalClient{ns.clients[0], same}, nil},
 		{"zero node timeout", ns.clients, []lock.Option{lock.WithNodeTimeout(0)}},
 	} {
-		if _, err := lock.NewRedlock(tc.clients, tc.opts...); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := lock.NewRedlock(tc.clients, tc.opts...); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: %v; want ErrInvalid", tc.name, err)
 		}
 	}
-	if _, err := lock.New(ns.clients[0], lock.WithNodeTimeout(time.Millisecond)); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(ns.clients[0], lock.WithNodeTimeout(time.Millisecond)); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New with WithNodeTimeout: %v; want ErrInvalid", err)
 	}
 	four := newRedlock(t, startNodes(t, 4, 0))
@@ -492,10 +492,10 @@ func TestRedlockInput(t *testing.T) {
 	if l.Quorum() != 2 {
 		t.Errorf("quorum of 2 = %d, want 2", l.Quorum())
 	}
-	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("job")); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("job")); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("Owner on Redlock: %v; want ErrInvalid", err)
 	}
-	if _, err := l.FenceLock(ctx, "k", "v"); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := l.FenceLock(ctx, "k", "v"); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("FenceLock on Redlock: %v; want ErrInvalid", err)
 	}
 	for i, v := range ns.lockValues(t, l, "r") {
@@ -519,7 +519,7 @@ func TestRedlockAdvance(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mark := lease.Token() + 1e12 // far ahead of every node's clock
+	mark := lease.Fence().Token + 1e12 // far ahead of every node's clock
 	ns.srvs[2].Kill()
 	if err := l.Advance(ctx, "r", mark); err != nil {
 		t.Fatalf("Advance on 2 of 3 nodes: %v", err)
@@ -528,8 +528,8 @@ func TestRedlockAdvance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next.Token() <= mark {
-		t.Fatalf("token %d after Advance to %d", next.Token(), mark)
+	if next.Fence().Token <= mark {
+		t.Fatalf("token %d after Advance to %d", next.Fence().Token, mark)
 	}
 }
 
@@ -667,13 +667,13 @@ func TestRedlockRaiseLostRefusesLease(t *testing.T) {
 	check := func(lease *lock.Lease) {
 		t.Helper()
 		for _, prev := range handed {
-			if lease.Token() <= prev.Token() {
-				t.Fatalf("lease token %d after an earlier lease's %d: the token went back", lease.Token(), prev.Token())
+			if lease.Fence().Token <= prev.Fence().Token {
+				t.Fatalf("lease token %d after an earlier lease's %d: the token went back", lease.Fence().Token, prev.Fence().Token)
 			}
 		}
 		handed = append(handed, lease)
-		if k := ns.atToken(t, l, res, lease.Token()); k < l.Quorum() {
-			t.Errorf("lease token %d handed out with %d nodes holding token state at it; want a quorum (%d)", lease.Token(), k, l.Quorum())
+		if k := ns.atToken(t, l, res, lease.Fence().Token); k < l.Quorum() {
+			t.Errorf("lease token %d handed out with %d nodes holding token state at it; want a quorum (%d)", lease.Fence().Token, k, l.Quorum())
 		}
 	}
 	acquire := func(step string) *lock.Lease {
@@ -700,7 +700,7 @@ func TestRedlockRaiseLostRefusesLease(t *testing.T) {
 		t.Fatalf("raises sent to nodes 1 and 2: %d, %d; want one each", hooks[1].seen.Load(), hooks[2].seen.Load())
 	}
 	if err == nil {
-		t.Errorf("a lease with token %d was handed out although its token state was raised on no node but node 0", lease.Token())
+		t.Errorf("a lease with token %d was handed out although its token state was raised on no node but node 0", lease.Fence().Token)
 		check(lease)
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -773,18 +773,18 @@ func TestRedlockRaiseRetried(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire with its raises retried: %v", err)
 	}
-	if lease.Token() != ahead+1 {
-		t.Fatalf("token %d; want node 0's next, %d", lease.Token(), ahead+1)
+	if lease.Fence().Token != ahead+1 {
+		t.Fatalf("token %d; want node 0's next, %d", lease.Fence().Token, ahead+1)
 	}
 	for i := range ns.direct {
 		n, g, h := tokenState(t, ns.direct[i], l, res)
-		if n != lease.Token() || g != lease.Token() || h != lease.Holder()[:8] {
-			t.Fatalf("node %d token state %d %d %q; want the lease's token %d as its grant's", i, n, g, h, lease.Token())
+		if n != lease.Fence().Token || g != lease.Fence().Token || h != lease.Fence().Holder[:8] {
+			t.Fatalf("node %d token state %d %d %q; want the lease's token %d as its grant's", i, n, g, h, lease.Fence().Token)
 		}
 		got, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey(res), l.TokenKey(res)},
-			lease.Holder(), 10000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
-		if err != nil || len(got) != 2 || got[0] != 1 || fence.Token(got[1]) != lease.Token() {
-			t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, got, err, lease.Token())
+			lease.Fence().Holder, 10000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
+		if err != nil || len(got) != 2 || got[0] != 1 || fence.Token(got[1]) != lease.Fence().Token {
+			t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, got, err, lease.Fence().Token)
 		}
 	}
 	if err := lease.Release(ctx); err != nil {
@@ -806,7 +806,7 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 	}
 	l := newRedlock(t, ns)
 	for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 2500 * time.Microsecond, 3*time.Millisecond - 1} {
-		if _, err := l.TryAcquire(ctx, "r", ttl); !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+		if _, err := l.TryAcquire(ctx, "r", ttl); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("TryAcquire(%v): %v; want ErrInvalid", ttl, err)
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -814,7 +814,7 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 		_, err := l.Acquire(actx, "r", ttl)
 		took := time.Since(start)
 		cancel()
-		if !errors.Is(err, lock.ErrInvalid) || took > time.Second {
+		if !errors.Is(err, fence.ErrInvalid) || took > time.Second {
 			t.Errorf("Acquire(%v): %v after %v; want ErrInvalid at once", ttl, err, took)
 		}
 	}
@@ -826,7 +826,7 @@ func TestRedlockShortTTLRefused(t *testing.T) {
 		t.Fatalf("TryAcquire(5s): %v", err)
 	}
 	cmds.Take()
-	if err := lease.Extend(ctx, 2*time.Millisecond); !errors.Is(err, lock.ErrInvalid) {
+	if err := lease.Extend(ctx, 2*time.Millisecond); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("Extend(2ms): %v; want ErrInvalid", err)
 	}
 	if sent := cmds.Take(); len(sent) > 0 {

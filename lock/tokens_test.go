@@ -43,7 +43,7 @@ func grantAndRelease(t *testing.T, l *lock.Locker, resource string) fence.Token 
 	if err := lease.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return lease.Token()
+	return lease.Fence().Token
 }
 
 // Token state expires the retention after the last lease, and the next
@@ -69,8 +69,8 @@ func TestTokenStateExpiresAfterRetention(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if next := grantAndRelease(t, l, "r"); next <= lease.Token() {
-		t.Fatalf("token after the retention window %d, want above %d", next, lease.Token())
+	if next := grantAndRelease(t, l, "r"); next <= lease.Fence().Token {
+		t.Fatalf("token after the retention window %d, want above %d", next, lease.Fence().Token)
 	}
 }
 
@@ -179,8 +179,8 @@ func TestTokensIncreaseAfterDataLoss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", fault.name, err)
 		}
-		if lease.Token() <= last {
-			t.Fatalf("%s: token %d after %d", fault.name, lease.Token(), last)
+		if lease.Fence().Token <= last {
+			t.Fatalf("%s: token %d after %d", fault.name, lease.Fence().Token, last)
 		}
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -219,8 +219,8 @@ func TestAdvanceHealsWhenTheClockIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lease.Token() > ahead {
-		t.Fatalf("token %d after losing a counter ahead of the clock; the test cannot see the clock assumption fail", lease.Token())
+	if lease.Fence().Token > ahead {
+		t.Fatalf("token %d after losing a counter ahead of the clock; the test cannot see the clock assumption fail", lease.Fence().Token)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func TestAdvanceNeverLowers(t *testing.T) {
 	if got := grantAndRelease(t, l, "fresh"); got != far+1 {
 		t.Fatalf("after Advance on a missing state: token %d, want %d", got, far+1)
 	}
-	if err := l.Advance(ctx, "r", -1); !errors.Is(err, lock.ErrInvalid) {
+	if err := l.Advance(ctx, "r", -1); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Advance(-1) = %v", err)
 	}
 }
@@ -283,7 +283,7 @@ func TestTokenSpaceLimit(t *testing.T) {
 		r := "big" + v
 		c.Set(ctx, l.TokenKey(r), v, 0)
 		_, err := l.TryAcquire(ctx, r, time.Second)
-		if !errors.Is(err, lock.ErrWrongType) {
+		if !errors.Is(err, fence.ErrWrongType) {
 			t.Errorf("counter %s: %v, want ErrWrongType", v, err)
 		}
 		if n := c.Exists(ctx, l.LockKey(r)).Val(); n != 0 {
@@ -314,7 +314,7 @@ func TestLegacyCounterIsRead(t *testing.T) {
 func TestWithTokenRetentionValidates(t *testing.T) {
 	c := testenv.Redis(t)
 	for _, d := range []time.Duration{0, -time.Second, time.Microsecond, lock.MaxTTL + 1} {
-		if _, err := lock.New(c, lock.WithTokenRetention(d)); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := lock.New(c, lock.WithTokenRetention(d)); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("WithTokenRetention(%v) = %v, want ErrInvalid", d, err)
 		}
 	}

@@ -106,8 +106,8 @@ func TestTryAcquirePassesOverLapsedWaiters(t *testing.T) {
 	}
 	queueLapsed(t, c, l, "stale-queue", "gone")
 	lease := mustAcquire(t, l, "stale-queue", time.Minute)
-	if lease.Token() <= first.Token() {
-		t.Fatalf("token %d after %d", lease.Token(), first.Token())
+	if lease.Fence().Token <= first.Fence().Token {
+		t.Fatalf("token %d after %d", lease.Fence().Token, first.Fence().Token)
 	}
 	queue, waiting := queueKeys(l, "stale-queue")
 	if n := c.Exists(ctx, queue, waiting).Val(); n != 0 {

@@ -89,8 +89,8 @@ func TestAcquireWakesOnRelease(t *testing.T) {
 			select {
 			case lease := <-got:
 				t.Logf("hand-off %v after release", time.Since(released))
-				if lease.Token() <= holder.Token() {
-					t.Fatalf("token %d after %d", lease.Token(), holder.Token())
+				if lease.Fence().Token <= holder.Fence().Token {
+					t.Fatalf("token %d after %d", lease.Fence().Token, holder.Fence().Token)
 				}
 				if err := lease.Release(ctx); err != nil {
 					t.Fatal(err)
@@ -121,8 +121,8 @@ func TestAcquireAfterHolderVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("granted %v after the holder vanished", time.Since(start))
-	if lease.Token() <= gone.Token() {
-		t.Fatalf("token %d after %d", lease.Token(), gone.Token())
+	if lease.Fence().Token <= gone.Fence().Token {
+		t.Fatalf("token %d after %d", lease.Fence().Token, gone.Fence().Token)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestContentionZeroHold(t *testing.T) {
 							t.Errorf("%d leases overlap", n)
 						}
 						mu.Lock()
-						tokens = append(tokens, lease.Token())
+						tokens = append(tokens, lease.Fence().Token)
 						mu.Unlock()
 						inside.Add(-1)
 						if err := lease.Release(ctx); err != nil {
@@ -424,10 +424,10 @@ func TestAcquireWaitsOnARing(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := receive(t, got, 5*time.Second)
-		if w.lease.Token() <= holder.Token() {
-			t.Fatalf("%s: waiter's token %d after %d", resource, w.lease.Token(), holder.Token())
+		if w.lease.Fence().Token <= holder.Fence().Token {
+			t.Fatalf("%s: waiter's token %d after %d", resource, w.lease.Fence().Token, holder.Fence().Token)
 		}
-		wantHolder(t, ring, l, resource, w.lease.Holder())
+		wantHolder(t, ring, l, resource, w.lease.Fence().Holder)
 		if err := w.lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -144,7 +144,7 @@ func (r *race) found(inst Instance, who string, rec Record) Instance {
 // newer holder overtook: its work is dropped, never retried with a newer
 // token. Any other error is returned.
 func (r *race) refused(inst Instance, who string, err error) (Instance, error) {
-	hw, ok := fence.HighWater(err)
+	hw, ok := fence.LostTo(err)
 	if !errors.Is(err, fence.ErrStale) || !ok {
 		return inst, fmt.Errorf("instance %d: draw: %w", inst.ID, err)
 	}

@@ -118,7 +118,8 @@ func redislockBefore(ctx context.Context, rl *redislock.Client, client *redis.Cl
 }
 
 // redislockAfter: the same lock, plus FenceLock and a fenced read and write.
-// redislock stores its token followed by its metadata: both are the value.
+// redislock's lock value is its random "token" (not a fencing token) followed
+// by its metadata.
 func redislockAfter(ctx context.Context, rl *redislock.Client, locker *lock.Locker, store *fkredis.Store) error {
 	lk, err := rl.Obtain(ctx, prefix+"redislock-lock", 10*time.Second, nil)
 	if err != nil {

@@ -235,7 +235,7 @@ func TestFenceLockHealsAfterRecordLoss(t *testing.T) {
 		t.Fatalf("restart kept the record (token %d); the test cannot see its loss", f.Token)
 	}
 	_, err = store.Set(ctx, f, "acct", []byte("y"))
-	hwm, ok := fence.HighWater(err)
+	hwm, ok := fence.LostTo(err)
 	if !ok {
 		t.Fatalf("low token after the loss was not refused: %v", err)
 	}

@@ -40,7 +40,7 @@ func ExampleInTx() {
 	})
 	switch {
 	case errors.Is(err, fence.ErrStale):
-		hw, _ := fence.HighWater(err)
+		hw, _ := fence.LostTo(err)
 		fmt.Println("a newer holder was admitted:", hw.Token)
 	case errors.Is(err, fence.ErrOutcomeUnknown):
 		fmt.Println("the COMMIT's answer was lost: read before deciding, or use Once")

@@ -34,7 +34,7 @@ const maxIdentLen = 64
 // validation: 1 to 64 characters of valid UTF-8 from Unicode's Basic
 // Multilingual Plane, no NUL, no trailing space, as MySQL requires of quoted
 // names. Key, Token, Holder and Version, after defaults, must name four
-// different columns, and no [Value] may name any of them: otherwise a fenced
+// different columns, and no [Assignment] may name any of them: otherwise a fenced
 // write could put the token into the key, or UpdateVersion bump it. Every
 // method refuses a Table or values that break these rules with an error
 // matching [fence.ErrInvalid] before sending anything.
@@ -67,16 +67,16 @@ type Table struct {
 	Version string
 }
 
-// Value assigns a value to a column in an update or insert.
-type Value struct {
+// Assignment assigns a value to a column in an update or insert.
+type Assignment struct {
 	// Column is the column name, quoted as an identifier.
 	Column string
 	// Value is sent as a placeholder's argument.
 	Value any
 }
 
-// Set returns the [Value] that assigns v to column.
-func Set(column string, v any) Value { return Value{Column: column, Value: v} }
+// Set returns the [Assignment] that assigns v to column.
+func Set(column string, v any) Assignment { return Assignment{Column: column, Value: v} }
 
 // table holds the quoted names of a validated Table.
 type table struct {
@@ -85,7 +85,7 @@ type table struct {
 }
 
 // resolve validates t and values before anything is sent.
-func (t Table) resolve(values []Value) (table, error) {
+func (t Table) resolve(values []Assignment) (table, error) {
 	display := t.Name
 	if t.Database != "" {
 		display = t.Database + "." + t.Name
@@ -155,7 +155,7 @@ func quoteIdent(name string) string {
 }
 
 // valueColumns returns the columns values assign, in order.
-func valueColumns(values []Value) []string {
+func valueColumns(values []Assignment) []string {
 	cols := make([]string, len(values))
 	for i, v := range values {
 		cols[i] = v.Column
@@ -194,14 +194,14 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // On a *sql.DB or *sql.Conn (autocommit), a connection that breaks or a ctx
 // that ends after the statement was sent returns an error matching
 // [fence.ErrOutcomeUnknown]. ctx bounds the statements.
-func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_update", &f)
 	err := t.update(ctx, db, f, key, values...)
 	endSpan(ctx, span, err)
 	return err
 }
 
-func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -244,14 +244,14 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 // admitted update from a refusal (clientFoundRows, or a write that changed
 // nothing), the row's mark is read in a second statement, as for
 // [Table.Update]. ctx bounds the statements.
-func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_upsert", &f)
 	err := t.upsert(ctx, db, f, key, values...)
 	endSpan(ctx, span, err)
 	return err
 }
 
-func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -325,14 +325,14 @@ func (r table) checkMark(ctx context.Context, db Querier, f fence.Fence, key any
 // is NULL can never match and returns an error matching [ErrNullVersion]
 // instead of a conflict. The bump always changes the row, so the result does
 // not depend on clientFoundRows. ctx bounds the statements.
-func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Assignment) (int64, error) {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_update_version", nil)
 	next, err := t.updateVersion(ctx, db, key, version, values...)
 	endSpan(ctx, span, err)
 	return next, err
 }
 
-func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Assignment) (int64, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
 	}

@@ -256,7 +256,7 @@ func TestQueryFencedRead(t *testing.T) {
 	if err := postgres.Query(ctx, pool, f, read, func(pgx.Rows) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn's error: got %v", err)
 	}
-	if err := postgres.Query(ctx, pool, f, read, nil); !errors.Is(err, postgres.ErrInvalidArgument) {
+	if err := postgres.Query(ctx, pool, f, read, nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("nil fn: %v", err)
 	}
 }

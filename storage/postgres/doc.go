@@ -15,7 +15,7 @@
 // refused fence returns an error, prefixed "postgres:" like every error of
 // the package, that matches [fence.ErrStale] and wraps a [*fence.StaleError]
 // carrying the mark, which a lock uses to heal a counter Redis lost
-// ([fence.HighWater] takes it from the error; [HighWater] reads it from the
+// ([fence.LostTo] takes it from the error; [HighWater] reads it from the
 // table).
 //
 // Reads that a later write depends on must be fenced as well: guard the read
@@ -137,7 +137,7 @@
 // a name. Every call refuses bad input (nil contexts and handles, invalid
 // fences, resources longer than [fence.MaxResourceLen], empty names, names
 // holding NUL bytes, a [Table] whose columns overlap, bad [Once] keys) before
-// sending anything, with an error matching [ErrInvalidArgument] or
+// sending anything, with an error matching [fence.ErrInvalid] or
 // [fence.ErrInvalidFence], both of which match [fence.ErrInvalid]. Every
 // call's ctx bounds its statements: a cancelled ctx returns an error
 // matching ctx.Err() (and, for a write cut off in flight,

@@ -38,8 +38,12 @@ var (
 	// bigint NOT NULL DEFAULT 1). Nothing was changed. It does not match
 	// [fence.ErrConflict], so [Retry] returns it at once.
 	ErrNullVersion = errors.New("postgres: the row's version column is NULL")
+)
 
-	// ErrInvalidArgument means a call was refused before anything was sent:
+// This package's own message for the module-wide sentinel: callers match
+// [fence.ErrInvalid].
+var (
+	// errInvalidArgument means a call was refused before anything was sent:
 	// a nil context, database handle or function; an empty table or column
 	// name, or one holding a NUL byte; a [Table] whose key, token, holder and
 	// version columns are not four different columns, or a value on one of
@@ -50,10 +54,10 @@ var (
 	// resources too long included, are refused with [fence.ErrInvalidFence].)
 	// It matches [fence.ErrInvalid], as every invalid-argument error of this
 	// module does.
-	ErrInvalidArgument error = &invalidError{}
+	errInvalidArgument error = &invalidError{}
 )
 
-// invalidError is ErrInvalidArgument: this package's name for an invalid
+// invalidError is errInvalidArgument: this package's name for an invalid
 // argument, which also matches the module-wide [fence.ErrInvalid].
 type invalidError struct{}
 
@@ -92,7 +96,7 @@ func (e *RetryableError) Error() string {
 func (e *RetryableError) Unwrap() []error { return []error{ErrRetryable, e.Err} }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{errInvalidArgument}, args...)...)
 }
 
 // translate is the one place where driver errors become this package's

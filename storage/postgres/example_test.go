@@ -35,7 +35,7 @@ func ExampleInTx() {
 		return err
 	})
 	if errors.Is(err, fence.ErrStale) {
-		hw, _ := fence.HighWater(err)
+		hw, _ := fence.LostTo(err)
 		fmt.Println("a newer holder was admitted:", hw.Token)
 		return
 	}

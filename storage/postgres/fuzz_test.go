@@ -48,12 +48,12 @@ func unquote(t *testing.T, q string) string {
 
 // fuzzTable builds a Table and its values from fuzzed names; parts picks a
 // one- or two-part table name and how many value columns there are.
-func fuzzTable(parts uint8, schema, name, key, token, holder, version, col string) (Table, []Value) {
+func fuzzTable(parts uint8, schema, name, key, token, holder, version, col string) (Table, []Assignment) {
 	tbl := Table{Name: pgx.Identifier{name}, Key: key, Token: token, Holder: holder, Version: version}
 	if parts&1 != 0 {
 		tbl.Name = pgx.Identifier{schema, name}
 	}
-	var values []Value
+	var values []Assignment
 	if parts&2 != 0 {
 		values = append(values, Set(col, "v"))
 	}
@@ -63,7 +63,7 @@ func fuzzTable(parts uint8, schema, name, key, token, holder, version, col strin
 // resolveSpec is resolve's rule, written out again from Table's doc: every
 // name non-empty and without NUL; key, token, holder and version (after
 // defaults) four different columns; each value naming another column once.
-func resolveSpec(tbl Table, values []Value) bool {
+func resolveSpec(tbl Table, values []Assignment) bool {
 	ok := func(s string) bool { return s != "" && !strings.ContainsRune(s, 0) }
 	if len(tbl.Name) < 1 || len(tbl.Name) > 2 {
 		return false
@@ -103,7 +103,7 @@ var fuzzSeeds = []struct {
 	{2, "", strings.Repeat("t", 70), strings.Repeat("k", 64) + "1", strings.Repeat("c", 64) + "2", "", "", strings.Repeat("é", 40)},
 }
 
-// FuzzTableResolve: a Table is refused (with ErrInvalidArgument) exactly
+// FuzzTableResolve: a Table is refused (with errInvalidArgument) exactly
 // when its doc says, and every name of one it accepts is quoted so that it
 // reads back as itself and names a column of its own, also as PostgreSQL
 // keeps it (cut to 63 bytes).
@@ -118,8 +118,8 @@ func FuzzTableResolve(f *testing.F) {
 			t.Fatalf("resolve(%#v, %v) = %v, want accepted=%v", tbl, values, err, want)
 		}
 		if err != nil {
-			if !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("resolve(%#v) = %v, not ErrInvalidArgument", tbl, err)
+			if !errors.Is(err, errInvalidArgument) {
+				t.Fatalf("resolve(%#v) = %v, not errInvalidArgument", tbl, err)
 			}
 			return
 		}
@@ -177,8 +177,8 @@ func FuzzTableRoundTrip(f *testing.F) {
 		f1 := fence.Fence{Resource: "r", Token: 5, Holder: "h1"}
 		if !resolveSpec(tbl, values) {
 			err := tbl.Update(ctx, pool, f1, "k", values...)
-			if !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("Update on invalid %#v: %v, want ErrInvalidArgument", tbl, err)
+			if !errors.Is(err, errInvalidArgument) {
+				t.Fatalf("Update on invalid %#v: %v, want errInvalidArgument", tbl, err)
 			}
 			return
 		}
@@ -221,11 +221,11 @@ func FuzzTableRoundTrip(f *testing.F) {
 			}
 			return
 		}
-		vals := func(v string) []Value {
+		vals := func(v string) []Assignment {
 			if valueCol == "" {
 				return nil
 			}
-			return []Value{Set(values[0].Column, v)}
+			return []Assignment{Set(values[0].Column, v)}
 		}
 		if err := tbl.Upsert(ctx, tx, f1, "k", vals(data)...); err != nil {
 			t.Fatalf("Upsert on %#v: %v", tbl, err)

@@ -154,11 +154,11 @@ func TestGuardAllOrderAndDuplicates(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	err = postgres.GuardAll(ctx, tx, fenceOf("a", 1, "h"), fenceOf("a", 2, "h"))
-	if !errors.Is(err, postgres.ErrInvalidArgument) {
-		t.Fatalf("duplicate resource: err = %v, want ErrInvalidArgument", err)
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("duplicate resource: err = %v, want fence.ErrInvalid", err)
 	}
-	if err := postgres.GuardAll(ctx, tx); !errors.Is(err, postgres.ErrInvalidArgument) {
-		t.Fatalf("no fences: err = %v, want ErrInvalidArgument", err)
+	if err := postgres.GuardAll(ctx, tx); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("no fences: err = %v, want fence.ErrInvalid", err)
 	}
 	if err := postgres.GuardAll(ctx, tx, fenceOf("b", 1, "h"), fence.Fence{Resource: "a"}); !errors.Is(err, fence.ErrInvalidFence) {
 		t.Fatalf("invalid fence: err = %v, want ErrInvalidFence", err)

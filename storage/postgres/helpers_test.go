@@ -71,7 +71,7 @@ func wantStale(t testing.TB, err error, hwm fence.Fence) {
 	if !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("err = %v, want ErrStale", err)
 	}
-	got, ok := fence.HighWater(err)
+	got, ok := fence.LostTo(err)
 	if !ok || got != hwm {
 		t.Fatalf("HighWater(err) = %v, %v; want %v", got, ok, hwm)
 	}

@@ -30,10 +30,10 @@ const (
 // to share.
 //
 // Key, Token, Holder and Version, after defaults, must name four different
-// columns, and no [Value] may name any of them: otherwise a fenced write
+// columns, and no [Assignment] may name any of them: otherwise a fenced write
 // could put the token into the key, or UpdateVersion bump it. Every method
 // refuses such a Table, and names holding NUL bytes (which quoting would
-// silently drop, turning one name into another), with [ErrInvalidArgument]
+// silently drop, turning one name into another), with [fence.ErrInvalid]
 // before sending anything.
 //
 // A row's own mark and the guard table's marks ([Guard], [InTx], [Exec],
@@ -69,16 +69,16 @@ type Table struct {
 	Version string
 }
 
-// Value assigns a value to a column in an update or insert.
-type Value struct {
+// Assignment assigns a value to a column in an update or insert.
+type Assignment struct {
 	// Column is the column name, quoted as an identifier.
 	Column string
 	// Value is sent as a parameter.
 	Value any
 }
 
-// Set returns the [Value] that assigns v to column.
-func Set(column string, v any) Value { return Value{Column: column, Value: v} }
+// Set returns the [Assignment] that assigns v to column.
+func Set(column string, v any) Assignment { return Assignment{Column: column, Value: v} }
 
 // table holds the quoted names of a validated Table, and the token and
 // holder columns' own names for messages.
@@ -94,7 +94,7 @@ type table struct {
 // defaults, are four different columns; and each value names another column,
 // once. Columns are told apart as PostgreSQL keeps their names: cut to 63
 // bytes, so two names that differ only after that are one column.
-func (t Table) resolve(values []Value) (table, error) {
+func (t Table) resolve(values []Assignment) (table, error) {
 	display := strings.Join(t.Name, ".")
 	if len(t.Name) == 0 || len(t.Name) > 2 {
 		return table{}, invalid("table name needs one or two parts, got %d", len(t.Name))
@@ -161,7 +161,7 @@ func checkIdent(table, what, name string) error {
 }
 
 // valueColumns returns the columns values assign, in order.
-func valueColumns(values []Value) []string {
+func valueColumns(values []Assignment) []string {
 	cols := make([]string, len(values))
 	for i, v := range values {
 		cols[i] = v.Column
@@ -193,14 +193,14 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // an error matching [fence.ErrNotFound]. Either way nothing changed. Telling
 // them apart takes a second statement, only when no row was updated. ctx
 // bounds the statements.
-func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.table_update", &f)
 	err := t.update(ctx, db, f, key, values...)
 	endSpan(ctx, span, err)
 	return err
 }
 
-func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -241,14 +241,14 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 // a row with that key exists, updates it as [Table.Update] does: only if its
 // mark admits f. A refused f returns an error wrapping a [*fence.StaleError] carrying the
 // row's mark, and nothing changed. ctx bounds the statements.
-func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.postgres.table_upsert", &f)
 	err := t.upsert(ctx, db, f, key, values...)
 	endSpan(ctx, span, err)
 	return err
 }
 
-func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Value) error {
+func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -369,14 +369,14 @@ func (r table) refusal(ctx context.Context, db Querier, f fence.Fence, key any) 
 // read again and retry, for example with [Retry]. A row whose version column
 // is NULL can never match and returns an error matching [ErrNullVersion]
 // instead of a conflict. ctx bounds the statements.
-func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version int64, values ...Assignment) (int64, error) {
 	ctx, span := startSpan(ctx, "fencekit.postgres.table_update_version", nil)
 	next, err := t.updateVersion(ctx, db, key, version, values...)
 	endSpan(ctx, span, err)
 	return next, err
 }
 
-func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Value) (int64, error) {
+func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Assignment) (int64, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
 	}

@@ -14,14 +14,14 @@ import (
 func TestTableNamesCutToOneColumn(t *testing.T) {
 	long := strings.Repeat("k", 63)
 	tbl := Table{Name: pgx.Identifier{"t"}, Key: long + "1", Token: long + "2"}
-	if _, err := tbl.resolve(nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("resolve = %v, want ErrInvalidArgument", err)
+	if _, err := tbl.resolve(nil); !errors.Is(err, errInvalidArgument) {
+		t.Fatalf("resolve = %v, want errInvalidArgument", err)
 	}
 	tbl = Table{Name: pgx.Identifier{"t"}, Key: "id"}
-	if _, err := tbl.resolve([]Value{Set(long+"a", 1), Set(long+"b", 2)}); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("resolve with two values cut to one column = %v, want ErrInvalidArgument", err)
+	if _, err := tbl.resolve([]Assignment{Set(long+"a", 1), Set(long+"b", 2)}); !errors.Is(err, errInvalidArgument) {
+		t.Fatalf("resolve with two values cut to one column = %v, want errInvalidArgument", err)
 	}
-	if _, err := tbl.resolve([]Value{Set(long+"a", 1)}); err != nil {
+	if _, err := tbl.resolve([]Assignment{Set(long+"a", 1)}); err != nil {
 		t.Fatalf("a long name of its own: %v", err)
 	}
 }

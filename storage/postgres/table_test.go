@@ -212,8 +212,8 @@ func TestTableBadInput(t *testing.T) {
 		"nil db": func() error { return tbl.Update(ctx, nil, f, "k") },
 	}
 	for name, call := range cases {
-		if err := call(); !errors.Is(err, postgres.ErrInvalidArgument) {
-			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		if err := call(); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: err = %v, want fence.ErrInvalid", name, err)
 		}
 	}
 	if err := tbl.Update(ctx, pool, fence.Fence{Resource: "acct", Token: 0, Holder: "a"}, "k"); !errors.Is(err, fence.ErrInvalidFence) {

@@ -71,8 +71,8 @@ func TestInTxSavepoint(t *testing.T) {
 	})
 	wantStale(t, err, fenceOf("other", 9, "z"))
 	err = postgres.InTx(ctx, tx, pgx.TxOptions{IsoLevel: pgx.Serializable}, fenceOf("counter", 1, "a"), func(context.Context, pgx.Tx) error { return nil })
-	if !errors.Is(err, postgres.ErrInvalidArgument) {
-		t.Fatalf("options on a pgx.Tx: err = %v, want ErrInvalidArgument", err)
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("options on a pgx.Tx: err = %v, want fence.ErrInvalid", err)
 	}
 	err = postgres.InTx(ctx, tx, pgx.TxOptions{}, fenceOf("counter", 1, "a"), func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
@@ -113,8 +113,8 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"Retry negative attempts", postgres.Retry(ctx, -1, func(context.Context) error { return nil })},
 	}
 	for _, c := range invalidArg {
-		if !errors.Is(c.err, postgres.ErrInvalidArgument) {
-			t.Errorf("%s: err = %v, want ErrInvalidArgument", c.name, c.err)
+		if !errors.Is(c.err, fence.ErrInvalid) {
+			t.Errorf("%s: err = %v, want fence.ErrInvalid", c.name, c.err)
 		}
 	}
 	for _, bad := range []fence.Fence{{}, {Resource: "counter", Token: 0, Holder: "a"}, {Resource: "counter", Token: 1}} {

@@ -13,36 +13,43 @@ import (
 )
 
 var (
-	// ErrWrongType means the Redis key of a value holds something this store
-	// did not write: another type (a string, a list, ...) or a hash without
-	// the store's fields. The key was left as it was.
-	ErrWrongType = errors.New("storage/redis: key holds data of another kind")
-
 	// ErrResourceMismatch means a fence names another resource than the one
 	// the key's high-water mark was set for. Tokens of different resources
 	// come from different counters and cannot be compared, so nothing was
 	// changed. Errors that match it are usually a [*ResourceError].
 	ErrResourceMismatch = errors.New("storage/redis: key is fenced by another resource")
+)
 
-	// ErrInvalidKey means a value key was empty. Nothing was sent. It
+// This package's own messages for the module-wide sentinels: callers match
+// [fence.ErrInvalid] and [fence.ErrWrongType].
+var (
+	// errWrongType means the Redis key of a value holds something this store
+	// did not write: another type (a string, a list, ...) or a hash without
+	// the store's fields. The key was left as it was.
+	errWrongType error = &kindError{"storage/redis: key holds data of another kind", fence.ErrWrongType}
+
+	// errInvalidKey means a value key was empty. Nothing was sent. It
 	// matches [fence.ErrInvalid] too.
-	ErrInvalidKey error = &invalidError{"storage/redis: invalid key"}
+	errInvalidKey error = &kindError{"storage/redis: invalid key", fence.ErrInvalid}
 
-	// ErrInvalidOption means an option passed to [New] or to a write, or an
+	// errInvalidOption means an option passed to [New] or to a write, or an
 	// argument of a call, was invalid: out of range, nil (a nil context, a
 	// nil function), or a retry window shorter than the client's retry
 	// horizon. The error names the problem. Nothing was sent. It matches
 	// [fence.ErrInvalid] too.
-	ErrInvalidOption error = &invalidError{"storage/redis: invalid option"}
+	errInvalidOption error = &kindError{"storage/redis: invalid option", fence.ErrInvalid}
 )
 
-// invalidError is a sentinel of this package that also matches
-// [fence.ErrInvalid], so that one errors.Is covers every package's invalid
-// arguments.
-type invalidError struct{ msg string }
+// kindError is a sentinel of this package that also matches the module-wide
+// sentinel of its kind ([fence.ErrInvalid], [fence.ErrWrongType]), so that
+// one errors.Is covers every package.
+type kindError struct {
+	msg  string
+	kind error
+}
 
-func (e *invalidError) Error() string { return e.msg }
-func (e *invalidError) Unwrap() error { return fence.ErrInvalid }
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
 
 // ResourceError is a fence refused because the key's high-water mark belongs
 // to another resource. It matches [ErrResourceMismatch].
@@ -161,7 +168,7 @@ func (s *Store) decode(ctx context.Context, op, key string, cmd *goredis.Cmd, se
 		r.version = num(1)
 	case "WRONGTYPE":
 		r.kind = str(1)
-		return r, fmt.Errorf("%w: %s %q: the key holds a %s; it was left unchanged", ErrWrongType, op, key, r.kind)
+		return r, fmt.Errorf("%w: %s %q: the key holds a %s; it was left unchanged", errWrongType, op, key, r.kind)
 	case "RESOURCE":
 		r.res = str(1)
 	case "LOST":

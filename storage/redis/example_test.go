@@ -36,7 +36,7 @@ func ExampleStore_Update() {
 	})
 	switch {
 	case errors.Is(err, fence.ErrStale):
-		hw, _ := fence.HighWater(err)
+		hw, _ := fence.LostTo(err)
 		fmt.Println("a newer holder got in first, with token", hw.Token)
 	case err != nil:
 		panic(err) // Redis unreachable, or the outcome is unknown (fence.ErrOutcomeUnknown)

@@ -78,7 +78,7 @@ func (s *Store) SetIfVersion(ctx context.Context, f fence.Fence, key string, exp
 		return 0, err
 	}
 	if expected < 0 {
-		return 0, fmt.Errorf("%w: negative expected version %d", ErrInvalidOption, expected)
+		return 0, fmt.Errorf("%w: negative expected version %d", errInvalidOption, expected)
 	}
 	r, err := s.fenced(ctx, "set", f, key, data, cfg, expected)
 	if err != nil {
@@ -119,7 +119,7 @@ func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
 // bounds the whole call.
 func (s *Store) Update(ctx context.Context, f fence.Fence, key string, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
 	if fn == nil {
-		return Value{}, fmt.Errorf("%w: nil update function", ErrInvalidOption)
+		return Value{}, fmt.Errorf("%w: nil update function", errInvalidOption)
 	}
 	cfg, err := writeOptions(opts)
 	if err != nil {

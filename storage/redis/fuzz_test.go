@@ -18,8 +18,8 @@ import (
 )
 
 // FuzzOptions: New and WithTTL accept exactly the options their docs
-// describe, every refusal matches ErrInvalidOption, an empty key is
-// refused with ErrInvalidKey, and nothing refused sends a command.
+// describe, every refusal matches errInvalidOption, an empty key is
+// refused with errInvalidKey, and nothing refused sends a command.
 func FuzzOptions(f *testing.F) {
 	f.Add("p:", int64(0), int64(time.Minute), int64(time.Second), "k")
 	f.Add("", int64(-1), int64(time.Second-1), int64(time.Millisecond-1), "")
@@ -41,8 +41,8 @@ func FuzzOptions(f *testing.F) {
 		if (err == nil) != want {
 			t.Fatalf("New(prefix %q, retention %v, window %v) = %v, want accepted=%v", prefix, r, w, err, want)
 		}
-		if err != nil && !errors.Is(err, ErrInvalidOption) {
-			t.Fatalf("New refused with %v, not ErrInvalidOption", err)
+		if err != nil && !errors.Is(err, errInvalidOption) {
+			t.Fatalf("New refused with %v, not errInvalidOption", err)
 		}
 		if s == nil {
 			s, _ = New(c)
@@ -55,12 +55,12 @@ func FuzzOptions(f *testing.F) {
 		_, err = s.CompareAndSet(context.Background(), key, 0, []byte("v"), WithTTL(d))
 		switch {
 		case badTTL:
-			if !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("WithTTL(%v): %v, want ErrInvalidOption", d, err)
+			if !errors.Is(err, errInvalidOption) {
+				t.Fatalf("WithTTL(%v): %v, want errInvalidOption", d, err)
 			}
 		default:
-			if !errors.Is(err, ErrInvalidKey) {
-				t.Fatalf("empty key: %v, want ErrInvalidKey", err)
+			if !errors.Is(err, errInvalidKey) {
+				t.Fatalf("empty key: %v, want errInvalidKey", err)
 			}
 		}
 		if sent := hook.Take(); len(sent) > 0 {
@@ -97,7 +97,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		v1, err := s.Set(ctx, f1, key, data)
 		switch {
 		case key == "":
-			if !errors.Is(err, ErrInvalidKey) {
+			if !errors.Is(err, errInvalidKey) {
 				t.Fatalf("Set with an empty key: %v", err)
 			}
 			return
@@ -134,7 +134,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 			stale := fence.Fence{Resource: resource, Token: fence.Token(token - 1), Holder: holder + "x"}
 			if _, err := s.Set(ctx, stale, key, []byte("stale")); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Set: %v", err)
-			} else if hw, ok := fence.HighWater(err); !ok || hw != f1 {
+			} else if hw, ok := fence.LostTo(err); !ok || hw != f1 {
 				t.Fatalf("stale Set: mark %v in %v, want %v", hw, err, f1)
 			}
 			want("a stale Set", data, 1, f1)

@@ -94,7 +94,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 		return reply{}, err
 	}
 	if expected < 0 {
-		return reply{}, fmt.Errorf("%w: negative expected version %d", ErrInvalidOption, expected)
+		return reply{}, fmt.Errorf("%w: negative expected version %d", errInvalidOption, expected)
 	}
 	spanOp := "cas-set"
 	if op == "del" {
@@ -136,10 +136,10 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 // bounds the whole call, waits included.
 func (s *Store) Modify(ctx context.Context, key string, attempts int, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
 	if attempts < 1 {
-		return Value{}, fmt.Errorf("%w: %d attempts; at least 1 is needed", ErrInvalidOption, attempts)
+		return Value{}, fmt.Errorf("%w: %d attempts; at least 1 is needed", errInvalidOption, attempts)
 	}
 	if fn == nil {
-		return Value{}, fmt.Errorf("%w: nil modify function", ErrInvalidOption)
+		return Value{}, fmt.Errorf("%w: nil modify function", errInvalidOption)
 	}
 	cfg, err := writeOptions(opts)
 	if err != nil {

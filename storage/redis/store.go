@@ -96,10 +96,10 @@ type Option func(*Store) error
 func WithPrefix(prefix string) Option {
 	return func(s *Store) error {
 		if prefix == "" {
-			return fmt.Errorf("%w: empty key prefix (omit WithPrefix for %q)", ErrInvalidOption, DefaultPrefix)
+			return fmt.Errorf("%w: empty key prefix (omit WithPrefix for %q)", errInvalidOption, DefaultPrefix)
 		}
 		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: key prefix %q contains a brace, which would change the keys' hash slots", ErrInvalidOption, prefix)
+			return fmt.Errorf("%w: key prefix %q contains a brace, which would change the keys' hash slots", errInvalidOption, prefix)
 		}
 		s.prefix = prefix
 		return nil
@@ -143,13 +143,13 @@ func WithPrefix(prefix string) Option {
 func WithMarkRetention(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < 0 {
-			return fmt.Errorf("%w: negative mark retention %v", ErrInvalidOption, d)
+			return fmt.Errorf("%w: negative mark retention %v", errInvalidOption, d)
 		}
 		if d > 0 && d < time.Millisecond {
-			return fmt.Errorf("%w: mark retention %v is below one millisecond", ErrInvalidOption, d)
+			return fmt.Errorf("%w: mark retention %v is below one millisecond", errInvalidOption, d)
 		}
 		if d > MaxDuration {
-			return fmt.Errorf("%w: mark retention %v is longer than %v", ErrInvalidOption, d, MaxDuration)
+			return fmt.Errorf("%w: mark retention %v is longer than %v", errInvalidOption, d, MaxDuration)
 		}
 		s.retention = d
 		return nil
@@ -199,10 +199,10 @@ func WithMarkRetention(d time.Duration) Option {
 func WithRetryWindow(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < MinRetryWindow {
-			return fmt.Errorf("%w: retry window %v is below %v", ErrInvalidOption, d, MinRetryWindow)
+			return fmt.Errorf("%w: retry window %v is below %v", errInvalidOption, d, MinRetryWindow)
 		}
 		if d > MaxRetryWindow {
-			return fmt.Errorf("%w: retry window %v is longer than %v", ErrInvalidOption, d, MaxRetryWindow)
+			return fmt.Errorf("%w: retry window %v is longer than %v", errInvalidOption, d, MaxRetryWindow)
 		}
 		s.retryWindow, s.windowSet = d, true
 		return nil
@@ -216,12 +216,12 @@ func WithRetryWindow(d time.Duration) Option {
 // [WithRetryWindow]), and sends nothing.
 func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if client == nil || isNilPointer(client) {
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil Redis client", errInvalidOption)
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID()}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil option", errInvalidOption)
 		}
 		if err := opt(s); err != nil {
 			return nil, err
@@ -234,7 +234,7 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 		// Redis would collect the hash before the retries of a fenced read
 		// stopped coming, and a hash written anew could then pass for the
 		// one that read saw.
-		return nil, fmt.Errorf("%w: mark retention %v is shorter than the retry window %v", ErrInvalidOption, s.retention, s.retryWindow)
+		return nil, fmt.Errorf("%w: mark retention %v is shorter than the retry window %v", errInvalidOption, s.retention, s.retryWindow)
 	}
 	tel, err := newInstruments(s.meters, s.tracers)
 	if err != nil {
@@ -265,12 +265,12 @@ func (s *Store) setRetryWindow() error {
 			s.retryWindow += time.Second
 		}
 		if s.retryWindow > MaxRetryWindow {
-			return fmt.Errorf("%w: the client may resend a command up to %v after its first run, longer than the longest retry window %v: shorten its timeouts or retries", ErrInvalidOption, horizon, MaxRetryWindow)
+			return fmt.Errorf("%w: the client may resend a command up to %v after its first run, longer than the longest retry window %v: shorten its timeouts or retries", errInvalidOption, horizon, MaxRetryWindow)
 		}
 		return nil
 	}
 	if s.retryWindow < horizon {
-		return fmt.Errorf("%w: retry window %v is shorter than the client's retry horizon %v (the longest time from a command's first run to its last resend, from the client's options); a resend after the window would run again", ErrInvalidOption, s.retryWindow, horizon)
+		return fmt.Errorf("%w: retry window %v is shorter than the client's retry horizon %v (the longest time from a command's first run to its last resend, from the client's options); a resend after the window would run again", errInvalidOption, s.retryWindow, horizon)
 	}
 	return nil
 }
@@ -314,10 +314,10 @@ type writeConfig struct {
 func WithTTL(d time.Duration) WriteOption {
 	return func(c *writeConfig) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: value TTL %v is below one millisecond", ErrInvalidOption, d)
+			return fmt.Errorf("%w: value TTL %v is below one millisecond", errInvalidOption, d)
 		}
 		if d > MaxDuration {
-			return fmt.Errorf("%w: value TTL %v is longer than %v; omit WithTTL for a value that does not expire", ErrInvalidOption, d, MaxDuration)
+			return fmt.Errorf("%w: value TTL %v is longer than %v; omit WithTTL for a value that does not expire", errInvalidOption, d, MaxDuration)
 		}
 		c.ttl = d
 		return nil
@@ -328,7 +328,7 @@ func writeOptions(opts []WriteOption) (writeConfig, error) {
 	var c writeConfig
 	for _, opt := range opts {
 		if opt == nil {
-			return c, fmt.Errorf("%w: nil write option", ErrInvalidOption)
+			return c, fmt.Errorf("%w: nil write option", errInvalidOption)
 		}
 		if err := opt(&c); err != nil {
 			return c, err
@@ -340,7 +340,7 @@ func writeOptions(opts []WriteOption) (writeConfig, error) {
 // checkContext refuses a nil or ended context, before anything is sent.
 func checkContext(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context (use context.Background or context.TODO)", ErrInvalidOption)
+		return fmt.Errorf("%w: nil context (use context.Background or context.TODO)", errInvalidOption)
 	}
 	return ctx.Err()
 }
@@ -351,7 +351,7 @@ func check(ctx context.Context, key string) error {
 		return err
 	}
 	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+		return fmt.Errorf("%w: empty key", errInvalidKey)
 	}
 	return nil
 }

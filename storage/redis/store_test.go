@@ -48,8 +48,8 @@ func TestNewValidates(t *testing.T) {
 			if err == nil || s != nil {
 				t.Fatalf("New = %v, %v; want an error", s, err)
 			}
-			if !errors.Is(err, ErrInvalidOption) || !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("New error %q does not match ErrInvalidOption and fence.ErrInvalid or lacks %q", err, tt.want)
+			if !errors.Is(err, errInvalidOption) || !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New error %q does not match errInvalidOption and fence.ErrInvalid or lacks %q", err, tt.want)
 			}
 		})
 	}
@@ -92,10 +92,10 @@ func TestBadInputSendsNothing(t *testing.T) {
 		call func() error
 		is   error
 	}{
-		{"get empty key", func() error { _, err := s.Get(ctx, good, ""); return err }, ErrInvalidKey},
-		{"set empty key", func() error { _, err := s.Set(ctx, good, "", nil); return err }, ErrInvalidKey},
-		{"load empty key", func() error { _, err := s.Load(ctx, ""); return err }, ErrInvalidKey},
-		{"cas empty key", func() error { _, err := s.CompareAndSet(ctx, "", 0, nil); return err }, ErrInvalidKey},
+		{"get empty key", func() error { _, err := s.Get(ctx, good, ""); return err }, errInvalidKey},
+		{"set empty key", func() error { _, err := s.Set(ctx, good, "", nil); return err }, errInvalidKey},
+		{"load empty key", func() error { _, err := s.Load(ctx, ""); return err }, errInvalidKey},
+		{"cas empty key", func() error { _, err := s.CompareAndSet(ctx, "", 0, nil); return err }, errInvalidKey},
 		{"get zero token", func() error { _, err := s.Get(ctx, fen(0, "a"), "k"); return err }, fence.ErrInvalidFence},
 		{"set no holder", func() error { _, err := s.Set(ctx, fen(1, ""), "k", nil); return err }, fence.ErrInvalidFence},
 		{"delete no resource", func() error { return s.Delete(ctx, fence.Fence{Token: 1, Holder: "a"}, "k") }, fence.ErrInvalidFence},
@@ -108,33 +108,33 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"cas cancelled", func() error { _, err := s.CompareAndSet(cancelled, "k", 0, nil); return err }, context.Canceled},
 		{"modify cancelled", func() error { _, err := s.Modify(cancelled, "k", 3, inc); return err }, context.Canceled},
 		{"preload cancelled", func() error { return s.Preload(cancelled) }, context.Canceled},
-		{"get nil context", func() error { _, err := s.Get(nilCtx, good, "k"); return err }, ErrInvalidOption},
-		{"set nil context", func() error { _, err := s.Set(nilCtx, good, "k", nil); return err }, ErrInvalidOption},
-		{"set-if-version nil context", func() error { _, err := s.SetIfVersion(nilCtx, good, "k", 0, nil); return err }, ErrInvalidOption},
-		{"delete nil context", func() error { return s.Delete(nilCtx, good, "k") }, ErrInvalidOption},
-		{"update nil context", func() error { _, err := s.Update(nilCtx, good, "k", inc); return err }, ErrInvalidOption},
-		{"load nil context", func() error { _, err := s.Load(nilCtx, "k"); return err }, ErrInvalidOption},
-		{"high-water nil context", func() error { _, err := s.HighWater(nilCtx, "k"); return err }, ErrInvalidOption},
-		{"cas nil context", func() error { _, err := s.CompareAndSet(nilCtx, "k", 0, nil); return err }, ErrInvalidOption},
-		{"cad nil context", func() error { _, err := s.CompareAndDelete(nilCtx, "k", 0); return err }, ErrInvalidOption},
-		{"modify nil context", func() error { _, err := s.Modify(nilCtx, "k", 3, inc); return err }, ErrInvalidOption},
-		{"preload nil context", func() error { return s.Preload(nilCtx) }, ErrInvalidOption},
+		{"get nil context", func() error { _, err := s.Get(nilCtx, good, "k"); return err }, errInvalidOption},
+		{"set nil context", func() error { _, err := s.Set(nilCtx, good, "k", nil); return err }, errInvalidOption},
+		{"set-if-version nil context", func() error { _, err := s.SetIfVersion(nilCtx, good, "k", 0, nil); return err }, errInvalidOption},
+		{"delete nil context", func() error { return s.Delete(nilCtx, good, "k") }, errInvalidOption},
+		{"update nil context", func() error { _, err := s.Update(nilCtx, good, "k", inc); return err }, errInvalidOption},
+		{"load nil context", func() error { _, err := s.Load(nilCtx, "k"); return err }, errInvalidOption},
+		{"high-water nil context", func() error { _, err := s.HighWater(nilCtx, "k"); return err }, errInvalidOption},
+		{"cas nil context", func() error { _, err := s.CompareAndSet(nilCtx, "k", 0, nil); return err }, errInvalidOption},
+		{"cad nil context", func() error { _, err := s.CompareAndDelete(nilCtx, "k", 0); return err }, errInvalidOption},
+		{"modify nil context", func() error { _, err := s.Modify(nilCtx, "k", 3, inc); return err }, errInvalidOption},
+		{"preload nil context", func() error { return s.Preload(nilCtx) }, errInvalidOption},
 		{"get resource too long", func() error { _, err := s.Get(ctx, long, "k"); return err }, fence.ErrInvalidFence},
 		{"set resource too long", func() error { _, err := s.Set(ctx, long, "k", nil); return err }, fence.ErrInvalidFence},
 		{"delete resource too long", func() error { return s.Delete(ctx, long, "k") }, fence.ErrInvalidFence},
 		{"update resource too long", func() error { _, err := s.Update(ctx, long, "k", inc); return err }, fence.ErrInvalidFence},
-		{"zero ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(0)); return err }, ErrInvalidOption},
-		{"overflowing ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(math.MaxInt64)); return err }, ErrInvalidOption},
+		{"zero ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(0)); return err }, errInvalidOption},
+		{"overflowing ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(math.MaxInt64)); return err }, errInvalidOption},
 		{"ttl past MaxDuration", func() error {
 			_, err := s.CompareAndSet(ctx, "k", 0, nil, WithTTL(MaxDuration+time.Millisecond))
 			return err
-		}, ErrInvalidOption},
-		{"nil write option", func() error { _, err := s.Set(ctx, good, "k", nil, nil); return err }, ErrInvalidOption},
-		{"negative expected version", func() error { _, err := s.CompareAndSet(ctx, "k", -1, nil); return err }, ErrInvalidOption},
-		{"negative fenced expected version", func() error { _, err := s.SetIfVersion(ctx, good, "k", -2, nil); return err }, ErrInvalidOption},
-		{"zero attempts", func() error { _, err := s.Modify(ctx, "k", 0, inc); return err }, ErrInvalidOption},
-		{"nil update function", func() error { _, err := s.Update(ctx, good, "k", nil); return err }, ErrInvalidOption},
-		{"nil modify function", func() error { _, err := s.Modify(ctx, "k", 1, nil); return err }, ErrInvalidOption},
+		}, errInvalidOption},
+		{"nil write option", func() error { _, err := s.Set(ctx, good, "k", nil, nil); return err }, errInvalidOption},
+		{"negative expected version", func() error { _, err := s.CompareAndSet(ctx, "k", -1, nil); return err }, errInvalidOption},
+		{"negative fenced expected version", func() error { _, err := s.SetIfVersion(ctx, good, "k", -2, nil); return err }, errInvalidOption},
+		{"zero attempts", func() error { _, err := s.Modify(ctx, "k", 0, inc); return err }, errInvalidOption},
+		{"nil update function", func() error { _, err := s.Update(ctx, good, "k", nil); return err }, errInvalidOption},
+		{"nil modify function", func() error { _, err := s.Modify(ctx, "k", 1, nil); return err }, errInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,7 +207,7 @@ func TestAdmission(t *testing.T) {
 				if !errors.Is(err, fence.ErrStale) {
 					t.Fatalf("%v admitted against mark %v: err = %v", tc.f, mark, err)
 				}
-				if hw, ok := fence.HighWater(err); !ok || hw != mark {
+				if hw, ok := fence.LostTo(err); !ok || hw != mark {
 					t.Fatalf("stale error carries mark %v, %v; want %v", hw, ok, mark)
 				}
 				if !strings.Contains(err.Error(), key) {
@@ -332,8 +332,8 @@ func TestWrongType(t *testing.T) {
 				}
 				before := rawState(t, c, s.Prefix()+key)
 				err := op(key)
-				if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), key) {
-					t.Fatalf("error %v does not match ErrWrongType or does not name %q", err, key)
+				if !errors.Is(err, errWrongType) || !strings.Contains(err.Error(), key) {
+					t.Fatalf("error %v does not match errWrongType or does not name %q", err, key)
 				}
 				if after := rawState(t, c, s.Prefix()+key); after != before {
 					t.Fatalf("key changed: %q -> %q", before, after)

@@ -20,7 +20,7 @@ import (
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(s *Store) error {
 		if mp == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+			return fmt.Errorf("%w: nil meter provider", errInvalidOption)
 		}
 		s.meters = mp
 		return nil
@@ -34,7 +34,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Store) error {
 		if tp == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+			return fmt.Errorf("%w: nil tracer provider", errInvalidOption)
 		}
 		s.tracers = tp
 		return nil

@@ -46,7 +46,7 @@ func TestTimelineFencedReads(t *testing.T) {
 	if !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("A's late write: err = %v; want ErrStale", err)
 	}
-	if hw, _ := fence.HighWater(err); hw != b {
+	if hw, _ := fence.LostTo(err); hw != b {
 		t.Fatalf("A lost to %v, want B's fence %v", hw, b)
 	}
 	// B writes X=11: admitted.

@@ -46,11 +46,11 @@ func (p retryPlan) horizon() (time.Duration, error) {
 	}
 	switch {
 	case p.read <= 0:
-		return 0, fmt.Errorf("%w: the client's ReadTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a ReadTimeout, or turn retries off", ErrInvalidOption, p.retries)
+		return 0, fmt.Errorf("%w: the client's ReadTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a ReadTimeout, or turn retries off", errInvalidOption, p.retries)
 	case p.write <= 0:
-		return 0, fmt.Errorf("%w: the client's WriteTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a WriteTimeout, or turn retries off", ErrInvalidOption, p.retries)
+		return 0, fmt.Errorf("%w: the client's WriteTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a WriteTimeout, or turn retries off", errInvalidOption, p.retries)
 	case p.dial <= 0:
-		return 0, fmt.Errorf("%w: the client's DialTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a DialTimeout, or turn retries off", ErrInvalidOption, p.retries)
+		return 0, fmt.Errorf("%w: the client's DialTimeout is disabled and it retries commands (MaxRetries %d), so a retry may come at any time: set a DialTimeout, or turn retries off", errInvalidOption, p.retries)
 	}
 	tries := time.Duration(p.dialTries)
 	step := p.read + max(p.backoff, 0) + max(p.pool, 0) +

@@ -437,7 +437,7 @@ func (r *redisRun) outcome(w int, c redisCall, err error) RedisOut {
 	case errors.As(err, &conflict):
 		out.Status, out.Version = Conflict, conflict.Actual
 		r.conflict.Add(1)
-	case errors.Is(err, fkredis.ErrResourceMismatch), errors.Is(err, fkredis.ErrWrongType), errors.Is(err, fence.ErrInvalid):
+	case errors.Is(err, fkredis.ErrResourceMismatch), errors.Is(err, fence.ErrWrongType), errors.Is(err, fence.ErrInvalid):
 		r.t.Errorf("call on %s: %v", c.key, err)
 		out.Status = Unknown
 	default:

@@ -172,8 +172,8 @@ func TestLockReportsAcquireHoldAndWaiters(t *testing.T) {
 	}
 	// The resource and token are on the span, never on the metrics.
 	s := findSpan(t, "fencekit.lock.try_acquire", attribute.String("fencekit.resource", res), outcome("acquired"))
-	if !has(attribute.NewSet(s.Attributes()...), attribute.Int64("fencekit.token", int64(lease.Token()))) {
-		t.Errorf("acquire span attributes %v lack the token %d", s.Attributes(), lease.Token())
+	if !has(attribute.NewSet(s.Attributes()...), attribute.Int64("fencekit.token", int64(lease.Fence().Token))) {
+		t.Errorf("acquire span attributes %v lack the token %d", s.Attributes(), lease.Fence().Token)
 	}
 	for _, name := range []string{"fencekit.lock.acquire.duration", "fencekit.lock.hold.duration"} {
 		if n := count(t, name, attribute.String("fencekit.resource", res)); n != 0 {
@@ -332,10 +332,10 @@ func TestProvidersByOption(t *testing.T) {
 	if len(rec.Ended()) != 2 {
 		t.Fatalf("own tracer provider saw %d spans, want 2 (acquire, release)", len(rec.Ended()))
 	}
-	if _, err := lock.New(testenv.Redis(t), lock.WithMeterProvider(nil)); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(testenv.Redis(t), lock.WithMeterProvider(nil)); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("WithMeterProvider(nil) = %v", err)
 	}
-	if _, err := fkredis.New(testenv.Redis(t), fkredis.WithTracerProvider(nil)); !errors.Is(err, fkredis.ErrInvalidOption) {
+	if _, err := fkredis.New(testenv.Redis(t), fkredis.WithTracerProvider(nil)); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("fkredis.WithTracerProvider(nil) = %v", err)
 	}
 }
