@@ -387,8 +387,16 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 	// Give a herd time to show itself.
 	time.Sleep(300 * time.Millisecond)
-	if cmds := hook.Take(); len(cmds) > 3 {
-		t.Fatalf("one release of %d waiters led to %d commands %v; want the release and one try", waiters, len(cmds), cmds)
+	// Only scripts count: a new pool connection's HELLO and CLIENT are no
+	// herd.
+	var scripts []string
+	for _, c := range hook.Take() {
+		if c == "evalsha" || c == "eval" {
+			scripts = append(scripts, c)
+		}
+	}
+	if len(scripts) > 3 {
+		t.Fatalf("one release of %d waiters led to %d scripts; want the release and one try", waiters, len(scripts))
 	}
 	if err := winner.Release(context.Background()); err != nil {
 		t.Fatal(err)
