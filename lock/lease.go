@@ -14,11 +14,10 @@ import (
 // A Lease is safe for concurrent use. [Lease.Done] and [Lease.Err] say when
 // and why it ended.
 type Lease struct {
-	l       *Locker
-	key     string
-	keys    []string // the resource's keys (see resourceKeys), in keyBuf; nil under Redlock
-	keyBuf  [numKeys]string
-	channel string // the release channel; "" under Redlock
+	l      *Locker
+	key    string
+	keys   []string // the resource's keys (see resourceKeys), in keyBuf; nil under Redlock
+	keyBuf [numKeys]string
 	// holderArg is f.Holder as a script argument, converted once.
 	holderArg any
 	acq       string    // this acquisition's id in an owner's hold record; "" without owner
@@ -101,7 +100,7 @@ func (s *Lease) release(ctx context.Context) error {
 		return err
 	}
 	n, err := runScript(ctx, s.l.client, releaseSrc, []any{"evalsha", releaseHash, numKeys, &s.keyBuf[0], &s.keyBuf[1], &s.keyBuf[2], &s.keyBuf[3], &s.keyBuf[4],
-		s.holderArg, &s.channel, s.l.sharded, &s.acq, s.l.retentionArg, ""}).Int64()
+		s.holderArg, &s.acq, s.l.releaseMode}).Int64()
 	if err != nil {
 		if ctx.Err() != nil && !isReply(err) {
 			return fmt.Errorf("%w: %w", errReleaseUnknown, err)

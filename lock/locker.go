@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type Locker struct {
 	// rather than on every call.
 	retentionArg any // retentionMS
 	sharded      any // "1" when releases publish with SPUBLISH, else ""
+	releaseMode  any // release.lua's ARGV[3]: "p" or "s" (SPUBLISH), then retentionMS
 
 	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
 
@@ -67,9 +69,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel}
 	l.retentionArg, l.sharded = l.retentionMS, ""
+	mode := "p"
 	if _, ok := client.(*redis.ClusterClient); ok {
-		l.sharded = "1"
+		l.sharded, mode = "1", "s"
 	}
+	l.releaseMode = mode + strconv.FormatInt(l.retentionMS, 10)
 	if !c.poll {
 		l.hub = newHub(client)
 	}
@@ -325,7 +329,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if cfg.owner != "" {
 		acq = holder
 	}
-	// The Lease is made first: it keeps the keys, the channel and the boxed
+	// The Lease is made first: it keeps the keys and the boxed
 	// holder for its release, extensions and renewals.
 	lease := &Lease{l: l, acq: acq}
 	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
@@ -337,7 +341,8 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	)
 	if cfg.owner == "" && !a.queue {
 		// Without an owner and without joining the queue every reply is
-		// numbers, read without boxing each one.
+		// numbers (the fast path's grant: the token as text), read without
+		// boxing each one.
 		// try.lua makes the grant with the fewest calls; only when it
 		// finds the lock free with waiters queued does acquire.lua run, to
 		// hand the lock to the first of them.
@@ -349,19 +354,28 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 			args = []any{"evalsha", tryHash, 2, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken],
 				holderArg, ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
 		}
-		var res []int64
-		res, err = runScript(ctx, l.client, trySrc, args).Int64Slice()
-		if err == nil && len(res) == 1 && res[0] == 4 {
-			res, err = acquireScript.Run(ctx, l.client, keys,
-				holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
-		}
-		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
-			err = fmt.Errorf("unexpected reply %v", res)
-		}
-		if err == nil {
-			kind, n = res[0], res[1]
-			if len(res) == 3 {
-				l.tel.stateMissed(ctx)
+		cmd := runScript(ctx, l.client, trySrc, args)
+		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
+			// try_fast.lua's grant: the token alone, as text.
+			kind = 1
+			if n, err = strconv.ParseInt(tok, 10, 64); err != nil {
+				err = fmt.Errorf("unexpected reply %q", tok)
+			}
+		} else {
+			var res []int64
+			res, err = cmd.Int64Slice()
+			if err == nil && len(res) == 1 && res[0] == 4 {
+				res, err = acquireScript.Run(ctx, l.client, keys,
+					holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
+			}
+			if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
+				err = fmt.Errorf("unexpected reply %v", res)
+			}
+			if err == nil {
+				kind, n = res[0], res[1]
+				if len(res) == 3 {
+					l.tel.stateMissed(ctx)
+				}
 			}
 		}
 	} else {
@@ -413,14 +427,14 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		// lease has what Redis says is left of it, counted from this try.
 		known = time.Duration(max(third, 0)) * time.Millisecond
 	}
-	l.grantLease(lease, keys, channel, holderArg, fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}, sent, known, ttl, cfg)
+	l.grantLease(lease, keys, holderArg, fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}, sent, known, ttl, cfg)
 	return lease, nil
 }
 
 // grantLease fills in lease for a grant of f that Redis holds for at least
 // known from start, on the local clock.
-func (l *Locker) grantLease(lease *Lease, keys []string, channel string, holderArg any, f fence.Fence, start time.Time, known, ttl time.Duration, cfg acquireConfig) {
-	lease.key, lease.keys, lease.channel, lease.holderArg, lease.granted = keys[keyLock], keys, channel, holderArg, start
+func (l *Locker) grantLease(lease *Lease, keys []string, holderArg any, f fence.Fence, start time.Time, known, ttl time.Duration, cfg acquireConfig) {
+	lease.key, lease.keys, lease.holderArg, lease.granted = keys[keyLock], keys, holderArg, start
 	lease.f = f
 	// An owner's holds share the lock and each may extend it, so only a
 	// renewed one can tell from the clock that it ran out.
@@ -485,12 +499,12 @@ func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err e
 // waits for the rest.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 	var buf [numKeys]string
-	keys, channel := l.resourceKeys(&buf, resource)
+	keys, _ := l.resourceKeys(&buf, resource)
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
 	run := func(ctx context.Context) error {
-		return releaseScript.Run(ctx, l.client, keys, holder, channel, l.sharded, acq, l.retentionArg, "1").Err()
+		return releaseScript.Run(ctx, l.client, keys, holder, acq, l.releaseMode, "1").Err()
 	}
 	if ctx.Err() == nil {
 		if err := run(ctx); err == nil || isReply(err) {

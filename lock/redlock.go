@@ -91,7 +91,7 @@ func (r *redlock) close() {
 
 type redlockNode struct {
 	client  redis.UniversalClient
-	sharded string     // "1" when releases publish with SPUBLISH
+	publish string     // release.lua's ARGV[3]: "p", or "s" where releases publish with SPUBLISH
 	dials   *dialWatch // its latest failed dial, to explain a silence
 }
 
@@ -182,8 +182,9 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		}
 		nodes[i].client = c
 		nodes[i].dials = watchDials(c)
+		nodes[i].publish = "p"
 		if _, ok := c.(*redis.ClusterClient); ok {
-			nodes[i].sharded = "1"
+			nodes[i].publish = "s"
 		}
 	}
 	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
@@ -393,7 +394,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	releaseNode := func(n redlockNode) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, l.channel(resource), n.sharded, "").Err()
+		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, "", n.publish).Err()
 	}
 	// releaseAll releases on every node, not only those that granted. It
 	// waits no longer than ctx allows: a release still under way goes on in
@@ -517,7 +518,7 @@ func (s *Lease) redlockRelease(ctx context.Context) error {
 	l := s.l
 	start := time.Now()
 	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return releaseScript.Run(ctx, n.client, []string{s.key}, s.f.Holder, l.channel(s.f.Resource), n.sharded, "").Int64()
+		return releaseScript.Run(ctx, n.client, []string{s.key}, s.f.Holder, "", n.publish).Int64()
 	}, nil)
 	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
 	switch {

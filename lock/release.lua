@@ -7,11 +7,16 @@
 -- token state, KEYS[3] hold record, KEYS[4] wait queue, KEYS[5] waiter
 -- entries (see acquire.lua).
 -- ARGV[1] holder id ('' with an acquisition id: the holder the hold record
--- names), ARGV[2] release channel (same hash tag), ARGV[3] '1' to publish
--- on the sharded channel (SPUBLISH, cluster), ARGV[4] acquisition id of an
--- owner's hold ('' for a lock without owner), ARGV[5] (optional) token
--- retention in ms: without it the lock is never handed over, ARGV[6]
--- (optional) '1' when a waiter gives up: its queue entry goes too.
+-- names), ARGV[2] acquisition id of an owner's hold ('' for a lock without
+-- owner), ARGV[3] how releases are announced and whether the lock may be
+-- handed over: 'p' (PUBLISH) or 's' (SPUBLISH, on a cluster) followed by
+-- the token retention in ms; without the retention (Redlock) the lock is
+-- never handed over and every release is announced. ARGV[4] (optional)
+-- '1' when a waiter gives up: its queue entry goes too. The channel is
+-- the lock key with "lock" at its end replaced by "released" (see
+-- Locker.ReleaseChannel): one argument fewer on every release. Every
+-- argument costs Redis a string, and the plain release needs only the
+-- first two.
 -- Returns 1 if released, 0 if not held. With an acquisition id it releases
 -- that one hold, and the lock only with the last one; a retried release
 -- of a hold that is still counted elsewhere returns 1 again.
@@ -27,12 +32,12 @@
 -- or the token space is spent, the lock is simply freed.
 
 local function not_held()
-  if ARGV[6] == '1' and KEYS[5] then
+  if ARGV[4] == '1' and KEYS[5] then
     -- A waiter's queue id is its holder id, which is also its acquisition
     -- id when it names an owner.
     local me = ARGV[1]
     if me == '' then
-      me = ARGV[4]
+      me = ARGV[2]
     end
     redis.pcall('HDEL', KEYS[5], me)
     redis.pcall('ZREM', KEYS[4], me)
@@ -41,7 +46,7 @@ local function not_held()
 end
 
 local holder = ARGV[1]
-local acq = ARGV[4]
+local acq = ARGV[2]
 if acq ~= '' then
   local rec = redis.call('HMGET', KEYS[3], 'h', 'a:' .. acq)
   if holder == '' then
@@ -66,18 +71,24 @@ if acq ~= '' then
 elseif redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
 end
+local channel = string.sub(KEYS[1], 1, -5) .. 'released'
+local sharded = ''
+if string.sub(ARGV[3], 1, 1) == 's' then
+  sharded = '1'
+end
+local retention = tonumber(string.sub(ARGV[3], 2))
 -- Redlock passes the lock key alone and no retention: nothing to hand
 -- over, and the release is always announced.
-if not (KEYS[5] and ARGV[5] and ARGV[5] ~= '') then
+if not (KEYS[5] and retention) then
   redis.call('DEL', KEYS[1])
-  publish(ARGV[2], ARGV[3], '')
+  publish(channel, sharded, '')
   return 1
 end
-local granted, waited = hand_over(ARGV[2], ARGV[3], tonumber(ARGV[5]))
+local granted, waited = hand_over(channel, sharded, retention)
 if not granted then
   redis.call('DEL', KEYS[1])
   if waited then
-    publish(ARGV[2], ARGV[3], '')
+    publish(channel, sharded, '')
   end
 end
 return 1

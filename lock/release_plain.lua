@@ -1,10 +1,10 @@
 -- The plain release's fast path, which runs before the shared helpers of
 -- release.lua are defined (defining them costs each run time): a lease
--- without owner (ARGV[4] '') released by its holder, not by a waiter
+-- without owner (ARGV[2] '') released by its holder, not by a waiter
 -- giving up, that finds nobody queued deletes the lock and is done. See
 -- release.lua for KEYS and ARGV. Anything else goes on to release.lua,
 -- which reads the lock again: nothing here has written.
-if ARGV[4] == '' and KEYS[5] and ARGV[5] and ARGV[5] ~= '' and ARGV[6] ~= '1' then
+if ARGV[2] == '' and KEYS[5] and #ARGV[3] > 1 and ARGV[4] ~= '1' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
   end

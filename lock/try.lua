@@ -10,7 +10,8 @@
 -- retention in ms: how long the token state lives after a grant whose
 -- token is not ahead of the clock. Both are sent as strings and passed on
 -- as they are: a number from Lua would cost Redis a conversion per call.
--- Returns {1, token} when granted ({1, token, 1} when no token state was
+-- Returns {1, token} when granted (try_fast.lua: the token alone, as a
+-- bulk string; {1, token, 1} when no token state was
 -- found, so the token came from the clock), {0, remaining ms of the
 -- current holder} when not (-1: the current holder set no expiry), {1, 0}
 -- for a retried grant of this holder whose token state was lost (the

@@ -186,7 +186,7 @@ func (l *Locker) handedOver(resource string, ttl time.Duration, cfg acquireConfi
 		acq = a.holder
 	}
 	lease := &Lease{l: l, acq: acq}
-	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
-	l.grantLease(lease, keys, channel, a.holder, fence.Fence{Resource: resource, Token: fence.Token(g.token), Holder: a.holder}, a.sent.Add(g.age), ttl, ttl, cfg)
+	keys, _ := l.resourceKeys(&lease.keyBuf, resource)
+	l.grantLease(lease, keys, a.holder, fence.Fence{Resource: resource, Token: fence.Token(g.token), Holder: a.holder}, a.sent.Add(g.age), ttl, ttl, cfg)
 	return lease
 }
