@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,7 @@ const (
 	Redsync         = "redsync"
 	Rueidislock     = "rueidislock"
 	Floor           = "floor"
+	FloorLua        = "floor in Lua"
 )
 
 // NewLocker returns contender name on a fresh client of addr; prefix keeps
@@ -96,6 +98,9 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 	case Floor:
 		c, n := countedClient(addr)
 		return &floorLocker{c: c, n: n, prefix: prefix}, nil
+	case FloorLua:
+		c, n := countedClient(addr)
+		return &floorLocker{c: c, n: n, prefix: prefix + "lua:", lua: true}, nil
 	}
 	return nil, fmt.Errorf("unknown contender %q", name)
 }
@@ -280,25 +285,51 @@ type floorLocker struct {
 	c      *redis.Client
 	n      *atomic.Int64
 	prefix string
+	lua    bool // FloorLua: each command in a script of its own
 }
 
 type floorHeld struct {
 	c   *redis.Client
 	key string
+	lua bool
 }
 
-func (h *floorHeld) Release(ctx context.Context) error { return h.c.Del(ctx, h.key).Err() }
+func (h *floorHeld) Release(ctx context.Context) error {
+	if h.lua {
+		return floorDel.Run(ctx, h.c, []string{h.key}).Err()
+	}
+	return h.c.Del(ctx, h.key).Err()
+}
+
+// The floor in Lua: the same two commands, each alone in a script. What a
+// lock made of scripts costs before its scripts do anything of their own.
+var (
+	floorSet = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
+	floorDel = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
+)
+
+var leaseTTLArg = strconv.FormatInt(leaseTTL.Milliseconds(), 10)
 
 func (f *floorLocker) TryAcquire(ctx context.Context, resource string) (Held, error) {
 	key := f.prefix + resource
-	ok, err := f.c.SetNX(ctx, key, "v", leaseTTL).Result()
+	var ok bool
+	var err error
+	if f.lua {
+		err = floorSet.Run(ctx, f.c, []string{key}, "v", leaseTTLArg).Err()
+		ok = err == nil
+		if err == redis.Nil {
+			err = nil
+		}
+	} else {
+		ok, err = f.c.SetNX(ctx, key, "v", leaseTTL).Result()
+	}
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, errBusy
 	}
-	return &floorHeld{c: f.c, key: key}, nil
+	return &floorHeld{c: f.c, key: key, lua: f.lua}, nil
 }
 
 func (f *floorLocker) Acquire(ctx context.Context, resource string) (Held, error) {
