@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -46,7 +47,7 @@ func (s *Store) Retry(ctx context.Context, attempts, defaultAttempts int, fn fun
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: retry: %w (last error: %w)", s.Name, ctx.Err(), err)
+			return &retryError{name: s.Name, ctxErr: ctx.Err(), last: err}
 		case <-t.C:
 		}
 	}
@@ -59,3 +60,17 @@ func (s *Store) retryable(err error) bool {
 	}
 	return errors.Is(err, s.Retryable) || errors.Is(err, fence.ErrConflict)
 }
+
+// retryError is Retry's error when ctx ends between attempts: it matches
+// both ctx's error and the last attempt's, and names the store once (the
+// last error usually starts with the store's name too).
+type retryError struct {
+	name         string
+	ctxErr, last error
+}
+
+func (e *retryError) Error() string {
+	return e.name + ": retry: " + e.ctxErr.Error() + " (last error: " + strings.TrimPrefix(e.last.Error(), e.name+": ") + ")"
+}
+
+func (e *retryError) Unwrap() []error { return []error{e.ctxErr, e.last} }

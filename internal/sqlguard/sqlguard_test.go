@@ -172,3 +172,26 @@ func TestCheckColumns(t *testing.T) {
 		}
 	}
 }
+
+// A retry cut short by its context names the store once, and matches both
+// the context's error and the last attempt's.
+func TestRetryEndedByContextNamesStoreOnce(t *testing.T) {
+	s := testStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	err := s.Retry(ctx, 10, 10, func(context.Context) error {
+		calls++
+		cancel()
+		return fmt.Errorf("test: conflict on row 1: %w", errRetry)
+	})
+	if calls != 1 {
+		t.Fatalf("fn ran %d times, want 1", calls)
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, errRetry) {
+		t.Fatalf("err %v matches neither context.Canceled nor the last error", err)
+	}
+	const want = "test: retry: context canceled (last error: conflict on row 1: test: retry it)"
+	if err.Error() != want {
+		t.Fatalf("err %q, want %q", err, want)
+	}
+}
