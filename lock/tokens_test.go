@@ -322,3 +322,46 @@ func TestWithTokenRetentionValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The fast grant compares the counter with the server clock as text. Each
+// state below sits on one side of that comparison; the token must be the
+// clock when the counter is behind it and the counter + 1 when it is not,
+// whatever the counter's length or leading zeros.
+func TestGrantComparesCounterWithClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	now := func() int64 {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	ahead := now() + int64(time.Hour/time.Microsecond)
+	for name, tc := range map[string]struct {
+		state string
+		want  func(before int64) (lo, hi int64)
+	}{
+		"short counter":         {"5 abcdefgh", func(b int64) (int64, int64) { return b, b + int64(time.Minute/time.Microsecond) }},
+		"leading zeros, behind": {"0000000000000005 abcdefgh", func(b int64) (int64, int64) { return b, b + int64(time.Minute/time.Microsecond) }},
+		"same length, ahead":    {strconv.FormatInt(ahead, 10) + " abcdefgh", func(int64) (int64, int64) { return ahead + 1, ahead + 1 }},
+		"long form, ahead":      {strconv.FormatInt(ahead, 10) + " 7 abcdefgh", func(int64) (int64, int64) { return ahead + 1, ahead + 1 }},
+		"bare counter, ahead":   {strconv.FormatInt(ahead, 10), func(int64) (int64, int64) { return ahead + 1, ahead + 1 }},
+	} {
+		resource := "cmp-" + strings.ReplaceAll(name, " ", "-")
+		if err := c.Set(ctx, l.TokenKey(resource), tc.state, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := now()
+		got := int64(grantAndRelease(t, l, resource))
+		lo, hi := tc.want(before)
+		if got < lo || got > hi {
+			t.Errorf("%s: state %q gave token %d, want %d..%d", name, tc.state, got, lo, hi)
+		}
+		if n, _, _ := tokenState(t, c, l, resource); int64(n) != got {
+			t.Errorf("%s: the state's counter is %d after granting %d", name, n, got)
+		}
+	}
+}
