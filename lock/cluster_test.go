@@ -37,6 +37,7 @@ func TestOnClusters(t *testing.T) {
 			t.Cleanup(l.Close)
 			t.Run("tokens and slots", func(t *testing.T) { clusterTokensAndSlots(t, c, l) })
 			t.Run("wake-ups on every master", func(t *testing.T) { clusterWakeUps(t, c, l) })
+			t.Run("release announces on the sharded channel", func(t *testing.T) { clusterReleaseAnnounces(t, c, l) })
 			t.Run("do, extend and owner", func(t *testing.T) { clusterLeaseOps(t, l) })
 		})
 	}
@@ -174,5 +175,33 @@ func clusterLeaseOps(t *testing.T, l *lock.Locker) {
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// clusterReleaseAnnounces: a release that finds only a lapsed waiter
+// queued announces on the resource's sharded channel (SPUBLISH, on the
+// channel release.lua makes from the lock key), on every master.
+func clusterReleaseAnnounces(t *testing.T, c *redis.ClusterClient, l *lock.Locker) {
+	ctx := context.Background()
+	for _, r := range clusterResources(t, c, l) {
+		ps := c.SSubscribe(ctx, l.ReleaseChannel(r))
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatalf("%s: subscribe: %v", r, err)
+		}
+		lease := mustAcquire(t, l, r, time.Minute)
+		queueLapsed(t, c, l, r, "gone")
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		msg, err := ps.ReceiveMessage(rctx)
+		cancel()
+		_ = ps.Close()
+		if err != nil {
+			t.Fatalf("%s: no announcement on %q: %v", r, l.ReleaseChannel(r), err)
+		}
+		if msg.Payload != "" {
+			t.Fatalf("%s: the release announced %q, want the empty message", r, msg.Payload)
+		}
 	}
 }

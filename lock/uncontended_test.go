@@ -57,7 +57,7 @@ func TestUncontendedReleasePublishesNothing(t *testing.T) {
 
 // queueLapsed puts holder in resource's wait queue with an entry that
 // lapsed ten seconds ago: a waiter that vanished.
-func queueLapsed(t *testing.T, c *redis.Client, l *lock.Locker, resource, holder string) {
+func queueLapsed(t *testing.T, c redis.Cmdable, l *lock.Locker, resource, holder string) {
 	t.Helper()
 	ctx := context.Background()
 	queue, waiting := queueKeys(l, resource)
