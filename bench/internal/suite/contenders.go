@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -50,6 +51,7 @@ const (
 	Rueidislock     = "rueidislock"
 	Floor           = "floor"
 	FloorLua        = "floor in Lua"
+	FloorToken      = "floor with a token"
 )
 
 // NewLocker returns contender name on a fresh client of addr; prefix keeps
@@ -101,6 +103,9 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 	case FloorLua:
 		c, n := countedClient(addr)
 		return &floorLocker{c: c, n: n, prefix: prefix + "lua:", lua: true}, nil
+	case FloorToken:
+		c, n := countedClient(addr)
+		return &tokenFloorLocker{c: c, n: n, prefix: prefix + "token:"}, nil
 	}
 	return nil, fmt.Errorf("unknown contender %q", name)
 }
@@ -338,6 +343,78 @@ func (f *floorLocker) Acquire(ctx context.Context, resource string) (Held, error
 
 func (f *floorLocker) Commands() int64 { return f.n.Load() }
 func (f *floorLocker) Close()          { f.c.Close() }
+
+// --- the floor with a token: the least a lock pays that issues a
+// clock-anchored fencing token in its grant's round trip
+
+// tokenFloorGrant takes the lock as the floor does and, only if it took it,
+// reads the server clock and the counter and writes max(counter + 1,
+// clock) back as the token: the calls that a token anchored to the clock
+// needs whatever else a lock does. It has none of fencekit's other duties
+// (no look at a queue, no record that tells a client's retry of the grant
+// from a new one) and nothing for bad input: it measures, it is not a lock
+// to use.
+var tokenFloorGrant = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local t = redis.call('TIME')
+local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local n = redis.call('GET', KEYS[2])
+if n and (#n > #now or (#n == #now and n >= now)) then
+  now = string.format('%d', tonumber(n) + 1)
+end
+redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
+return now`)
+
+// tokenFloorRelease deletes the lock only for its holder, as a lock must
+// (redislock's release makes the same two calls).
+var tokenFloorRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+type tokenFloorLocker struct {
+	c      *redis.Client
+	n      *atomic.Int64
+	prefix string
+}
+
+type tokenFloorHeld struct {
+	c      *redis.Client
+	key    string
+	holder string
+	token  int64
+}
+
+func (h *tokenFloorHeld) Release(ctx context.Context) error {
+	return tokenFloorRelease.Run(ctx, h.c, []string{h.key}, h.holder).Err()
+}
+
+// tokenRetentionArg is how long the counter outlives a grant: the lease and
+// then fencekit's default token retention, as fencekit's grant sets it.
+var tokenRetentionArg = strconv.FormatInt((leaseTTL + lock.DefaultTokenRetention).Milliseconds(), 10)
+
+func (f *tokenFloorLocker) TryAcquire(ctx context.Context, resource string) (Held, error) {
+	key := f.prefix + "{" + resource + "}"
+	holder := fence.NewHolder() // as random as a lock's must be
+	tok, err := tokenFloorGrant.Run(ctx, f.c, []string{key, key + ":token"}, holder, leaseTTLArg, tokenRetentionArg).Text()
+	if err == redis.Nil {
+		return nil, errBusy
+	}
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.ParseInt(tok, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("floor with a token: reply %q: %w", tok, err)
+	}
+	return &tokenFloorHeld{c: f.c, key: key, holder: holder, token: n}, nil
+}
+
+func (f *tokenFloorLocker) Acquire(ctx context.Context, resource string) (Held, error) {
+	return nil, errors.New("the floor with a token does not wait")
+}
+
+func (f *tokenFloorLocker) Commands() int64 { return f.n.Load() }
+func (f *tokenFloorLocker) Close()          { f.c.Close() }
 
 // countedClient returns a client of addr and the count of commands it sends.
 func countedClient(addr string) (*redis.Client, *atomic.Int64) {

@@ -43,7 +43,7 @@ func Quick() Config {
 }
 
 // Uncontenders are the contenders of the uncontended runs, in report order.
-var Uncontenders = []string{Fencekit, Redislock, Redsync, Rueidislock, Floor, FloorLua}
+var Uncontenders = []string{Fencekit, Redislock, Redsync, Rueidislock, Floor, FloorLua, FloorToken}
 
 // Handoffers are the contenders of the hand-off runs, in report order.
 var Handoffers = []string{Fencekit, FencekitPolling, Redislock, Redsync, Rueidislock}
