@@ -1,0 +1,272 @@
+// Command scriptcost counts the Redis server's work for one uncontended
+// acquire + release: fencekit's own, variants of fencekit's scripts that each
+// leave out one duty, and the floor with a token (see the report). Each runs
+// on a private redis-server started under valgrind's callgrind, once with n
+// pairs and once with 3n, and the figure is the difference in instructions
+// executed divided by 2n: the server's start and end cancel out, and an
+// instruction count, unlike a time, does not depend on what else the machine
+// is doing.
+//
+//	go run ./cmd/scriptcost          # in bench/; needs valgrind and redis-server
+//
+// The variants are fencekit's scripts as they are in ../lock with one piece
+// replaced; each replacement must match, or the command fails. They measure,
+// they are not locks to use.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// A variant is an acquire and a release, run n times on resources that recur
+// (as a service's do), each released before the next acquire.
+type variant struct {
+	name, what string
+	pair       func(ctx context.Context, c *redis.Client, resource string) error
+}
+
+func main() {
+	n := flag.Int("n", 1000, "pairs in the shorter run (the longer has 3n)")
+	luaDir := flag.String("lua", "../lock", "fencekit's lock package, for its scripts")
+	flag.Parse()
+	vs, err := variants(*luaDir)
+	if err != nil {
+		fail(err)
+	}
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		fail(errors.New("valgrind not found: install it (Debian: apt-get install valgrind)"))
+	}
+	fmt.Printf("Redis server instructions per uncontended acquire + release (callgrind, (I(%d) - I(%d)) / %d):\n\n", 3**n, *n, 2**n)
+	fmt.Println("| variant | instructions per pair | vs fencekit | what it leaves out |")
+	fmt.Println("|---|---|---|---|")
+	var base float64
+	for i, v := range vs {
+		short, err := count(v, *n)
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", v.name, err))
+		}
+		long, err := count(v, 3**n)
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", v.name, err))
+		}
+		per := float64(long-short) / float64(2**n)
+		if i == 0 {
+			base = per
+		}
+		fmt.Printf("| %s | %.1fk | %.2f× | %s |\n", v.name, per/1000, per/base, v.what)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "scriptcost:", err)
+	os.Exit(1)
+}
+
+// count starts redis-server under callgrind, runs n pairs of v, stops the
+// server and returns the instructions callgrind collected.
+func count(v variant, n int) (int64, error) {
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "scriptcost")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "out"),
+		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer cmd.Process.Kill()
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), ReadTimeout: -1, MaxRetries: -1})
+	defer c.Close()
+	up := false
+	for deadline := time.Now().Add(30 * time.Second); !up && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if conn, err := net.Dial("tcp", c.Options().Addr); err == nil {
+			conn.Close()
+			up = c.Ping(ctx).Err() == nil
+		}
+	}
+	if !up {
+		return 0, fmt.Errorf("redis-server under valgrind did not answer: %s", log.String())
+	}
+	for i := range n {
+		if err := v.pair(ctx, c, "r"+strconv.Itoa(i%64)); err != nil {
+			return 0, err
+		}
+	}
+	_ = c.Do(ctx, "shutdown", "nosave").Err() // the connection closes: no reply
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("%w: %s", err, log.String())
+	}
+	m := regexp.MustCompile(`Collected : (\d+)`).FindStringSubmatch(log.String())
+	if m == nil {
+		return 0, fmt.Errorf("no instruction count in callgrind's output: %s", log.String())
+	}
+	return strconv.ParseInt(m[1], 10, 64)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+const (
+	ttlMS       = 10000
+	retentionMS = 600000 // lock.DefaultTokenRetention
+)
+
+func variants(dir string) ([]variant, error) {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		return string(b), err
+	}
+	var src = map[string]string{}
+	for _, f := range []string{"try_fast.lua", "tokenstate.lua", "try.lua", "release_plain.lua", "handover.lua", "release.lua"} {
+		s, err := read(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w (run in bench/, or pass -lua)", err)
+		}
+		src[f] = s
+	}
+	replace := func(s, old, new string) (string, error) {
+		if !strings.Contains(s, old) {
+			return "", fmt.Errorf("%q is no longer in the scripts: update the variant", old)
+		}
+		return strings.ReplaceAll(s, old, new), nil
+	}
+	trySrc := src["try_fast.lua"] + src["tokenstate.lua"] + src["try.lua"]
+	relSrc := src["release_plain.lua"] + src["tokenstate.lua"] + src["handover.lua"] + src["release.lua"]
+
+	// fencekit's scripts with the arguments the Locker sends.
+	scripted := func(try, rel string, relKeys func(k []string) []string, relArgs func(holder string) []any) func(context.Context, *redis.Client, string) error {
+		tryS, relS := redis.NewScript(try), redis.NewScript(rel)
+		return func(ctx context.Context, c *redis.Client, resource string) error {
+			k := keys(resource)
+			holder := fence.NewHolder()
+			if err := tryS.Run(ctx, c, []string{k[0], k[1], k[3]}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+				return fmt.Errorf("acquire: %w", err)
+			}
+			n, err := relS.Run(ctx, c, relKeys(k), relArgs(holder)...).Int64()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("released %d", n)
+			}
+			return err
+		}
+	}
+	allKeys := func(k []string) []string { return k[:5] }
+	fullArgs := func(h string) []any { return []any{h, "", "p" + strconv.Itoa(retentionMS)} }
+
+	noTag, err := replace(trySrc, "ts .. ' ' .. string.sub(ARGV[1], 1, 8)", "ts")
+	if err == nil {
+		noTag, err = replace(noTag, "string.match(v, '^(%d+) %S+$')", "string.match(v, '^(%d+)$')")
+	}
+	if err != nil {
+		return nil, err
+	}
+	noQueue, err := replace(trySrc, "redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1])", "redis.call('EXISTS', KEYS[1])")
+	if err != nil {
+		return nil, err
+	}
+	// The plain path alone, with only the keys and argument it reads.
+	plainRelease := `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1]) return 1 end
+return 0`
+
+	lockers := map[*redis.Client]*lock.Locker{} // one per server
+	vs := []variant{
+		{"fencekit (its Locker)", "nothing", func(ctx context.Context, c *redis.Client, resource string) error {
+			l := lockers[c]
+			if l == nil {
+				var err error
+				if l, err = lock.New(c); err != nil {
+					return err
+				}
+				lockers[c] = l
+			}
+			lease, err := l.TryAcquire(ctx, resource, ttlMS*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			return lease.Release(ctx)
+		}},
+		{"fencekit's scripts, run bare", "nothing (checks that the variants below are sent as the Locker sends)",
+			scripted(trySrc, relSrc, allKeys, fullArgs)},
+		{"release without hand-over's keys and arguments", "the keys and arguments a release needs only to hand the lock to a waiter in the same script (3 keys and 2 arguments)",
+			scripted(trySrc, plainRelease, func(k []string) []string { return []string{k[0], k[3]} }, func(h string) []any { return []any{h} })},
+		{"token state without the holder's tag", "what lets a client's retry of a grant get the grant's token back",
+			scripted(noTag, relSrc, allKeys, fullArgs)},
+		{"grant without the look at the queue", "the grant's check that nobody waits (first come, first served)",
+			scripted(noQueue, relSrc, allKeys, fullArgs)},
+		{"floor with a token", "all of the above, the give-up and owner branches, and the retry and bad-input handling",
+			floorWithToken()},
+		{"bsm/redislock", "the token (a peer without one)", func(ctx context.Context, c *redis.Client, resource string) error {
+			l, err := redislock.New(c).Obtain(ctx, "redislock:"+resource, ttlMS*time.Millisecond, nil)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+	}
+	return vs, nil
+}
+
+// keys are fencekit's keys of resource under the default prefix.
+func keys(resource string) []string {
+	var k []string
+	for _, s := range []string{":lock", ":token", ":holds", ":queue", ":waiting"} {
+		k = append(k, lock.DefaultPrefix+"{"+resource+"}"+s)
+	}
+	return k
+}
+
+// floorWithToken is the report's contender of that name.
+func floorWithToken() func(context.Context, *redis.Client, string) error {
+	grant := redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local t = redis.call('TIME')
+local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local n = redis.call('GET', KEYS[2])
+if n and (#n > #now or (#n == #now and n >= now)) then
+  now = string.format('%d', tonumber(n) + 1)
+end
+redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
+return now`)
+	release := redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+	return func(ctx context.Context, c *redis.Client, resource string) error {
+		key := "floor:{" + resource + "}"
+		holder := fence.NewHolder()
+		if err := grant.Run(ctx, c, []string{key, key + ":token"}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+			return err
+		}
+		return release.Run(ctx, c, []string{key}, holder).Err()
+	}
+}
