@@ -875,6 +875,7 @@ func (m *model) report(t *testing.T, name string) {
 
 // TestLockModel runs the model on one Redis server.
 func TestLockModel(t *testing.T) {
+	t.Parallel()
 	m := runModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t)})
 	m.report(t, "lock model")
 }
