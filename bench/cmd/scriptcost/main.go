@@ -28,9 +28,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/bench/internal/suite"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
 )
@@ -92,7 +92,8 @@ func count(v variant, n int) (int64, error) {
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "out"),
-		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--hz", "1") // the timer's work grows with the run's length, which valgrind stretches
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -199,23 +200,8 @@ func variants(dir string) ([]variant, error) {
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1]) return 1 end
 return 0`
 
-	lockers := map[*redis.Client]*lock.Locker{} // one per server
 	vs := []variant{
-		{"fencekit (its Locker)", "nothing", func(ctx context.Context, c *redis.Client, resource string) error {
-			l := lockers[c]
-			if l == nil {
-				var err error
-				if l, err = lock.New(c); err != nil {
-					return err
-				}
-				lockers[c] = l
-			}
-			lease, err := l.TryAcquire(ctx, resource, ttlMS*time.Millisecond)
-			if err != nil {
-				return err
-			}
-			return lease.Release(ctx)
-		}},
+		{"fencekit (its Locker)", "nothing", contender(suite.Fencekit)},
 		{"fencekit's scripts, run bare", "nothing (checks that the variants below are sent as the Locker sends)",
 			scripted(trySrc, relSrc, allKeys, fullArgs)},
 		{"release without hand-over's keys and arguments", "the keys and arguments a release needs only to hand the lock to a waiter in the same script (3 keys and 2 arguments)",
@@ -224,15 +210,9 @@ return 0`
 			scripted(noTag, relSrc, allKeys, fullArgs)},
 		{"grant without the look at the queue", "the grant's check that nobody waits (first come, first served)",
 			scripted(noQueue, relSrc, allKeys, fullArgs)},
-		{"floor with a token", "all of the above, the give-up and owner branches, and the retry and bad-input handling",
-			floorWithToken()},
-		{"bsm/redislock", "the token (a peer without one)", func(ctx context.Context, c *redis.Client, resource string) error {
-			l, err := redislock.New(c).Obtain(ctx, "redislock:"+resource, ttlMS*time.Millisecond, nil)
-			if err != nil {
-				return err
-			}
-			return l.Release(ctx)
-		}},
+		{suite.FloorToken + " (the report's)", "all of the above, the give-up and owner branches, and the retry and bad-input handling",
+			contender(suite.FloorToken)},
+		{"bsm/redislock", "the token (a peer without one)", contender(suite.Redislock)},
 	}
 	return vs, nil
 }
@@ -246,27 +226,23 @@ func keys(resource string) []string {
 	return k
 }
 
-// floorWithToken is the report's contender of that name.
-func floorWithToken() func(context.Context, *redis.Client, string) error {
-	grant := redis.NewScript(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-local t = redis.call('TIME')
-local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-local n = redis.call('GET', KEYS[2])
-if n and (#n > #now or (#n == #now and n >= now)) then
-  now = string.format('%d', tonumber(n) + 1)
-end
-redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
-return now`)
-	release := redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
+// contender runs the report's contender name, one per server.
+func contender(name string) func(context.Context, *redis.Client, string) error {
+	lockers := map[string]suite.Locker{}
 	return func(ctx context.Context, c *redis.Client, resource string) error {
-		key := "floor:{" + resource + "}"
-		holder := fence.NewHolder()
-		if err := grant.Run(ctx, c, []string{key, key + ":token"}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+		addr := c.Options().Addr
+		l := lockers[addr]
+		if l == nil {
+			var err error
+			if l, err = suite.NewLocker(name, addr, "scriptcost:"); err != nil {
+				return err
+			}
+			lockers[addr] = l
+		}
+		h, err := l.TryAcquire(ctx, resource)
+		if err != nil {
 			return err
 		}
-		return release.Run(ctx, c, []string{key}, holder).Err()
+		return h.Release(ctx)
 	}
 }
