@@ -381,7 +381,6 @@ type tokenFloorHeld struct {
 	c      *redis.Client
 	key    string
 	holder string
-	token  int64
 }
 
 func (h *tokenFloorHeld) Release(ctx context.Context) error {
@@ -402,11 +401,11 @@ func (f *tokenFloorLocker) TryAcquire(ctx context.Context, resource string) (Hel
 	if err != nil {
 		return nil, err
 	}
-	n, err := strconv.ParseInt(tok, 10, 64)
-	if err != nil {
+	// A lock hands its holder the token as a number: so does the floor.
+	if _, err := strconv.ParseInt(tok, 10, 64); err != nil {
 		return nil, fmt.Errorf("floor with a token: reply %q: %w", tok, err)
 	}
-	return &tokenFloorHeld{c: f.c, key: key, holder: holder, token: n}, nil
+	return &tokenFloorHeld{c: f.c, key: key, holder: holder}, nil
 }
 
 func (f *tokenFloorLocker) Acquire(ctx context.Context, resource string) (Held, error) {
