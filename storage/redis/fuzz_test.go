@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -80,6 +81,9 @@ func FuzzStoreRoundTrip(f *testing.F) {
 	f.Add("k k\x00\xff", []byte("ÿ\x00"), "ünï", "\xc3", int64(-1))
 	f.Add("k", bytes.Repeat([]byte("x"), 5000), strings.Repeat("r", 1025), "h h", int64(1<<62))
 	f.Add("\x00", []byte(nil), "r", "0123456789abcdef0123456789abcdef", int64(9007199254740993))
+	// Resources as long as they may be, so the one that differs must not be longer.
+	f.Add("k", []byte("v"), strings.Repeat("r", fence.MaxResourceLen), "h", int64(3))
+	f.Add("k", []byte("v"), strings.Repeat("r", fence.MaxResourceLen-2)+"é", "h", int64(3))
 	c := testenv.Redis(f)
 	base := testenv.Prefix(f)
 	var seq atomic.Int64
@@ -139,7 +143,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 			}
 			want("a stale Set", data, 1, f1)
 		}
-		other := fence.Fence{Resource: resource + "x", Token: fence.Token(token), Holder: holder}
+		other := fence.Fence{Resource: otherResource(resource), Token: fence.Token(token), Holder: holder}
 		if _, err := s.Set(ctx, other, key, []byte("other")); !errors.Is(err, ErrResourceMismatch) {
 			t.Fatalf("Set for another resource: %v", err)
 		}
@@ -198,4 +202,18 @@ func FuzzStoreRoundTrip(f *testing.F) {
 			t.Fatalf("mark after Delete: %v, %v; want %v", hw, err, f2)
 		}
 	})
+}
+
+// otherResource returns a valid resource other than the valid resource r:
+// r with "x" added, or, when r is already as long as a resource may be,
+// with its last character replaced.
+func otherResource(r string) string {
+	if len(r) < fence.MaxResourceLen {
+		return r + "x"
+	}
+	last, size := utf8.DecodeLastRuneInString(r)
+	if last == 'x' {
+		return r[:len(r)-size] + "y"
+	}
+	return r[:len(r)-size] + "x"
 }
