@@ -511,7 +511,6 @@ func TestQueueRefreshKeepsPlace(t *testing.T) {
 // in the Locker left: the Locker's next Acquire of it queues with its first
 // try, with no subscribe and no second try. Then the channel is dropped.
 func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	const resource = "linger"
 	hook, wl, hc, hl := waiterAndHolder(t)

@@ -35,7 +35,6 @@ func checkNodeMessage(t *testing.T, what, msg, op string, nodes ...string) {
 // error rather than by the deadline it ran into, also when the caller's
 // context ran out first.
 func TestRedlockMessagesNameDeadNodes(t *testing.T) {
-	t.Parallel()
 	live := testenv.StartRedis(t)
 	other := testenv.StartRedis(t)
 	dead1, dead2 := testenv.StartRedis(t), testenv.StartRedis(t)
