@@ -3,8 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -28,7 +30,17 @@ var (
 // instruments are a Locker's metrics and tracer. A nil *instruments records
 // nothing, which is how the overhead benchmark runs without them.
 type instruments struct {
-	tracer   trace.Tracer
+	tracer trace.Tracer
+	// idleTP and idleMP are OpenTelemetry's default global providers, kept
+	// when the Locker took its instruments from them: while they are still
+	// the global ones no SDK is installed, so every span would be a no-op
+	// and every measurement dropped, and the hot path skips them (their
+	// allocations were a measurable part of an uncontended acquire +
+	// release). Once a program installs an SDK the global providers change,
+	// and the instruments, which delegate to the SDK from then on, record.
+	// nil when a provider was given or an SDK was already installed.
+	idleTP   trace.TracerProvider
+	idleMP   metric.MeterProvider
 	acquire  metric.Float64Histogram
 	hold     metric.Float64Histogram
 	waiters  metric.Int64UpDownCounter
@@ -41,6 +53,12 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	const scope = telemetry.ScopePrefix + "lock"
 	m := mp.Meter(scope)
 	in := &instruments{tracer: tp.Tracer(scope)}
+	if isDefaultGlobal(tp) {
+		in.idleTP = tp
+	}
+	if isDefaultGlobal(mp) {
+		in.idleMP = mp
+	}
 	var errs [6]error
 	in.acquire, errs[0] = m.Float64Histogram(telemetry.AcquireDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time TryAcquire and Acquire took, waiting included, by outcome."))
@@ -57,6 +75,26 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) (*instrume
 	return in, errors.Join(errs[:]...)
 }
 
+// isDefaultGlobal reports whether p is one of OpenTelemetry's default
+// global providers, which delegate to an SDK once one is installed and
+// record nothing before. A provider of any other type counts as recording.
+func isDefaultGlobal(p any) bool {
+	t := reflect.TypeOf(p)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// tracing reports whether spans may record: a provider was given, or an
+// SDK has been installed as the global one since the Locker was made.
+func (in *instruments) tracing() bool {
+	return in.idleTP == nil || otel.GetTracerProvider() != in.idleTP
+}
+
+// metering reports whether measurements may be kept, as tracing does for
+// spans.
+func (in *instruments) metering() bool {
+	return in.idleMP == nil || otel.GetMeterProvider() != in.idleMP
+}
+
 // startAcquire starts the span of an acquisition and counts a waiter when
 // the caller may wait.
 func (in *instruments) startAcquire(ctx context.Context, name, resource string, waiting bool) (context.Context, trace.Span) {
@@ -65,6 +103,9 @@ func (in *instruments) startAcquire(ctx context.Context, name, resource string, 
 	}
 	if waiting {
 		in.waiters.Add(ctx, 1)
+	}
+	if !in.tracing() {
+		return ctx, nil
 	}
 	ctx, span := in.tracer.Start(ctx, name, telemetry.ClientSpan...)
 	if span.IsRecording() {
@@ -91,7 +132,12 @@ func (in *instruments) endAcquire(ctx context.Context, span trace.Span, start ti
 	default:
 		o = outcomeError
 	}
-	in.acquire.Record(ctx, time.Since(start).Seconds(), o.Record...)
+	if in.metering() {
+		in.acquire.Record(ctx, time.Since(start).Seconds(), o.Record...)
+	}
+	if span == nil {
+		return
+	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.KeyOutcome.String(o.Name))
 		if lease != nil {
@@ -112,7 +158,9 @@ func (in *instruments) ended(granted time.Time, err error) {
 		return
 	}
 	ctx := context.Background()
-	in.hold.Record(ctx, time.Since(granted).Seconds())
+	if in.metering() {
+		in.hold.Record(ctx, time.Since(granted).Seconds())
+	}
 	if !errors.Is(err, ErrReleased) {
 		in.lost.Add(ctx, 1)
 	}
@@ -143,7 +191,7 @@ func (in *instruments) renewed(err error) {
 
 // startLeaseOp starts the span of an operation on a lease.
 func (in *instruments) startLeaseOp(ctx context.Context, name string, f fence.Fence) (context.Context, trace.Span) {
-	if in == nil {
+	if in == nil || !in.tracing() {
 		return ctx, nil
 	}
 	ctx, span := in.tracer.Start(ctx, name, telemetry.ClientSpan...)
@@ -153,7 +201,7 @@ func (in *instruments) startLeaseOp(ctx context.Context, name string, f fence.Fe
 
 // endLeaseOp ends a lease operation's span.
 func (in *instruments) endLeaseOp(span trace.Span, err error) {
-	if in == nil {
+	if in == nil || span == nil {
 		return
 	}
 	reason := ""
