@@ -20,10 +20,13 @@ type Lease struct {
 	keyBuf [numKeys]string
 	// holderArg is f.Holder as a script argument, converted once.
 	holderArg any
-	acq       string    // this acquisition's id in an owner's hold record; "" without owner
-	granted   time.Time // when the grant was sent, for the hold-time metric
-	f         fence.Fence
-	life      life
+	// tryMS are the uncontended try's lease and token-state life in ms,
+	// sent by pointer (see Locker.tryAcquire).
+	tryMS   [2]int64
+	acq     string    // this acquisition's id in an owner's hold record; "" without owner
+	granted time.Time // when the grant was sent, for the hold-time metric
+	f       fence.Fence
+	life    life
 }
 
 // Fence returns what the holder presents to storage with each read and

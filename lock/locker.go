@@ -333,7 +333,12 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	// holder for its release, extensions and renewals.
 	lease := &Lease{l: l, acq: acq}
 	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
-	var holderArg any = holder
+	// Pointers into the Lease box without allocating (go-redis writes a
+	// *string or *int64 as its value), where a string or a number would
+	// each cost an allocation on every grant.
+	lease.f.Holder = holder
+	var holderArg any = &lease.f.Holder
+	lease.tryMS = [2]int64{ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
 	sent := time.Now()
 	var (
 		kind, n, third int64
@@ -349,10 +354,10 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		var args []any
 		if a.ordered {
 			args = []any{"evalsha", tryHash, 3, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken], &lease.keyBuf[keyQueue],
-				holderArg, ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
+				holderArg, &lease.tryMS[0], &lease.tryMS[1]}
 		} else {
 			args = []any{"evalsha", tryHash, 2, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken],
-				holderArg, ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
+				holderArg, &lease.tryMS[0], &lease.tryMS[1]}
 		}
 		cmd := runScript(ctx, l.client, trySrc, args)
 		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
@@ -394,7 +399,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		if err == nil {
 			var place int64
 			if kind, n, third, place, err = parseAcquire(raw, &holder); kind == 2 {
-				holderArg = holder
+				lease.f.Holder = holder // holderArg points at it
 			} else if err == nil && kind == 1 && third == 1 {
 				l.tel.stateMissed(ctx)
 			} else if err == nil && kind == 0 && third > 0 {
