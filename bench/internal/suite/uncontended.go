@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sort"
 	"strconv"
@@ -13,8 +14,8 @@ import (
 
 // Uncontended is one uncontended acquire+release workload: every contender's
 // time per operation, measured with the contenders interleaved operation by
-// operation (each goroutine takes them in turn, in a rotating order), so
-// that all see the same load.
+// operation (each goroutine takes them in turn, in a new random order every
+// round), so that all see the same load.
 type Uncontended struct {
 	Name     string
 	Parallel int  // goroutines
@@ -49,13 +50,23 @@ func RunUncontended(ctx context.Context, lockers map[string]Locker, order []stri
 		go func() {
 			defer wg.Done()
 			mine := make([][]time.Duration, len(order))
+			// A new random order every round: with a fixed rotation each
+			// contender would nearly always run right after the same other
+			// one, and what that one leaves behind (its client's goroutines,
+			// the server's caches) would be charged to it. Seeded, so a run
+			// can be repeated.
+			rng := rand.New(rand.NewPCG(uint64(g), uint64(len(tag))))
+			perm := make([]int, len(order))
+			for i := range perm {
+				perm[i] = i
+			}
 			for i := range ops {
 				resource := tag + "-" + strconv.Itoa(g)
 				if fresh {
 					resource += "-" + strconv.Itoa(i)
 				}
-				for k := range order {
-					j := (i + k + g) % len(order)
+				rng.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
+				for _, j := range perm {
 					t0 := time.Now()
 					h, err := lockers[order[j]].TryAcquire(ctx, resource)
 					if err == nil {
