@@ -74,7 +74,8 @@
 //
 // A Locker reports metrics and spans through OpenTelemetry's global
 // providers unless [WithMeterProvider] or [WithTracerProvider] say
-// otherwise. The Redis settings fencekit wants (durability, eviction), the
+// otherwise; while no SDK is installed there it skips them at no cost, and
+// it records from the moment one is. The Redis settings fencekit wants (durability, eviction), the
 // keys and channels a resource uses, failover in Redis Cluster and with
 // Redlock, and what to alert on are in docs/operations.md in the
 // repository:

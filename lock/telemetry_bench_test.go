@@ -55,7 +55,8 @@ func BenchmarkInstrumentsOverhead(b *testing.B) {
 }
 
 // BenchmarkInstrumentsOnly measures the instruments alone, with no Redis: a
-// span and the acquire and hold metrics per grant, on the no-op providers.
+// span and the acquire and hold metrics per grant, on the default global
+// providers with no SDK installed, which the instruments skip.
 func BenchmarkInstrumentsOnly(b *testing.B) {
 	cfg := config{}
 	in, err := cfg.instruments()
