@@ -104,6 +104,10 @@ func TestFencedRedlockSurvivesNodeLoss(t *testing.T) {
 	res := run(t, workload.Config{
 		Locker: l, Counter: redisStorage().make(t), Mode: workload.Fenced,
 		TTL: 50 * time.Millisecond, // room for five nodes' round trips
+		// The faults take the first 500ms; the rest is for progress on the
+		// three nodes left, which a loaded machine was seen to need more
+		// than the default run's other 700ms for.
+		Duration: recoveryRun(t),
 		Fault: func(ctx context.Context) {
 			if sleepCtx(ctx, 300*time.Millisecond) {
 				srvs[0].Restart() // every lock and token state on it gone

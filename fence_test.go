@@ -43,6 +43,12 @@ func runFor(t *testing.T) time.Duration {
 	return 1200 * time.Millisecond
 }
 
+// recoveryRun is the length of a run that must show progress after a fault
+// in its first 600ms: long enough that a loaded machine recovers within it.
+func recoveryRun(t *testing.T) time.Duration {
+	return max(runFor(t), 3*time.Second)
+}
+
 // storage builds a fresh counter store for one run.
 type storage struct {
 	name string
@@ -233,8 +239,12 @@ func TestFencedSurvivesPostgresBackendTermination(t *testing.T) {
 	var killed int64
 	res := run(t, workload.Config{
 		Locker: sharedLocker(t), Counter: &workload.PostgresCounter{Pool: pool}, Mode: workload.Fenced,
+		// The terminations take the first 600ms; the rest is for progress,
+		// which a loaded machine (CI after other runs) was seen to need more
+		// than the default run's other 600ms for.
+		Duration: recoveryRun(t),
 		Fault: func(ctx context.Context) {
-			// Terminate for the first half of the run, then let it recover.
+			// Terminate for the first 600ms, then let it recover.
 			for i := 0; i < 6 && sleepCtx(ctx, 100*time.Millisecond); i++ {
 				var n int64
 				_ = admin.QueryRow(context.Background(),
