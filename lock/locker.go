@@ -361,10 +361,14 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 		cmd := runScript(ctx, l.client, trySrc, args)
 		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
-			// try_fast.lua's grant: the token alone, as text.
+			// try_fast.lua's grant: the token as text, followed by " 0"
+			// when no token state was found.
 			kind = 1
-			if n, err = strconv.ParseInt(tok, 10, 64); err != nil {
+			digits, missed := strings.CutSuffix(tok, " 0")
+			if n, err = strconv.ParseInt(digits, 10, 64); err != nil {
 				err = fmt.Errorf("unexpected reply %q", tok)
+			} else if missed {
+				l.tel.stateMissed(ctx)
 			}
 		} else {
 			var res []int64

@@ -168,7 +168,7 @@ func (in *instruments) ended(granted time.Time, err error) {
 
 // stateMissed records a grant that found no token state.
 func (in *instruments) stateMissed(ctx context.Context) {
-	if in == nil {
+	if in == nil || !in.metering() {
 		return
 	}
 	in.misses.Add(ctx, 1)

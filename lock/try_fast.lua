@@ -11,9 +11,10 @@
 -- so the shorter is the smaller, and at equal length the order of the
 -- text is that of the numbers. This spares a conversion to a number and
 -- back, which costs Redis more than the rest of the comparison.
--- Returns the token as a bulk string when the state was found, {1, token,
--- 1} when it was missing (the token came from the clock alone), and
--- try.lua's replies otherwise.
+-- Returns the token as a bulk string: "<token>" when the state was found,
+-- "<token> 0" when it was missing (the token came from the clock alone; a
+-- string, like the other grant, because an array costs Redis a table and
+-- the client an allocation per element), and try.lua's replies otherwise.
 if redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) == 0 then
   local v = redis.pcall('GET', KEYS[2])
   local t = redis.call('TIME')
@@ -21,7 +22,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) == 0 then
   if not v then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     redis.call('SET', KEYS[2], ts .. ' ' .. string.sub(ARGV[1], 1, 8), 'PX', ARGV[3])
-    return {1, tonumber(ts), 1}
+    return ts .. ' 0'
   end
   local d = type(v) == 'string' and string.match(v, '^(%d+) %S+$')
   if d and (#d < #ts or (#d == #ts and d < ts)) then
