@@ -57,8 +57,13 @@ func TestRedlockMessagesNameDeadNodes(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond) // below the node timeout
 	defer cancel()
 	_, err = twoDead.Acquire(short, "r", time.Second)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire with a short context = %v, want context.DeadlineExceeded", err)
+	// Either the context ends while go-redis still retries the dead nodes'
+	// dials, or go-redis, after the refusals above, fails their dials at
+	// once and the try ends without a quorum (seen on a loaded CI machine):
+	// a node error is not a refusal, so Acquire does not wait it out.
+	// Either way the message must name both dead nodes.
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("Acquire with a short context = %v, want context.DeadlineExceeded or ErrNoQuorum", err)
 	}
 	checkNodeMessage(t, "Acquire with a short context", err.Error(), "acquire", "node 1", "node 2")
 
