@@ -75,10 +75,10 @@
 // A Locker reports metrics and spans through OpenTelemetry's global
 // providers unless [WithMeterProvider] or [WithTracerProvider] say
 // otherwise; while no SDK is installed there it skips them at no cost, and
-// it records from the moment one is. The Redis settings fencekit wants (durability, eviction), the
-// keys and channels a resource uses, failover in Redis Cluster and with
-// Redlock, and what to alert on are in docs/operations.md in the
-// repository:
+// it records from the moment one is. The Redis settings fencekit wants
+// (durability, eviction), the keys and channels a resource uses, failover
+// in Redis Cluster and with Redlock, and what to alert on are in
+// docs/operations.md in the repository:
 // https://github.com/fencekit/fencekit/blob/main/docs/operations.md
 package lock
 

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -55,7 +56,7 @@ func RunUncontended(ctx context.Context, lockers map[string]Locker, order []stri
 			// one, and what that one leaves behind (its client's goroutines,
 			// the server's caches) would be charged to it. Seeded, so a run
 			// can be repeated.
-			rng := rand.New(rand.NewPCG(uint64(g), uint64(len(tag))))
+			rng := rand.New(rand.NewPCG(uint64(g), seedOf(tag)))
 			perm := make([]int, len(order))
 			for i := range perm {
 				perm[i] = i
@@ -95,6 +96,14 @@ func RunUncontended(ctx context.Context, lockers map[string]Locker, order []stri
 		u.P50[name] = percentile(s, 0.5)
 	}
 	return u, nil
+}
+
+// seedOf makes each workload's shuffles differ from the others' while a
+// rerun repeats them.
+func seedOf(tag string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(tag))
+	return h.Sum64()
 }
 
 // Cost is what one acquire+release costs a contender outside the timing:
