@@ -1,6 +1,7 @@
 // Command scriptcost counts the Redis server's work for one uncontended
 // acquire + release: fencekit's own, variants of fencekit's scripts that each
-// leave out one duty, and the floor with a token (see the report). Each runs
+// leave out one duty, the same scripts run as Redis functions (FCALL), the
+// floor with a token and the other contenders (see the report). Each runs
 // on a private redis-server started under valgrind's callgrind, once with n
 // pairs and once with 3n, and the figure is the difference in instructions
 // executed divided by 2n: the server's start and end cancel out, and an
@@ -200,10 +201,37 @@ func variants(dir string) ([]variant, error) {
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1]) return 1 end
 return 0`
 
+	// The same scripts as one library of Redis functions, called with FCALL
+	// instead of EVALSHA (loaded once per server, as a Locker would).
+	library := "#!lua name=fkscriptcost\n" +
+		"redis.register_function('fk_try', function(KEYS, ARGV)\n" + trySrc + "\nend)\n" +
+		"redis.register_function('fk_release', function(KEYS, ARGV)\n" + relSrc + "\nend)\n"
+	loaded := map[string]bool{}
+	functions := func(ctx context.Context, c *redis.Client, resource string) error {
+		if addr := c.Options().Addr; !loaded[addr] {
+			if err := c.FunctionLoadReplace(ctx, library).Err(); err != nil {
+				return fmt.Errorf("FUNCTION LOAD: %w", err)
+			}
+			loaded[addr] = true
+		}
+		k := keys(resource)
+		holder := fence.NewHolder()
+		if err := c.FCall(ctx, "fk_try", []string{k[0], k[1], k[3]}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		n, err := c.FCall(ctx, "fk_release", k[:5], fullArgs(holder)...).Int64()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("released %d", n)
+		}
+		return err
+	}
+
 	vs := []variant{
 		{"fencekit (its Locker)", "nothing", contender(suite.Fencekit)},
 		{"fencekit's scripts, run bare", "nothing (checks that the variants below are sent as the Locker sends)",
 			scripted(trySrc, relSrc, allKeys, fullArgs)},
+		{"fencekit's scripts as Redis functions", "nothing: the same scripts called with FCALL instead of EVALSHA",
+			functions},
 		{"release without hand-over's keys and arguments", "the keys and arguments a release needs only to hand the lock to a waiter in the same script (3 keys and 2 arguments)",
 			scripted(trySrc, plainRelease, func(k []string) []string { return []string{k[0], k[3]} }, func(h string) []any { return []any{h} })},
 		{"token state without the holder's tag", "what lets a client's retry of a grant get the grant's token back",
@@ -213,6 +241,10 @@ return 0`
 		{suite.FloorToken + " (the report's)", "all of the above, the give-up and owner branches, and the retry and bad-input handling",
 			contender(suite.FloorToken)},
 		{"bsm/redislock", "the token (a peer without one)", contender(suite.Redislock)},
+		{"go-redsync/redsync", "the token (a peer without one)", contender(suite.Redsync)},
+		{"rueidislock", "the token (a peer without one)", contender(suite.Rueidislock)},
+		{suite.FloorLua, "the token and the compare before the delete", contender(suite.FloorLua)},
+		{suite.Floor, "the scripts", contender(suite.Floor)},
 	}
 	return vs, nil
 }
