@@ -1,10 +1,12 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -49,6 +51,49 @@ func BudgetFor(t testing.TB) Budget {
 	}
 	t.Logf("budget %v, seed %d (replay: FENCEKIT_CHECK_SEED=%d)", b.Duration, b.Seed, b.Seed)
 	return b
+}
+
+// A negative control's run proves something about the checker only if its
+// broken variant actually went wrong in it: a write admitted that the sound
+// code would have refused, or applied on a stale read. How often that
+// happens in a few seconds depends on the machine's load, so a control's
+// run does not stop at its budget until its variant has counted
+// minExposed such writes (its exposures), and stops at exposureCap budgets
+// at the latest.
+const (
+	minExposed  = 3
+	exposureCap = 4
+)
+
+// runContext returns the context a run's workers run under. With exposed
+// nil (a sound run) it ends after b.Duration. Otherwise it ends once
+// b.Duration has passed and exposed holds at least minExposed, or after
+// exposureCap times b.Duration. The caller must call the cancel function.
+func runContext(b Budget, exposed *atomic.Int64) (context.Context, context.CancelFunc) {
+	if exposed == nil {
+		return context.WithTimeout(context.Background(), b.Duration)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), exposureCap*b.Duration)
+	go func() {
+		t := time.NewTimer(b.Duration)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for exposed.Load() < minExposed {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // String names the budget for logs and failures.

@@ -10,10 +10,10 @@ import (
 // write runs without the guard: it must reject most runs.
 func TestPostgresControlNoGuard(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) bool {
+	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgNoGuard)
 		reportPostgres(t, b, res)
-		return res.verdict.Result == porcupine.Illegal
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
 
@@ -22,9 +22,9 @@ func TestPostgresControlNoGuard(t *testing.T) {
 // must reject most runs.
 func TestPostgresControlReadOutside(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) bool {
+	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgReadOutside)
 		reportPostgres(t, b, res)
-		return res.verdict.Result == porcupine.Illegal
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }

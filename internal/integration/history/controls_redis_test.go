@@ -22,8 +22,9 @@ import (
 // it reads the key's mark and version, decides by the fence rule in the
 // client, and then writes, in two round trips. Another holder can be
 // admitted between the read and the write, and is then overwritten by an
-// older fence.
-func clientSideSet(ctx context.Context, c *goredis.Client, rkey string, f fence.Fence, expected int64, d string) (int64, error) {
+// older fence. It counts in exposed the writes that went wrong: those made
+// after the key's version moved past the one read.
+func clientSideSet(ctx context.Context, c *goredis.Client, rkey string, f fence.Fence, expected int64, d string, exposed *atomic.Int64) (int64, error) {
 	vals, err := c.HMGet(ctx, rkey, "ver", "tok", "hold").Result()
 	if err != nil {
 		return 0, err
@@ -42,23 +43,35 @@ func clientSideSet(ctx context.Context, c *goredis.Client, rkey string, f fence.
 	// A client pays a round trip between its read and its write, and may be
 	// slow to send the write: up to 10 ms here.
 	time.Sleep(time.Duration(mrand.IntN(10_000)) * time.Microsecond)
+	// The test looks again to count a write that goes wrong; the write
+	// does not use it.
+	now, lookErr := c.HGet(ctx, rkey, "ver").Int64()
 	err = c.HSet(ctx, rkey, "v", d, "ver", ver+1, "tok", int64(f.Token), "hold", f.Holder, "res", f.Resource).Err()
+	if err == nil && lookErr == nil && now != ver {
+		exposed.Add(1)
+	}
 	return ver + 1, err
 }
 
 // freshIDRetries is the go-redis hook of the second negative control: it
 // retries a command that met a network error or a timeout, as go-redis
 // does, but gives each retry of a write a new write id, as a store without
-// the retry record would see it: the retry runs as a new write.
-type freshIDRetries struct{}
+// the retry record would see it: the retry runs as a new write. It counts in
+// resent the commands it sent again so, and in exposed those whose first
+// run had already written (its record exists, looked up through direct, a
+// client without faults): their resend writes a second time.
+type freshIDRetries struct {
+	direct          *goredis.Client
+	resent, exposed *atomic.Int64
+}
 
-func (freshIDRetries) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h freshIDRetries) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
-func (freshIDRetries) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+func (h freshIDRetries) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
 }
 
-func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+func (h freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		err := next(ctx, cmd)
 		for range 3 {
@@ -66,8 +79,13 @@ func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 			if err == nil || errors.As(err, &reply) || ctx.Err() != nil {
 				return err
 			}
-			if renewWriteID(cmd.Args()) {
-				doubled.Add(1)
+			if old := renewWriteID(cmd.Args()); old != "" {
+				h.resent.Add(1)
+				lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				if n, err := h.direct.Exists(lctx, old).Result(); err == nil && n == 1 {
+					h.exposed.Add(1)
+				}
+				cancel()
 			}
 			cmd.SetErr(nil)
 			time.Sleep(8 * time.Millisecond)
@@ -81,7 +99,8 @@ func (freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 // replaces the call's record key ("{tag}fkr:<id>", among the keys) by a new
 // one in the same slot, so that the resend finds no record of the first run
 // and runs as a new write, as it would in a store without retry records.
-func renewWriteID(args []any) bool {
+// It returns the record key it replaced, or "" if the command has none.
+func renewWriteID(args []any) string {
 	for i, a := range args {
 		k, ok := a.(string)
 		if !ok || !strings.HasPrefix(k, "{") {
@@ -94,23 +113,20 @@ func renewWriteID(args []any) bool {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		args[i] = tag + "}fkr:control" + hex.EncodeToString(b[:])
-		return true
+		return k
 	}
-	return false
+	return ""
 }
-
-// doubled counts the writes that freshIDRetries sent again as new writes.
-var doubled atomic.Int64
 
 // TestRedisControlClientSide runs the Redis checker on fenced writes that
 // decide in the client between a read and a write: it must reject most
 // runs.
 func TestRedisControlClientSide(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "client-side read-then-write", func(t *testing.T, b Budget) bool {
+	rejectsMost(t, "client-side read-then-write", func(t *testing.T, b Budget) controlRun {
 		res := runRedis(t, b, redisClientSide)
 		reportRedis(t, b, res)
-		return res.verdict.Result == porcupine.Illegal
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
 
@@ -118,11 +134,10 @@ func TestRedisControlClientSide(t *testing.T) {
 // after a lost reply run as new writes: it must reject most runs.
 func TestRedisControlNoRecord(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "writes retried without the retry record", func(t *testing.T, b Budget) bool {
-		before := doubled.Load()
+	rejectsMost(t, "writes retried without the retry record", func(t *testing.T, b Budget) controlRun {
 		res := runRedis(t, b, redisNoRecord)
 		reportRedis(t, b, res)
-		t.Logf("%d writes sent again as new writes", doubled.Load()-before)
-		return res.verdict.Result == porcupine.Illegal
+		t.Logf("%d writes sent again as new writes, %d of them after their first run had written", res.resent, res.exposed)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }

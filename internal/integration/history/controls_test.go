@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -16,10 +17,21 @@ func controlRuns() int {
 	return 3
 }
 
+// controlRun is what one run of a negative control found: whether the
+// checker rejected its history, and how many times its broken variant went
+// wrong (see minExposed).
+type controlRun struct {
+	rejected bool
+	exposed  int64
+}
+
 // rejectsMost asserts that reject, run with controlRuns seeds, reports a
 // rejection in most of them. The runs share the budget, and last at least
 // three seconds each: shorter runs of the subtler variants race too seldom.
-func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) bool) {
+// Each run goes on past its share until its variant went wrong minExposed
+// times (runContext); a run that did not, even then, counts as not rejected,
+// and the failure says so, since it is the workload that fell short.
+func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) controlRun) {
 	if testing.Short() {
 		t.Skip("negative control: runs without -short (and in .ci/checkers)")
 	}
@@ -31,17 +43,29 @@ func rejectsMost(t *testing.T, name string, reject func(t *testing.T, b Budget) 
 	decided := func(rejected int) bool {
 		return os.Getenv("FENCEKIT_CHECK_TIME") == "" && 2*rejected > n
 	}
-	rejected, ran := 0, 0
+	rejected, ran, short := 0, 0, 0
+	var exposed []int64
 	for ; ran < n && !decided(rejected); ran++ {
 		run := Budget{Duration: b.Duration, Seed: b.Seed + uint64(ran)}
 		t.Run(strconv.FormatUint(run.Seed, 10), func(t *testing.T) {
-			if reject(t, run) {
+			res := reject(t, run)
+			t.Logf("%s: the variant went wrong %d times; the checker %s", name, res.exposed, map[bool]string{true: "rejected the history", false: "accepted the history"}[res.rejected])
+			if res.rejected {
 				rejected++
 			}
+			if res.exposed < minExposed {
+				short++
+			}
+			exposed = append(exposed, res.exposed)
 		})
 	}
-	t.Logf("%s: the checker rejected %d of %d runs of %v (seeds %d to %d; most of %d decide)", name, rejected, ran, b.Duration, b.Seed, b.Seed+uint64(ran)-1, n)
+	t.Logf("%s: the checker rejected %d of %d runs of %v or more (seeds %d to %d; most of %d decide); the variant went wrong %v times in them",
+		name, rejected, ran, b.Duration, b.Seed, b.Seed+uint64(ran)-1, n, exposed)
 	if 2*rejected <= n {
-		t.Fatalf("%s: the checker rejected only %d of %d runs of a broken variant; it must reject most", name, rejected, n)
+		msg := fmt.Sprintf("%s: the checker rejected only %d of %d runs of a broken variant; it must reject most", name, rejected, n)
+		if short > 0 {
+			msg += fmt.Sprintf(" (in %d of them the variant went wrong fewer than %d times in %v: the workload fell short)", short, minExposed, exposureCap*b.Duration)
+		}
+		t.Fatal(msg)
 	}
 }

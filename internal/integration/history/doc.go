@@ -19,8 +19,9 @@
 //   - redis_test.go, postgres_test.go: the checkers, with their workloads;
 //     nemesis_test.go: the faults; keys_test.go: the keys in use;
 //   - controls_*_test.go: the negative controls, broken variants that the
-//     checker must reject in most runs; model_test.go: the models on
-//     histories small enough to judge by hand.
+//     checker must reject in most runs, each run lasting until its variant
+//     has gone wrong a few times (runContext in budget.go);
+//   - model_test.go: the models on histories small enough to judge by hand.
 //
 // The seed replays a run's random choices, not its timing: on a real
 // network and servers two runs with one seed differ.

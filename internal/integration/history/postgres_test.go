@@ -79,6 +79,7 @@ type pgRun struct {
 	pauses   atomic.Int64
 	latency  atomic.Int64
 	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
+	exposed  atomic.Int64 // broken variants: writes that went wrong (see minExposed)
 
 	mu   sync.Mutex
 	errs map[string]int
@@ -91,6 +92,8 @@ type pgResult struct {
 	keys    int
 	faults  testenv.ProxyFaults
 	kills   int64
+	exposed int64
+	took    time.Duration // how long the workers ran: the budget, or longer for a control (see runContext)
 	verdict Verdict
 }
 
@@ -114,7 +117,7 @@ func TestPostgresLinearizable(t *testing.T) {
 func reportPostgres(t testing.TB, b Budget, res pgResult) {
 	t.Helper()
 	t.Logf("postgres: %d calls on %d rows in %v (%d left open), faults injected: %d backends terminated, %d replies lost, %d held for %v, %d connections cut; checked in %v: %s",
-		res.calls, res.keys, b.Duration, res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
+		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
 }
 
 func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
@@ -169,7 +172,12 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
 	}
 
-	rctx, cancel := context.WithTimeout(ctx, b.Duration)
+	var exposed *atomic.Int64
+	if variant != pgSound {
+		exposed = &r.exposed
+	}
+	start := time.Now()
+	rctx, cancel := runContext(b, exposed)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range pgWorkers {
@@ -178,8 +186,9 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	wg.Go(func() { r.killer(rctx, app, rand.New(rand.NewPCG(b.Seed, 1<<33))) })
 	nemesis(rctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 150*time.Millisecond, pgHold, &r.latency)
 	wg.Wait()
+	took := time.Since(start)
 
-	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used()}
+	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -330,11 +339,23 @@ func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d s
 		// write, and may be slow to send it: up to 10 ms here, as in the
 		// Redis store's client-side control.
 		time.Sleep(time.Duration(rand.IntN(10_000)) * time.Microsecond)
+		// It went wrong if the row changed since that read: the write
+		// then commits on a stale read. The test looks (locking the row,
+		// as the write would) to count it; the write does not use it.
+		var changed bool
 		if err == nil {
 			err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+				var now int64
+				if err := tx.QueryRow(ctx, `SELECT version FROM kv WHERE key = $1 FOR UPDATE`, key).Scan(&now); err != nil {
+					return err
+				}
+				changed = now != old.Version
 				_, err := tx.Exec(ctx, pgWriteSQL, key, d)
 				return err
 			})
+		}
+		if err == nil && changed {
+			r.exposed.Add(1)
 		}
 	} else {
 		err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
@@ -395,7 +416,14 @@ func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d st
 	c := r.invoke(w, in)
 	var err error
 	if r.variant == pgNoGuard {
-		_, err = r.pools[w].Exec(ctx, pgWriteSQL, key, d)
+		// It went wrong if the guard had already admitted a newer fence:
+		// the write of a superseded holder then lands. The statement
+		// reads the guard's token to count it; the write does not use it.
+		var newest *int64
+		err = r.pools[w].QueryRow(ctx, pgWriteSQL+` RETURNING (SELECT token FROM fencekit_guard WHERE resource = $3)`, key, d, f.Resource).Scan(&newest)
+		if err == nil && newest != nil && *newest > int64(f.Token) {
+			r.exposed.Add(1)
+		}
 	} else {
 		_, err = postgres.Exec(ctx, r.pools[w], f, postgres.Statement{SQL: pgWriteSQL, Args: []any{key, d}})
 	}

@@ -67,6 +67,8 @@ type redisRun struct {
 	pauses   atomic.Int64
 	latency  atomic.Int64 // latency changes
 	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
+	exposed  atomic.Int64 // broken variants: writes that went wrong (see minExposed)
+	resent   atomic.Int64 // redisNoRecord: commands resent as new writes
 
 	mu   sync.Mutex
 	errs map[string]int // errors that left calls open, by text
@@ -80,6 +82,9 @@ type redisResult struct {
 	keys    int
 	faults  testenv.ProxyFaults
 	retried int64
+	exposed int64
+	took    time.Duration // how long the workers ran: the budget, or longer for a control (see runContext)
+	resent  int64
 	verdict Verdict
 }
 
@@ -103,7 +108,7 @@ func TestRedisLinearizable(t *testing.T) {
 func reportRedis(t testing.TB, b Budget, res redisResult) {
 	t.Helper()
 	t.Logf("redis: %d calls on %d keys in %v (%d left open), faults injected: %d replies lost, %d held past the read timeout, %d connections cut; %d calls that may have been retried (a fault on their connection, or slower than the read timeout) got a definite answer; checked in %v: %s",
-		res.calls, res.keys, b.Duration, res.open, res.faults.Lost, res.faults.Held, res.faults.Cut, res.retried, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
+		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.faults.Lost, res.faults.Held, res.faults.Cut, res.retried, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
 }
 
 func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
@@ -114,7 +119,8 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 		t.Fatal(err)
 	}
 	t.Cleanup(locker.Close)
-	base := testenv.Redis(t).Options()
+	direct := testenv.Redis(t) // no proxy between it and the server
+	base := direct.Options()
 	r := &redisRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker,
 		keys: newKeyRing(redisKeySlots, redisKeyOps, redisKeyOpen), dataPrefix: prefix + "d:", errs: map[string]int{}}
 	for range redisWorkers {
@@ -126,7 +132,7 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 		}
 		c := goredis.NewClient(opt)
 		if variant == redisNoRecord {
-			c.AddHook(freshIDRetries{})
+			c.AddHook(freshIDRetries{direct: direct, resent: &r.resent, exposed: &r.exposed})
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := fkredis.New(c, fkredis.WithPrefix(r.dataPrefix))
@@ -136,7 +142,12 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 		r.proxies, r.clients, r.stores = append(r.proxies, p), append(r.clients, c), append(r.stores, s)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), b.Duration)
+	var exposed *atomic.Int64
+	if variant != redisSound {
+		exposed = &r.exposed
+	}
+	start := time.Now()
+	ctx, cancel := runContext(b, exposed)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range redisWorkers {
@@ -144,8 +155,9 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 	}
 	nemesis(ctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 40*time.Millisecond, 2*redisReadLimit+50*time.Millisecond, &r.latency)
 	wg.Wait()
+	took := time.Since(start)
 
-	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used()}
+	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), resent: r.resent.Load(), took: took}
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -330,7 +342,7 @@ func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d strin
 	var err error
 	switch {
 	case r.variant == redisClientSide:
-		v, err = clientSideSet(ctx, r.clients[w], r.keyOf(key), f, expected, d)
+		v, err = clientSideSet(ctx, r.clients[w], r.keyOf(key), f, expected, d, &r.exposed)
 	case expected >= 0:
 		v, err = r.stores[w].SetIfVersion(ctx, f, key, expected, []byte(d))
 	default:
