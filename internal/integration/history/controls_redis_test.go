@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
@@ -79,10 +80,10 @@ func (h freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 			if err == nil || errors.As(err, &reply) || ctx.Err() != nil {
 				return err
 			}
-			if old := renewWriteID(cmd.Args()); old != "" {
+			if old, write := renewWriteID(cmd.Args()); old != "" {
 				h.resent.Add(1)
 				lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if n, err := h.direct.Exists(lctx, old).Result(); err == nil && n == 1 {
+				if n, err := h.direct.Exists(lctx, old).Result(); err == nil && n == 1 && write {
 					h.exposed.Add(1)
 				}
 				cancel()
@@ -99,8 +100,11 @@ func (h freshIDRetries) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 // replaces the call's record key ("{tag}fkr:<id>", among the keys) by a new
 // one in the same slot, so that the resend finds no record of the first run
 // and runs as a new write, as it would in a store without retry records.
-// It returns the record key it replaced, or "" if the command has none.
-func renewWriteID(args []any) string {
+// It returns the record key it replaced, or "" if the command has none, and
+// whether the command writes a value: a get (the script's first argument,
+// right after the record key) that raised the mark leaves a record too, but
+// running it again changes nothing more.
+func renewWriteID(args []any) (string, bool) {
 	for i, a := range args {
 		k, ok := a.(string)
 		if !ok || !strings.HasPrefix(k, "{") {
@@ -113,9 +117,10 @@ func renewWriteID(args []any) string {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		args[i] = tag + "}fkr:control" + hex.EncodeToString(b[:])
-		return k
+		write := i+1 < len(args) && fmt.Sprint(args[i+1]) != "get"
+		return k, write
 	}
-	return ""
+	return "", false
 }
 
 // TestRedisControlClientSide runs the Redis checker on fenced writes that
