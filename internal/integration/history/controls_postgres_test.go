@@ -12,7 +12,7 @@ func TestPostgresControlNoGuard(t *testing.T) {
 	t.Parallel()
 	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgNoGuard)
-		reportPostgres(t, b, res)
+		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
@@ -24,7 +24,7 @@ func TestPostgresControlReadOutside(t *testing.T) {
 	t.Parallel()
 	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgReadOutside)
-		reportPostgres(t, b, res)
+		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }

@@ -130,7 +130,7 @@ func TestRedisControlClientSide(t *testing.T) {
 	t.Parallel()
 	rejectsMost(t, "client-side read-then-write", func(t *testing.T, b Budget) controlRun {
 		res := runRedis(t, b, redisClientSide)
-		reportRedis(t, b, res)
+		reportRedis(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
@@ -141,7 +141,7 @@ func TestRedisControlNoRecord(t *testing.T) {
 	t.Parallel()
 	rejectsMost(t, "writes retried without the retry record", func(t *testing.T, b Budget) controlRun {
 		res := runRedis(t, b, redisNoRecord)
-		reportRedis(t, b, res)
+		reportRedis(t, res)
 		t.Logf("%d writes sent again as new writes, %d of them after their first run had written", res.resent, res.exposed)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})

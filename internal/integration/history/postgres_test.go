@@ -101,7 +101,7 @@ func TestPostgresLinearizable(t *testing.T) {
 	t.Parallel()
 	b := BudgetFor(t)
 	res := runPostgres(t, b, pgSound)
-	reportPostgres(t, b, res)
+	reportPostgres(t, res)
 	if res.faults.Lost+res.faults.Held+res.faults.Cut+int(res.kills) == 0 {
 		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
 	}
@@ -114,7 +114,7 @@ func TestPostgresLinearizable(t *testing.T) {
 	}
 }
 
-func reportPostgres(t testing.TB, b Budget, res pgResult) {
+func reportPostgres(t testing.TB, res pgResult) {
 	t.Helper()
 	t.Logf("postgres: %d calls on %d rows in %v (%d left open), faults injected: %d backends terminated, %d replies lost, %d held for %v, %d connections cut; checked in %v: %s",
 		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)

@@ -92,7 +92,7 @@ func TestRedisLinearizable(t *testing.T) {
 	t.Parallel()
 	b := BudgetFor(t)
 	res := runRedis(t, b, redisSound)
-	reportRedis(t, b, res)
+	reportRedis(t, res)
 	if res.faults.Lost+res.faults.Held+res.faults.Cut == 0 {
 		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
 	}
@@ -105,7 +105,7 @@ func TestRedisLinearizable(t *testing.T) {
 	}
 }
 
-func reportRedis(t testing.TB, b Budget, res redisResult) {
+func reportRedis(t testing.TB, res redisResult) {
 	t.Helper()
 	t.Logf("redis: %d calls on %d keys in %v (%d left open), faults injected: %d replies lost, %d held past the read timeout, %d connections cut; %d calls that may have been retried (a fault on their connection, or slower than the read timeout) got a definite answer; checked in %v: %s",
 		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.faults.Lost, res.faults.Held, res.faults.Cut, res.retried, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
