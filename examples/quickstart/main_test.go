@@ -58,7 +58,6 @@ func TestQuickstart(t *testing.T) {
 		want := []string{
 			"",
 			"PostgreSQL: invoice 42 total is now " + total,
-			"PostgreSQL: invoice 42 marked paid",
 			"Redis: invoice:42:total is now " + total,
 		}
 		if len(lines) != len(want) || !fenceLine.MatchString(lines[0]) {

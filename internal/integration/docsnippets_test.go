@@ -93,7 +93,11 @@ const snippetParams = `ctx context.Context, locker *lock.Locker, client *redis.C
 var snippetPreambles = map[string]string{
 	// README, Coming from redsync or redislock.
 	`f, err := locker.FenceLock(ctx, mutex.Name(), mutex.Value()) // redsync, after mutex.Lock()`: `var mutex *redsync.Mutex`,
-	// README, MySQL: GORM and sqlx transactions.
+	// README, An ORM on database/sql: a GORM transaction.
+	`return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error { // gdb is a *gorm.DB`: `var gdb *gorm.DB
+type Account struct{ ID, Balance int64 }
+var id, amount int64`,
+	// docs/recipes.md, MySQL: GORM and sqlx transactions.
 	`err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {`: `var gdb *gorm.DB
 var dbx *sqlx.DB
 type Account struct{ ID, Balance int64 }
