@@ -47,6 +47,14 @@ type Locker struct {
 // New returns a Locker on client. client may be a *redis.Client, a
 // *redis.ClusterClient, a *redis.Ring or a failover client; every key of one
 // resource carries the same hash tag, so a resource lives in one slot.
+//
+// A Ring moves a resource to another shard while it counts the resource's
+// shard as down (a few missed heartbeats) and back when that shard answers
+// again, and no shard knows what the other granted: each move is a loss of
+// the lock's data, and a second holder may be granted while the first still
+// holds its lease (see Tokens and lost data in the package doc). Storage
+// fencing keeps their writes apart, but keep the fenced data off the Ring:
+// storage/redis refuses one.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", errInvalid)

@@ -11,7 +11,9 @@
 // Cluster slot (see Retries). A hash tag in the caller's key (such as
 // "{user42}:cart") decides that slot. The store takes the narrowest client it
 // needs, a [goredis.Scripter]: a *goredis.Client or a *goredis.ClusterClient
-// both serve. Key names, memory and eviction are in docs/operations.md in the
+// both serve. A *goredis.Ring does not, and [New] refuses it: a Ring moves a
+// shard's keys to another shard when it marks the shard down, and that shard
+// holds no mark to refuse a stale fence. Key names, memory and eviction are in docs/operations.md in the
 // repository: https://github.com/fencekit/fencekit/blob/main/docs/operations.md
 //
 // # Fenced operations

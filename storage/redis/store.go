@@ -21,11 +21,11 @@ const (
 
 	// DefaultRetryWindow is how long a call's retry record is kept when
 	// [WithRetryWindow] is not given and the client's options cannot be read
-	// (a client other than a *goredis.Client, *goredis.ClusterClient or
-	// *goredis.Ring). It covers go-redis's retries with its default options,
-	// which may resend a command up to about 232 s after its first run (see
-	// [WithRetryWindow] for the formula). For those three clients the
-	// default window is derived from their own options instead.
+	// (a client other than a *goredis.Client or *goredis.ClusterClient). It
+	// covers go-redis's retries with its default options, which may resend a
+	// command up to about 232 s after its first run (see [WithRetryWindow]
+	// for the formula). For those two clients the default window is derived
+	// from their own options instead.
 	DefaultRetryWindow = 4 * time.Minute
 
 	// MinRetryWindow is the shortest retry window [WithRetryWindow] accepts,
@@ -180,10 +180,9 @@ func WithMarkRetention(d time.Duration) Option {
 // DialerRetryTimeout, or the longest DialerRetryBackoff gives. A
 // *goredis.ClusterClient sends a command up to (MaxRedirects + 1) ×
 // (MaxRetries + 1) times, so its MaxRetries in the formula is that product
-// less one; a *goredis.Ring retries MaxRetries times itself. With go-redis's
-// defaults the horizon is about 232 s for a Client, a ClusterClient and a
-// Ring alike. A client that retries with its read, write or dial timeout
-// disabled has no horizon, and [New] refuses it: set the timeouts, or turn
+// less one. With go-redis's defaults the horizon is about 232 s for a
+// Client and a ClusterClient alike. A client that retries with its read,
+// write or dial timeout disabled has no horizon, and [New] refuses it: set the timeouts, or turn
 // retries off (MaxRetries -1, MaxRedirects -1).
 //
 // The options of any other client (a wrapper of your own) cannot be read:
@@ -210,13 +209,22 @@ func WithRetryWindow(d time.Duration) Option {
 }
 
 // New returns a store that runs its scripts on client: a *goredis.Client, a
-// *goredis.ClusterClient, a *goredis.Ring or anything else that runs Lua
-// scripts. It reports an error for a nil client, an invalid option, or a
-// retry window shorter than the client's retry horizon (see
-// [WithRetryWindow]), and sends nothing.
+// *goredis.ClusterClient or anything else that runs Lua scripts and sends
+// each key to the one server that holds it. It reports an error for a nil
+// client, an invalid option, or a retry window shorter than the client's
+// retry horizon (see [WithRetryWindow]), and sends nothing.
+//
+// New refuses a *goredis.Ring, and a client of one's own that holds one in a
+// field, with an error matching [fence.ErrInvalid]: a Ring sends the keys of
+// a shard it marks down to another shard, which holds no high-water mark for
+// them and would admit a stale fence. Wrap a Ring more deeply and New cannot
+// see it; the store is then as unsafe as the Ring.
 func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if client == nil || isNilPointer(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", errInvalidOption)
+	}
+	if err := refuseRing(client); err != nil {
+		return nil, err
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID()}
 	for _, opt := range opts {

@@ -29,8 +29,6 @@ func TestRetryWindowFromClientOptions(t *testing.T) {
 	}
 	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}})
 	t.Cleanup(func() { _ = cluster.Close() })
-	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": addr}})
-	t.Cleanup(func() { _ = ring.Close() })
 	tuned := client(&goredis.Options{
 		MaxRetries: 2, MaxRetryBackoff: 100 * time.Millisecond, PoolTimeout: time.Second,
 		DialTimeout: time.Second, DialerRetries: 1, ReadTimeout: time.Second, WriteTimeout: time.Second,
@@ -44,7 +42,6 @@ func TestRetryWindowFromClientOptions(t *testing.T) {
 		// + 5 s dial + 3 × 10 s handshake + 5 s write) = 232.2 s.
 		{"Client with go-redis's defaults", client(&goredis.Options{}), 233 * time.Second},
 		{"ClusterClient with go-redis's defaults", cluster, 233 * time.Second},
-		{"Ring with go-redis's defaults", ring, 233 * time.Second},
 		// 2 × (1 + 0.1 + 1 + 1 + 1 + 3 × 2 + 1) s = 22.2 s.
 		{"Client with its own timeouts", tuned, 23 * time.Second},
 		{"Client without retries", client(&goredis.Options{MaxRetries: -1}), MinRetryWindow},
