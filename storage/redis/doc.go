@@ -156,8 +156,9 @@
 // the key's version), and invalid fences [fence.ErrInvalidFence] (an empty
 // resource or holder, a token below 1, a resource longer than
 // [fence.MaxResourceLen] bytes). A key that holds another type, or a hash
-// this store did not write, gets [fence.ErrWrongType] naming the key, and is left
-// as it was. Empty keys ([fence.ErrInvalid]), bad options and arguments,
+// this store did not write (any hash whose fields and values are not exactly
+// of the shape the store writes), gets [fence.ErrWrongType] naming the key
+// from every call, and is left as it was. Empty keys ([fence.ErrInvalid]), bad options and arguments,
 // including a nil context and a retry window shorter than the client's
 // retries ([fence.ErrInvalid]), and ended contexts (an error matching
 // ctx.Err()) are reported before anything is sent; the invalid ones all

@@ -24,8 +24,9 @@ var (
 // [fence.ErrInvalid] and [fence.ErrWrongType].
 var (
 	// errWrongType means the Redis key of a value holds something this store
-	// did not write: another type (a string, a list, ...) or a hash without
-	// the store's fields. The key was left as it was.
+	// did not write: another type (a string, a list, ...) or a hash whose
+	// fields or values are not exactly of the shape the store writes. The key
+	// was left as it was.
 	errWrongType error = &kindError{"storage/redis: key holds data of another kind", fence.ErrWrongType}
 
 	// errInvalidKey means a value key was empty. Nothing was sent. It

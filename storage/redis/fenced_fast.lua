@@ -9,10 +9,19 @@
 -- (another fence, no value, an expiry, a resend, a retention to change, a
 -- key this store cannot use) goes on to fenced.lua, which reads the key
 -- again: nothing here has written. KEYS and ARGV are fenced.lua's.
+--
+-- A hash takes this path only in the exact shape this store gives it (see
+-- value.lua's is_ours): v, ver, tok, hold and res (which equal the fence,
+-- itself checked by the caller), rt or not, no other field, and a version
+-- and a retention of the store's form. One HLEN, the only command added to
+-- the HMGET, tells that no other field is there.
 local op = ARGV[1]
 if op ~= 'del' and string.sub(ARGV[6], 1, 1) ~= '-' then
   local h = redis.pcall('HMGET', KEYS[1], 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'rt')
-  if not h.err and h[1] and h[2] and not h[6] and h[3] == ARGV[3] and h[4] == ARGV[4] and h[5] == ARGV[2] then
+  if not h.err and h[1] and h[2] and not h[6] and h[3] == ARGV[3] and h[4] == ARGV[4] and h[5] == ARGV[2]
+      and #h[2] <= 15 and string.find(h[2], '^[1-9]%d*$')
+      and (not h[7] or (#h[7] <= 15 and string.find(h[7], '^[1-9]%d*$')))
+      and redis.call('HLEN', KEYS[1]) == (h[7] and 6 or 5) then
     local ver = tonumber(h[2])
     if op == 'get' then
       return {'OK', ver, h[1], 0}

@@ -28,23 +28,71 @@ local function clock(s)
   return s.now
 end
 
+-- is_count reports whether x is a count as this store writes one (a
+-- version, an expiry time, a retention): decimal digits without a leading
+-- zero, short enough to be exact as a Lua number.
+local function is_count(x)
+  return x == '0' or (#x <= 15 and string.find(x, '^[1-9]%d*$') ~= nil)
+end
+
+-- is_token reports whether x is a fence token as this store writes one: a
+-- positive int64 in decimal, without a leading zero.
+local function is_token(x)
+  return string.find(x, '^[1-9]%d*$') ~= nil and (#x < 19 or (#x == 19 and x <= '9223372036854775807'))
+end
+
+-- is_ours reports whether the hash whose fields read_value read into h, of
+-- n fields in all, has exactly the shape this store writes: ver always; v
+-- or not, exp only with v; tok, hold and res all three or none; rt or not;
+-- no other field; and every value of the form this store gives it. A hash
+-- of another shape is not this store's to read or write.
+local function is_ours(h, n)
+  local v, ver, tok, hold, res, exp, rt = h[1], h[2], h[3], h[4], h[5], h[6], h[7]
+  if not ver or not is_count(ver) then
+    return false
+  end
+  local fields = 1
+  if v then
+    fields = fields + 1
+  end
+  if exp then
+    if not v or not is_count(exp) then
+      return false
+    end
+    fields = fields + 1
+  end
+  if tok or hold or res then
+    if not (tok and hold and res) or hold == '' or res == '' or not is_token(tok) then
+      return false
+    end
+    fields = fields + 3
+  end
+  if rt then
+    if rt == '0' or not is_count(rt) then
+      return false
+    end
+    fields = fields + 1
+  end
+  return fields == n
+end
+
 -- read_value reads key's hash without writing. It returns the state, or nil
--- and the reply for a key this store cannot use (left as it is). The server
--- clock is read only when something needs it (see clock).
+-- and the reply for a key this store cannot use (left as it is): another
+-- type, or a hash of a shape this store does not write (see is_ours). The
+-- server clock is read only when something needs it (see clock).
 local function read_value(key)
   local h = redis.pcall('HMGET', key, 'v', 'ver', 'tok', 'hold', 'res', 'exp', 'rt')
-  local kind = 'hash'
   if h.err then
-    kind = redis.call('TYPE', key)['ok']
-  elseif not h[2] then
-    -- No version: a missing key, or a hash this store did not write.
-    kind = redis.call('TYPE', key)['ok']
+    return nil, {'WRONGTYPE', redis.call('TYPE', key)['ok']}
   end
-  if kind ~= 'none' and kind ~= 'hash' then
-    return nil, {'WRONGTYPE', kind}
-  end
-  if kind == 'hash' and not h[2] then
-    return nil, {'WRONGTYPE', 'hash without a version field'}
+  -- HMGET answered, so the key is a hash or missing; Redis keeps no empty hash.
+  local n = redis.call('HLEN', key)
+  local kind = 'none'
+  if n > 0 then
+    if not is_ours(h, n) then
+      return nil, {'WRONGTYPE', 'hash that this store did not write'}
+    end
+    kind = 'hash'
   end
   local s = {kind = kind, data = h[1], stored_ver = h[2], tok = h[3], hold = h[4], res = h[5],
              exp = h[6], rt = h[7], ver = tonumber(h[2] or '0')}
