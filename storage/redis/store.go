@@ -112,7 +112,10 @@ func WithPrefix(prefix string) Option {
 // A key whose value is live and does not expire is kept.
 //
 // This bounds the memory of deleted, expired and read-but-never-written keys,
-// at a price: once the hash is gone, any fence is admitted for the key again.
+// at a price: once the hash is gone, any fence is admitted for the key again,
+// and its version starts again from 0, so a [Store.CompareAndSet] that still
+// holds a version read before is admitted once the key has been written back
+// up to that version.
 // A holder that waits longer than d between its fenced read and its fenced
 // write of a missing value, or an old holder that wakes up after the key has
 // gone d without a value and without operations, is admitted. Choose d far
