@@ -11,8 +11,9 @@
 // admitted when its token is above the mark, or equal to it and presented by
 // the mark's holder ([fence.Admits]); admission raises the mark in the same
 // statement. [Guard] does this as the first statement of the caller's
-// transaction, with an INSERT ... ON DUPLICATE KEY UPDATE that leaves the
-// guard row exclusively locked until the transaction ends, so everything the
+// transaction ([InTx]: an UPDATE of the existing row; [Guard]: an INSERT ...
+// ON DUPLICATE KEY UPDATE) that leaves the guard row exclusively locked
+// until the transaction ends, so everything the
 // transaction then reads and writes is fenced: no older holder can be
 // admitted in between, and newer holders wait for it. A refused fence
 // returns a [*fence.StaleError] that carries the mark, which a lock uses to
@@ -33,7 +34,9 @@
 //     read-modify-write.
 //   - [Guard] fences a transaction you began yourself, for example one that
 //     an ORM hands you; [GuardAll] guards several resources, locking their
-//     rows in ascending order so two transactions cannot deadlock.
+//     rows in ascending order. Call [CreateGuardRows] first so that neither
+//     inserts a guard row inside your transaction: then two transactions
+//     cannot deadlock on guard rows.
 //   - [Once] runs a piece of work at most once per key, across fences,
 //     instances and retries, by committing a completion record with it.
 //   - [Table.Update] and [Table.Upsert] fence single rows of a table that
@@ -88,7 +91,19 @@
 // trips, and without interpolateParams=true in the DSN the driver prepares
 // every statement that has arguments (one more round trip each). A fenced
 // write is BEGIN, guard, your statements and COMMIT; the guard adds a
-// locking read only on a resource's first admission and on refusals.
+// locking read on refusals. A resource's first [InTx] or [Once] also reads
+// the missing row, rolls back, creates the row and begins again.
+//
+// # Deadlocks on guard rows
+//
+// InnoDB removes a row that a transaction inserted when that transaction
+// rolls back, and turns the row locks of transactions waiting for it into
+// gap locks; two of them then insert the row and deadlock. So no guard row
+// is inserted inside a transaction that can avoid it: [InTx] and [Once]
+// create a missing row (token 0, no holder: a row that admits every fence)
+// in a statement committed on its own, and [CreateGuardRows] does the same
+// for callers of [Guard] and [GuardAll]. A guard of an existing row locks
+// that row alone, so guards in a common order never deadlock.
 //
 // # Panics
 //

@@ -44,7 +44,18 @@ const (
 	erCheckRead       = 1020 // ER_CHECKREAD, MariaDB's snapshot isolation
 	erNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
 	erBadField        = 1054 // ER_BAD_FIELD_ERROR
+	// A check constraint refused a row: a guard table from before
+	// migration 3, which refuses the rows that hold no mark yet.
+	erConstraintFailed     = 4025 // MariaDB's ER_CONSTRAINT_FAILED
+	erCheckConstraintFails = 3819 // MySQL's ER_CHECK_CONSTRAINT_VIOLATED
 )
+
+// isDeadlock reports whether err is the server's error 1213: the server
+// rolled back the whole transaction.
+func isDeadlock(err error) bool {
+	var myErr *mysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == erLockDeadlock
+}
 
 // RetryableError is a statement or transaction that the server rolled back
 // for a reason that a retry may cure. It matches [ErrRetryable] and wraps the
@@ -80,7 +91,7 @@ func translate(err error, guardSQL bool) error {
 	switch myErr.Number {
 	case erLockDeadlock, erLockWaitTimeout, erCheckRead:
 		return &RetryableError{Err: err}
-	case erNoSuchTable, erBadField:
+	case erNoSuchTable, erBadField, erConstraintFailed, erCheckConstraintFails:
 		if guardSQL {
 			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		}

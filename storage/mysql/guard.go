@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/sqlguard"
@@ -42,6 +43,29 @@ ON DUPLICATE KEY UPDATE
     updated_at = IF(? > token OR (? = token AND ? = holder), UTC_TIMESTAMP(6), updated_at),
     holder     = IF(? > token OR (? = token AND ? = holder), ?, holder),
     token      = IF(? > token OR (? = token AND ? = holder), ?, token)`
+
+	// admitSQL admits (token, holder) on a resource whose guard row exists,
+	// raising its mark. Arguments: token, holder, resource, token, token,
+	// holder. It changes the row exactly when it admits (admissions grows),
+	// so it counts 1 row for an admission and 0 for a refusal or a missing
+	// row whatever clientFoundRows says. On an existing row it takes only
+	// that row's lock (an equality search on the primary key), never a gap
+	// lock, so it cannot deadlock with an insert. At READ COMMITTED, InnoDB
+	// may skip a row another transaction holds when the row's last committed
+	// mark refuses the fence: the locking read of the mark that follows a
+	// count of 0 settles it.
+	admitSQL = `UPDATE fencekit_guard
+SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ?
+WHERE resource = ? AND (? > token OR (? = token AND ? = holder))`
+
+	// createSQL creates a resource's guard row with no mark yet (token 0,
+	// which admits every fence), committed on its own before the transaction
+	// that guards it. An existing row is left as it is. It is not INSERT
+	// IGNORE, which would also hide a check that an old schema still has
+	// (token >= 1: migration 3 of migrations.UpMySQL lifts it).
+	createSQL = `INSERT INTO fencekit_guard (resource, token, holder, admissions, updated_at)
+VALUES (?, 0, '', 0, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE resource = resource`
 
 	// markSQL reads a resource's mark. As a locking read it sees the newest
 	// committed row (and the transaction's own change) whatever the
@@ -87,6 +111,15 @@ const rowsChanged = 2
 // Admission does not depend on the connection's flags: the guard tells an
 // admission from a refusal by the affected-row count only where both
 // clientFoundRows settings agree, and reads the mark back otherwise.
+//
+// Deadlocks: a guard of a resource whose guard row exists locks that row
+// only, so guards never deadlock on rows that exist. A resource's first
+// guard inserts its row as part of tx; if tx then rolls back while two or
+// more other transactions wait for that row, InnoDB turns their waits into
+// gap locks and picks one of them as a deadlock victim (error 1213, an
+// error matching [ErrRetryable]), at every isolation level. Call
+// [CreateGuardRows] before the transaction to rule that out. [InTx] and
+// [Once] create missing rows themselves, before their transaction.
 func Guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.guard", &f)
 	err := guardChecked(ctx, tx, f)
@@ -147,10 +180,13 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 
 // GuardAll guards several resources in one transaction, as [Guard] does for
 // one. It locks their guard rows in ascending byte order of resource name,
-// whatever the order of fences, so two transactions guarding overlapping sets
-// can never deadlock on guard rows. A resource may appear only once. On the
-// first stale fence it returns that fence's [*fence.StaleError]; marks raised
-// before it are part of tx, which the caller must roll back.
+// whatever the order of fences, so two transactions guarding overlapping
+// sets of resources whose guard rows exist never deadlock on guard rows.
+// Rows it has to insert can deadlock as [Guard] says when a transaction
+// that inserted them rolls back; [CreateGuardRows] before the transaction
+// rules that out. A resource may appear only once. On the first stale fence
+// it returns that fence's [*fence.StaleError]; marks raised before it are
+// part of tx, which the caller must roll back.
 func GuardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.guard_all", nil)
 	err := guardAll(ctx, tx, fences...)
@@ -207,4 +243,168 @@ func readMark(ctx context.Context, db Querier, query, resource string) (fence.Fe
 	}
 	mark.Token = fence.Token(token)
 	return mark, nil
+}
+
+// errNoGuardRow is admitExisting's answer for a resource without a guard
+// row: the caller creates the row (createGuardRow) and begins again.
+var errNoGuardRow = errors.New("mysql: no guard row")
+
+// admitExisting admits f as the first statement of a transaction that
+// [InTx] or [Once] began, without ever inserting a guard row: a missing row
+// returns errNoGuardRow, and the caller rolls back, creates the row in a
+// statement of its own and begins again. Inside the transaction only
+// existing rows are locked, each by its own record lock, so two such
+// transactions never deadlock on guard rows.
+func admitExisting(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	t, h := int64(f.Token), f.Holder
+	// Twice at most: a second count of 0 comes with the row locked by tx
+	// (the locking read below), so the mark it is refused by is final.
+	for range 2 {
+		res, err := tx.ExecContext(ctx, admitSQL, h, t, f.Resource, t, t, h)
+		if err != nil {
+			return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return prefixed(fmt.Sprintf("mysql: guard %s", f), err)
+		}
+		if n == 1 {
+			return nil
+		}
+		mark, found, err := lockMark(ctx, tx, f.Resource)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return errNoGuardRow
+		case !fence.Admits(mark, f):
+			return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
+		}
+		// At READ COMMITTED the UPDATE skipped a row whose holder then
+		// rolled back, or the row was created between the two statements:
+		// the mark admits f, and tx now holds the row.
+	}
+	return prefixed(fmt.Sprintf("mysql: guard %s", f), errors.New("the guard row changed while it was locked"))
+}
+
+// lockMark reads a resource's mark with a locking read, reporting whether
+// its guard row exists.
+func lockMark(ctx context.Context, tx *sql.Tx, resource string) (fence.Fence, bool, error) {
+	mark := fence.Fence{Resource: resource}
+	var token int64
+	err := tx.QueryRowContext(ctx, markSQL, resource).Scan(&token, &mark.Holder)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return mark, false, nil
+	case err != nil:
+		return fence.Fence{}, false, prefixed(fmt.Sprintf("mysql: high-water mark of %q", resource), translate(err, true))
+	}
+	mark.Token = fence.Token(token)
+	return mark, true, nil
+}
+
+// createAttempts bounds how often createGuardRow runs its statement again
+// after a deadlock.
+const createAttempts = 5
+
+// createGuardRow creates resource's guard row, with no mark, in a
+// statement that commits on its own (db is not in a transaction). It waits
+// for a transaction that holds the row, and leaves an existing row as it
+// is. Its only deadlock is with another creator of the same row, after a
+// transaction that inserted that row in Guard or GuardAll rolled back:
+// since it holds nothing else, it runs again.
+func createGuardRow(ctx context.Context, db *sql.DB, resource string) error {
+	for i := 1; ; i++ {
+		_, err := db.ExecContext(ctx, createSQL, resource)
+		if err == nil {
+			return nil
+		}
+		err = translate(err, true)
+		if i < createAttempts && isDeadlock(err) {
+			continue
+		}
+		return prefixed(fmt.Sprintf("mysql: create the guard row of %q", resource), err)
+	}
+}
+
+// existsBatch is how many resources CreateGuardRows looks up per query.
+const existsBatch = 100
+
+// CreateGuardRows makes sure every resource has a guard row, creating the
+// missing ones with no mark (a row that admits every fence, as a missing
+// row does), each in a statement committed on its own. Call it before the
+// transaction in which [Guard] or [GuardAll] fences those resources: a
+// guard then only locks existing rows and never deadlocks on guard rows.
+// [InTx] and [Once] need no such call; they create the row themselves.
+//
+// It reads which rows exist without locking anything, so for resources
+// that have rows it costs one query and waits for nobody; creating a row
+// waits for a transaction that is inserting the same row. A resource that is
+// empty, longer than [fence.MaxResourceLen], not valid UTF-8 or holding a
+// NUL byte is refused with an error matching [fence.ErrInvalid] before
+// anything is sent. ctx bounds the statements.
+func CreateGuardRows(ctx context.Context, db *sql.DB, resources ...string) error {
+	ctx, span := startSpan(ctx, "fencekit.mysql.create_guard_rows", nil)
+	err := createGuardRows(ctx, db, resources)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func createGuardRows(ctx context.Context, db *sql.DB, resources []string) error {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return err
+	}
+	for _, r := range resources {
+		// The fence is only a vehicle for the resource's checks.
+		if err := (fence.Fence{Resource: r, Token: 1, Holder: "-"}).Validate(); err != nil {
+			return fmt.Errorf("mysql: CreateGuardRows: %w", err)
+		}
+	}
+	for len(resources) > 0 {
+		batch := resources[:min(len(resources), existsBatch)]
+		resources = resources[len(batch):]
+		missing, err := missingRows(ctx, db, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range missing {
+			if err := createGuardRow(ctx, db, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// missingRows returns the resources of batch that have no guard row.
+func missingRows(ctx context.Context, db *sql.DB, batch []string) ([]string, error) {
+	args := make([]any, len(batch))
+	for i, r := range batch {
+		args[i] = r
+	}
+	query := "SELECT resource FROM fencekit_guard WHERE resource IN (?" + strings.Repeat(", ?", len(batch)-1) + ")"
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, prefixed("mysql: CreateGuardRows", translate(err, true))
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var r []byte
+		if err := rows.Scan(&r); err != nil {
+			return nil, prefixed("mysql: CreateGuardRows", err)
+		}
+		found[string(r)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, prefixed("mysql: CreateGuardRows", translate(err, true))
+	}
+	var missing []string
+	for _, r := range batch {
+		if !found[r] {
+			missing = append(missing, r)
+			found[r] = true // a resource named twice is created once
+		}
+	}
+	return missing, nil
 }

@@ -43,7 +43,8 @@ const MaxOnceKeyLen = fence.MaxResourceLen
 // ran = false with a nil error when key's work had already committed (fn
 // is not called). ran means nothing when err is not nil.
 //
-// In one transaction Once guards f (as [InTx] does), writes key's record
+// In one transaction Once guards f (as [InTx] does, so it never deadlocks
+// on guard rows either), writes key's record
 // (f's resource, token and holder, and the time), runs fn and commits. So:
 //   - fn's error, or its panic, rolls everything back and records nothing:
 //     the key can run later. The error is returned as it is; a panic
@@ -106,10 +107,7 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 		span.SetAttributes(telemetry.KeyKey.String(key)) // valid UTF-8, checked above
 	}
 	ran := false
-	err := runTx(ctx, db, nil, "mysql: Once", func(ctx context.Context, tx *sql.Tx) error {
-		if err := guard(ctx, tx, f); err != nil {
-			return err
-		}
+	err := runGuarded(ctx, db, nil, "mysql: Once", f, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), f.Holder)
 		if err != nil {
 			return prefixed(fmt.Sprintf("mysql: once %q: completion record", key), translate(err, true))

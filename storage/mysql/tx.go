@@ -19,10 +19,17 @@ type TxFunc = func(ctx context.Context, tx *sql.Tx) error
 // If the guard, fn or the commit fails, the transaction is rolled back and
 // nothing fn did is kept.
 //
-// A stale f returns a [*fence.StaleError] without running fn. Deadlocks and
-// lock wait timeouts (errors 1213 and 1205), from the guard or from fn's
-// statements, return an error matching [ErrRetryable]; wrap InTx in [Retry]
-// to run it again. Other errors from fn are returned as they are.
+// A stale f returns a [*fence.StaleError] without running fn. InTx never
+// deadlocks on guard rows: a resource without a guard row gets one (with
+// no mark, which admits every fence) from a statement committed on its own
+// before the transaction begins, so inside the transaction the guard only
+// locks an existing row; and a deadlock on the guard statement (possible
+// only against a [Guard] that inserted the row in its own transaction)
+// begins the transaction again before fn runs. Deadlocks and lock wait
+// timeouts (errors 1213 and 1205) of fn's statements, and lock wait
+// timeouts of the guard, return an error matching [ErrRetryable]; wrap InTx
+// in [Retry] to run it again. Other errors from fn are returned as they
+// are.
 //
 // nil opts use the server's defaults (REPEATABLE READ on MySQL and MariaDB,
 // unless the server or DSN says otherwise); opts may set any isolation level
@@ -51,15 +58,62 @@ func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, f
 	if err := checkTx(ctx, db, opts, f, fn); err != nil {
 		return err
 	}
-	return runTx(ctx, db, opts, "mysql: InTx", func(ctx context.Context, tx *sql.Tx) error {
-		if err := guard(ctx, tx, f); err != nil {
-			return err
-		}
+	return runGuarded(ctx, db, opts, "mysql: InTx", f, func(ctx context.Context, tx *sql.Tx) error {
 		if err := fn(ctx, tx); err != nil {
 			return translate(err, false)
 		}
 		return nil
 	})
+}
+
+// guardStarts bounds how often [InTx] and [Once] begin their transaction:
+// again after finding no guard row, and after a deadlock on the guard
+// statement, both before fn runs.
+const guardStarts = 4
+
+// restartError is a deadlock on the guard statement, the transaction's
+// first: nothing of fn has run, so the transaction can begin again.
+type restartError struct{ err error }
+
+func (e *restartError) Error() string { return e.err.Error() }
+func (e *restartError) Unwrap() error { return e.err }
+
+// runGuarded runs body in a transaction whose first statement admits f.
+// The guard row is created, when missing, by a statement committed on its
+// own before the transaction begins (then it begins again), so inside the
+// transaction the guard only ever locks an existing row; a deadlock on the
+// guard statement (possible only against a Guard or GuardAll that inserted
+// the row in its own transaction) begins it again too. The last start
+// guards as [Guard] does, inserting the row if it is missing still.
+func runGuarded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string, f fence.Fence, body TxFunc) error {
+	for start := 1; ; start++ {
+		last := start == guardStarts
+		err := runTx(ctx, db, opts, op, func(ctx context.Context, tx *sql.Tx) error {
+			var err error
+			if last {
+				err = guard(ctx, tx, f)
+			} else {
+				err = admitExisting(ctx, tx, f)
+			}
+			if err != nil {
+				if !last && isDeadlock(err) {
+					return &restartError{err}
+				}
+				return err
+			}
+			return body(ctx, tx)
+		})
+		var restart *restartError
+		switch {
+		case errors.Is(err, errNoGuardRow):
+			if err := createGuardRow(ctx, db, f.Resource); err != nil {
+				return prefixed(op, err)
+			}
+		case errors.As(err, &restart):
+		default:
+			return err
+		}
+	}
 }
 
 // checkTx refuses what InTx and Once cannot use, before anything is sent.
