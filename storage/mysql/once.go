@@ -28,8 +28,12 @@ const (
 	onceClaimSQL = "INSERT IGNORE INTO fencekit_once (`key`, resource, token, holder, done_at)\n" +
 		"VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))"
 
-	// onceLookupSQL reads key's completion record.
-	onceLookupSQL = "SELECT resource, token, holder, done_at FROM fencekit_once WHERE `key` = ?"
+	// onceLookupSQL reads key's completion record with a shared locking
+	// read: it sees the newest committed record whatever the snapshot of
+	// the transaction it runs in, and waits for a transaction that is
+	// writing the record (an Once in flight) to end. LOCK IN SHARE MODE is
+	// understood by MySQL 8 (as FOR SHARE) and MariaDB alike.
+	onceLookupSQL = "SELECT resource, token, holder, done_at FROM fencekit_once WHERE `key` = ? LOCK IN SHARE MODE"
 )
 
 // MaxOnceKeyLen is the longest key, in bytes, that [Once] and [LookupOnce]
@@ -146,9 +150,16 @@ type OnceRecord struct {
 
 // LookupOnce returns the completion record of key: who ran its work, under
 // which fence, and when. A key whose work has not committed returns an
-// error matching [fence.ErrNotFound]. db may be a *sql.DB, a *sql.Conn or a
-// *sql.Tx. It reads the record whatever the DSN's parseTime says. A bad key
-// is refused before anything is sent. ctx bounds the query.
+// error matching [fence.ErrNotFound]. The answer is the newest committed
+// one whatever db is: a locking read sees past the snapshot of a *sql.Tx
+// (one that read before the work committed still finds its record), and a
+// key whose [Once] is in flight makes it wait for that Once to commit or
+// roll back. In a *sql.Tx the read holds a shared lock on the key's record
+// (or, when there is none, on the gap where it would go, at REPEATABLE
+// READ and SERIALIZABLE) until the transaction ends, so a Once of that key
+// waits for it. db may be a *sql.DB, a *sql.Conn or a *sql.Tx. It reads
+// the record whatever the DSN's parseTime says. A bad key is refused
+// before anything is sent. ctx bounds the query, including that wait.
 func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return OnceRecord{}, err

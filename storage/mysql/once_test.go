@@ -302,3 +302,57 @@ func TestOnceRaceOfTen(t *testing.T) {
 	}
 	t.Fatal("the check-then-run control never ran the work twice: the test cannot see a duplicate")
 }
+
+// TestLookupOnceInAnOlderSnapshot: a REPEATABLE READ transaction (and a
+// read-only one) that read before a Once committed still sees that Once's
+// record through LookupOnce, and a lookup of a key whose Once is in flight
+// waits for its outcome rather than report it missing.
+func TestLookupOnceInAnOlderSnapshot(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprint("read-only=", readOnly), func(t *testing.T) {
+			ctx, db := setup(t)
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: readOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			counter(t, ctx, tx) // the snapshot is taken here
+			f := fenceOf("job", 1, "h")
+			if ran, err := mysql.Once(ctx, db, f, "k", func(context.Context, *sql.Tx) error { return nil }); err != nil || !ran {
+				t.Fatalf("Once = %v, %v", ran, err)
+			}
+			rec, err := mysql.LookupOnce(ctx, tx, "k")
+			if err != nil || rec.Fence != f {
+				t.Fatalf("LookupOnce in the older snapshot = %+v, %v; want the record of %v", rec, err, f)
+			}
+		})
+	}
+	t.Run("in flight", func(t *testing.T) {
+		ctx, db := setup(t)
+		inside, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := mysql.Once(ctx, db, fenceOf("job", 1, "h"), "k", func(context.Context, *sql.Tx) error {
+				close(inside)
+				<-release
+				return nil
+			})
+			done <- err
+		}()
+		<-inside
+		looked := make(chan error, 1)
+		go func() { _, err := mysql.LookupOnce(ctx, db, "k"); looked <- err }()
+		select {
+		case err := <-looked:
+			t.Fatalf("LookupOnce answered %v while the Once was in flight", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-looked; err != nil {
+			t.Fatalf("LookupOnce after the Once committed = %v", err)
+		}
+	})
+}
