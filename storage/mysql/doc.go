@@ -68,6 +68,12 @@
 // fences, nil handles and unusable options are refused with an error
 // matching [fence.ErrInvalid] before anything is sent.
 //
+// Statements on fencekit's own tables send only values checked to fit
+// their columns, so they behave the same whatever the session's sql_mode. A
+// [Table]'s statements carry the caller's values, which the server would
+// cut short under a sql_mode that is not strict: they write nothing there
+// and return an error naming sql_mode.
+//
 // Table and column names are only ever quoted between backticks, with
 // backticks doubled, after validation (1 to 64 characters, valid UTF-8, no
 // NUL, no trailing space); values are only ever sent as placeholders.
@@ -140,6 +146,11 @@
 // migrations (VARBINARY, DATETIME(6), CHECK, a backquoted `key` column,
 // ROW_FORMAT=DYNAMIC and its 3072-byte index key limit); GET_LOCK and
 // RELEASE_LOCK (session-owned, released when the session ends); and error
-// numbers 1205, 1213, 1146 and 1054. MariaDB's SIMULTANEOUS_ASSIGNMENT
+// numbers 1205, 1213, 1146, 1054 and 3819 (MariaDB: 4025); INSERT ...
+// SELECT ... FROM DUAL WHERE ... ON DUPLICATE KEY UPDATE (which statement-based
+// binary logging flags as unsafe: use the default, row-based); FIND_IN_SET
+// on @@SESSION.sql_mode; LOCK IN SHARE MODE; information_schema.COLUMNS and
+// TABLE_CONSTRAINTS; and ALTER TABLE ... DROP CONSTRAINT (MySQL 8.0.19 and
+// later, which migration 3 needs). MariaDB's SIMULTANEOUS_ASSIGNMENT
 // sql_mode and its error 1020 have no MySQL counterpart.
 package mysql

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	drv "github.com/go-sql-driver/mysql"
+
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
@@ -59,4 +61,46 @@ func TestMessagesSayMySQLOnce(t *testing.T) {
 		t.Fatalf("InTx with a deadlock = %v, want ErrRetryable", err)
 	}
 	wantOnePrefix(t, "deadlock in InTx", err.Error())
+}
+
+// TestTableWithoutItsColumnsSaysHowToAddThem: a Table on a table without
+// the fence columns (or, for UpdateVersion, the version column) names the
+// missing columns and the ALTER TABLE that adds them, and still matches
+// the server's error; a missing column of the caller's is the server's
+// to report.
+func TestTableWithoutItsColumnsSaysHowToAddThem(t *testing.T) {
+	ctx, db := setup(t)
+	mustExec(t, ctx, db, `CREATE TABLE bare (id INT PRIMARY KEY, v INT)`)
+	mustExec(t, ctx, db, `CREATE TABLE half (id INT PRIMARY KEY, v INT, fence_token BIGINT)`)
+	mustExec(t, ctx, db, `INSERT INTO bare VALUES (1, 0)`)
+	f := fenceOf("r", 1, "h")
+	const server = "Error 1054 (42S22): Unknown column 'fence_token' in 'WHERE'"
+	for _, c := range []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"Update", func() error { return mysql.Table{Name: "bare", Key: "id"}.Update(ctx, db, f, 1, mysql.Set("v", 1)) },
+			`mysql: Table.Update of "bare": table "bare" lacks the columns of the row's fence (missing fence_token, fence_holder); add them with ALTER TABLE ` +
+				"`bare` ADD COLUMN `fence_token` BIGINT NULL, ADD COLUMN `fence_holder` VARBINARY(1024) NULL, or name the table's own in Table.Token and Table.Holder: " + server},
+		{"Upsert", func() error { return mysql.Table{Name: "half", Key: "id"}.Upsert(ctx, db, f, 1, mysql.Set("v", 1)) },
+			`mysql: Table.Upsert into "half": table "half" lacks the columns of the row's fence (missing fence_holder); add it with ALTER TABLE ` +
+				"`half` ADD COLUMN `fence_holder` VARBINARY(1024) NULL, or name the table's own in Table.Token and Table.Holder: Error 1054 (42S22): Unknown column 'fence_holder' in 'INSERT INTO'"},
+		{"UpdateVersion", func() error {
+			_, err := mysql.Table{Name: "bare", Key: "id"}.UpdateVersion(ctx, db, 1, 1, mysql.Set("v", 1))
+			return err
+		}, `mysql: Table.UpdateVersion of "bare": table "bare" lacks its version column (missing version); add it with ALTER TABLE ` +
+			"`bare` ADD COLUMN `version` BIGINT NOT NULL DEFAULT 1, or name the table's own in Table.Version: Error 1054 (42S22): Unknown column 'version' in 'WHERE'"},
+	} {
+		err := c.call()
+		var myErr *drv.MySQLError
+		if err == nil || err.Error() != c.want || !errors.As(err, &myErr) || myErr.Number != 1054 {
+			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
+		}
+	}
+	mustExec(t, ctx, db, `CREATE TABLE whole (id INT PRIMARY KEY, v INT, fence_token BIGINT, fence_holder VARBINARY(1024))`)
+	err := mysql.Table{Name: "whole", Key: "id"}.Update(ctx, db, f, 1, mysql.Set("nope", 1))
+	if err == nil || strings.Contains(err.Error(), "ALTER TABLE") {
+		t.Errorf("Update of a missing value column = %v, want the server's own error", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -41,6 +42,17 @@ const maxIdentLen = 64
 //
 // Give the holder column a binary type (VARBINARY(1024), or a utf8mb4 column
 // with a binary, no-pad collation) so that holders compare byte for byte.
+//
+// Every method writes only under a strict sql_mode (STRICT_TRANS_TABLES or
+// STRICT_ALL_TABLES, the server's default), where a key or value that does
+// not fit its column is an error: under another mode the server would cut
+// it short, and a key cut short names another row. The statement itself
+// checks the session's mode; under one that is not strict it changes
+// nothing and the method returns an error naming sql_mode. A NULL key (nil,
+// a nil pointer, an invalid sql.Null*) is refused before anything is sent
+// with an error matching [fence.ErrInvalid]. A table without the token and
+// holder columns (or, for UpdateVersion, the version column) gets an error
+// that gives the ALTER TABLE statement adding them.
 //
 // A row's own mark and the guard table's marks ([Guard], [InTx]) know nothing
 // of each other: a write fenced by one is not checked against marks in the
@@ -82,6 +94,8 @@ func Set(column string, v any) Assignment { return Assignment{Column: column, Va
 type table struct {
 	name, key, token, holder, version string
 	display                           string
+	// The names as given, for the catalog.
+	database, tableName, tokenCol, holderCol, versionCol string
 }
 
 // resolve validates t and values before anything is sent.
@@ -124,6 +138,12 @@ func (t Table) resolve(values []Assignment) (table, error) {
 		holder:  quoteIdent(c.Holder),
 		version: quoteIdent(c.Version),
 		display: display,
+
+		database:   t.Database,
+		tableName:  t.Name,
+		tokenCol:   c.Token,
+		holderCol:  c.Holder,
+		versionCol: c.Version,
 	}, nil
 }
 
@@ -192,8 +212,8 @@ func admitRowSQL(tokenCol, holderCol string) string {
 // admitted between the two statements makes such a write report stale.
 //
 // On a *sql.DB or *sql.Conn (autocommit), a connection that breaks or a ctx
-// that ends after the statement was sent returns an error matching
-// [fence.ErrOutcomeUnknown]. ctx bounds the statements.
+// that ends after the statement may have reached the server returns an
+// error matching [fence.ErrOutcomeUnknown]. ctx bounds the statements.
 func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_update", &f)
 	err := t.update(ctx, db, f, key, values...)
@@ -202,6 +222,7 @@ func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, v
 }
 
 func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
+	const op = "Table.Update"
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -212,6 +233,9 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err != nil {
 		return err
 	}
+	if err := r.checkKey(op, key); err != nil {
+		return err
+	}
 	var sb strings.Builder
 	args := make([]any, 0, len(values)+6)
 	sb.WriteString("UPDATE " + r.name + " SET ")
@@ -220,16 +244,16 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		args = append(args, v.Value)
 	}
 	tok, h := int64(f.Token), f.Holder
-	sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder))
+	sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder) + " AND " + strictSQL)
 	args = append(args, tok, h, key, tok, tok, h)
 	res, err := db.ExecContext(ctx, sb.String(), args...)
 	if err != nil {
-		return writeError(db, fmt.Sprintf("mysql: fenced update of %q", r.display), err)
+		return writeError(db, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, db, err, false))
 	}
 	if n, err := res.RowsAffected(); err != nil || n > 0 {
 		return err
 	}
-	return r.checkMark(ctx, db, f, key)
+	return r.checkMark(ctx, db, op, f, key, false)
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
@@ -243,7 +267,9 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 // that other row. When the affected-row count cannot tell an insert or an
 // admitted update from a refusal (clientFoundRows, or a write that changed
 // nothing), the row's mark is read in a second statement, as for
-// [Table.Update]. ctx bounds the statements.
+// [Table.Update]. A call that inserted a row never reports it not found:
+// should the key column convert the key (a value of another type), the
+// error says so. ctx bounds the statements.
 func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_upsert", &f)
 	err := t.upsert(ctx, db, f, key, values...)
@@ -252,6 +278,7 @@ func (t Table) Upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 }
 
 func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
+	const op = "Table.Upsert"
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -260,6 +287,9 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return err
+	}
+	if err := r.checkKey(op, key); err != nil {
 		return err
 	}
 	tok, h := int64(f.Token), f.Holder
@@ -283,36 +313,103 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	}
 	sets = append(sets, r.holder+" = IF("+admit+", ?, "+r.holder+")", r.token+" = IF("+admit+", ?, "+r.token+")")
 	args = append(args, tok, tok, h, h, tok, tok, h, tok)
-	query := "INSERT INTO " + r.name + " (" + strings.Join(cols, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)-1) +
-		") ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
+	// INSERT ... SELECT rather than VALUES, for the WHERE: under a sql_mode
+	// that would truncate the key or a value, nothing is inserted or
+	// updated, and checkMark says why.
+	query := "INSERT INTO " + r.name + " (" + strings.Join(cols, ", ") + ") SELECT ?" + strings.Repeat(", ?", len(cols)-1) +
+		" FROM DUAL WHERE " + strictSQL + " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
-		return writeError(db, fmt.Sprintf("mysql: fenced upsert into %q", r.display), err)
+		return writeError(db, fmt.Sprintf("mysql: %s into %q", op, r.display), r.markColumns(ctx, db, err, false))
 	}
 	if n, err := res.RowsAffected(); err != nil || n == rowsChanged {
 		return err
 	}
-	return r.checkMark(ctx, db, f, key)
+	return r.checkMark(ctx, db, op, f, key, true)
+}
+
+// strictSQL is true when the session's sql_mode makes a value that does not
+// fit its column an error rather than a truncated or converted value. A
+// Table's statements write only when it holds: a key cut short could write
+// another row than the caller's. Only the server knows the session's mode
+// (a DSN, a SET, the server's default), so each statement asks it.
+const strictSQL = "(FIND_IN_SET('STRICT_TRANS_TABLES', @@SESSION.sql_mode) > 0 OR FIND_IN_SET('STRICT_ALL_TABLES', @@SESSION.sql_mode) > 0)"
+
+// sqlModeError is a Table's refusal to write under a sql_mode that is not
+// strict.
+func sqlModeError(op, display, mode string) error {
+	return fmt.Errorf("mysql: %s on %q refused: sql_mode %q is not strict, so a key or value too long for its column would be cut short "+
+		"(a key cut short names another row); add STRICT_TRANS_TABLES (the server's default) to sql_mode, "+
+		"for example with sql_mode in the DSN; nothing was changed", op, display, mode)
+}
+
+// sessionModeSQL reports whether the session's sql_mode is strict, and
+// the mode.
+const sessionModeSQL = "SELECT " + strictSQL + ", @@SESSION.sql_mode"
+
+// checkSQLMode returns sqlModeError unless the session's mode is strict.
+func (r table) checkSQLMode(ctx context.Context, db Querier, op string) error {
+	var strict bool
+	var mode string
+	if err := db.QueryRowContext(ctx, sessionModeSQL).Scan(&strict, &mode); err != nil {
+		return prefixed(fmt.Sprintf("mysql: %s on %q: sql_mode", op, r.display), translate(err, false))
+	}
+	if !strict {
+		return sqlModeError(op, r.display, mode)
+	}
+	return nil
+}
+
+// checkKey refuses a NULL key before anything is sent: NULL equals no key,
+// and a nullable unique column holds any number of NULLs, so an Upsert
+// would insert a new row every time.
+func (r table) checkKey(op string, key any) error {
+	v := key
+	if valuer, ok := key.(driver.Valuer); ok && !sqlguard.IsNil(key) {
+		var err error
+		if v, err = valuer.Value(); err != nil {
+			return invalid("%s on %q: key %v: %v", op, r.display, key, err)
+		}
+	}
+	if sqlguard.IsNil(v) {
+		return invalid("%s on %q: NULL key: SQL NULL equals no key, and a nullable unique column holds any number of NULLs; pass the row's key", op, r.display)
+	}
+	return nil
 }
 
 // checkMark reads a row's mark after a fenced write that changed no row
 // (or whose count was ambiguous): f's own mark means the write was
-// admitted; any other is a refusal.
-func (r table) checkMark(ctx context.Context, db Querier, f fence.Fence, key any) error {
+// admitted; any other is a refusal. upsert says the write was an Upsert,
+// which leaves a row with key behind whenever the session's mode let it
+// run.
+func (r table) checkMark(ctx context.Context, db Querier, op string, f fence.Fence, key any, upsert bool) error {
 	var token sql.NullInt64
 	var holder sql.NullString
-	err := db.QueryRowContext(ctx, "SELECT "+r.token+", "+r.holder+" FROM "+r.name+" WHERE "+r.key+" = ? FOR UPDATE", key).Scan(&token, &holder)
+	var strict bool
+	err := db.QueryRowContext(ctx, "SELECT "+r.token+", "+r.holder+", "+strictSQL+" FROM "+r.name+" WHERE "+r.key+" = ? FOR UPDATE", key).Scan(&token, &holder, &strict)
 	if errors.Is(err, sql.ErrNoRows) {
-		return prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), fence.ErrNotFound)
+		if err := r.checkSQLMode(ctx, db, op); err != nil {
+			return err
+		}
+		if upsert {
+			// The write ran and left no row that the key finds: the
+			// column converted the key (a number of another type, a
+			// string in a column of another kind).
+			return fmt.Errorf("mysql: %s into %q wrote a row but finds no row with key %v: the key column converts that value; pass a key of the column's own type", op, r.display, key)
+		}
+		return prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), fence.ErrNotFound)
 	}
 	if err != nil {
-		return prefixed(fmt.Sprintf("mysql: mark of %q key %v", r.display, key), translate(err, false))
+		return prefixed(fmt.Sprintf("mysql: %s: mark of %q key %v", op, r.display, key), translate(err, false))
+	}
+	if !strict {
+		return r.checkSQLMode(ctx, db, op)
 	}
 	mark := fence.Fence{Resource: f.Resource, Token: fence.Token(token.Int64), Holder: holder.String}
 	if token.Valid && mark.Token == f.Token && mark.Holder == f.Holder {
 		return nil
 	}
-	return prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), &fence.StaleError{Fence: f, HighWater: mark})
+	return prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), &fence.StaleError{Fence: f, HighWater: mark})
 }
 
 // UpdateVersion writes values to the row whose key column equals key only if
@@ -333,11 +430,15 @@ func (t Table) UpdateVersion(ctx context.Context, db Querier, key any, version i
 }
 
 func (t Table) updateVersion(ctx context.Context, db Querier, key any, version int64, values ...Assignment) (int64, error) {
+	const op = "Table.UpdateVersion"
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return 0, err
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return 0, err
+	}
+	if err := r.checkKey(op, key); err != nil {
 		return 0, err
 	}
 	var sb strings.Builder
@@ -347,11 +448,11 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 		sb.WriteString(quoteIdent(v.Column) + " = ?, ")
 		args = append(args, v.Value)
 	}
-	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = ? AND " + r.version + " = ?")
+	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = ? AND " + r.version + " = ? AND " + strictSQL)
 	args = append(args, key, version)
 	res, err := db.ExecContext(ctx, sb.String(), args...)
 	if err != nil {
-		return 0, writeError(db, fmt.Sprintf("mysql: versioned update of %q", r.display), err)
+		return 0, writeError(db, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, db, err, true))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -361,16 +462,72 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 		return version + 1, nil
 	}
 	var actual sql.NullInt64
-	err = db.QueryRowContext(ctx, "SELECT "+r.version+" FROM "+r.name+" WHERE "+r.key+" = ?", key).Scan(&actual)
+	var strict bool
+	err = db.QueryRowContext(ctx, "SELECT "+r.version+", "+strictSQL+" FROM "+r.name+" WHERE "+r.key+" = ?", key).Scan(&actual, &strict)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), fence.ErrNotFound)
+		if err := r.checkSQLMode(ctx, db, op); err != nil {
+			return 0, err
+		}
+		return 0, prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), fence.ErrNotFound)
 	case err != nil:
-		return 0, prefixed(fmt.Sprintf("mysql: version of %q key %v", r.display, key), translate(err, false))
+		return 0, prefixed(fmt.Sprintf("mysql: %s: version of %q key %v", op, r.display, key), translate(err, false))
+	case !strict:
+		return 0, r.checkSQLMode(ctx, db, op)
 	case !actual.Valid:
-		return 0, prefixed(fmt.Sprintf("mysql: %q key %v", r.display, key), ErrNullVersion)
+		return 0, prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), ErrNullVersion)
 	}
 	return 0, &fence.ConflictError{Key: fmt.Sprintf("%s[%v]", r.display, key), Expected: version, Actual: actual.Int64}
+}
+
+// columnsSQL counts, for each of two column names, the columns of that
+// name in the table (database ?, or the current one when it is empty;
+// table ?). The catalog compares names case-insensitively, as MySQL does.
+const columnsSQL = `SELECT COALESCE(SUM(COLUMN_NAME = ?), 0), COALESCE(SUM(COLUMN_NAME = ?), 0) FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`
+
+// markColumns turns the server's error for an unknown column (1054) into
+// one that names the fence columns (or, for UpdateVersion, the version
+// column) the table lacks and the ALTER TABLE that adds them; other errors,
+// and an unknown column of the caller's, come back as they are. MySQL
+// keeps a transaction usable after such an error, so it asks the catalog
+// on any Querier.
+func (r table) markColumns(ctx context.Context, db Querier, err error, version bool) error {
+	var myErr *mysql.MySQLError
+	if !errors.As(err, &myErr) || myErr.Number != erBadField {
+		return err
+	}
+	want := []string{r.tokenCol, r.holderCol}
+	types := map[string]string{r.tokenCol: "BIGINT NULL", r.holderCol: "VARBINARY(1024) NULL"}
+	if version {
+		want = []string{r.versionCol, r.versionCol}
+		types = map[string]string{r.versionCol: "BIGINT NOT NULL DEFAULT 1"}
+	}
+	var has [2]int
+	if db.QueryRowContext(ctx, columnsSQL, want[0], want[1], r.database, r.tableName).Scan(&has[0], &has[1]) != nil {
+		return err
+	}
+	var missing, adds []string
+	for i, c := range want {
+		if has[i] == 0 && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+			adds = append(adds, "ADD COLUMN "+quoteIdent(c)+" "+types[c])
+		}
+	}
+	if len(missing) == 0 {
+		return err // a column of the caller's
+	}
+	fields := "in Table.Token and Table.Holder"
+	what := "the columns of the row's fence"
+	if version {
+		fields, what = "in Table.Version", "its version column"
+	}
+	them := "them"
+	if len(missing) == 1 {
+		them = "it"
+	}
+	return fmt.Errorf("table %q lacks %s (missing %s); add %s with ALTER TABLE %s %s, or name the table's own %s: %w",
+		r.display, what, strings.Join(missing, ", "), them, r.name, strings.Join(adds, ", "), fields, err)
 }
 
 // writeError describes a failed write. Outside a transaction the statement
