@@ -89,7 +89,12 @@
 // A context that ends while a COMMIT is in flight, or a connection that
 // breaks then, leaves the outcome unknown: [InTx] and [Once] return an error
 // matching [fence.ErrOutcomeUnknown] rather than guess. Calling [Once] again
-// with the same key tells the truth.
+// with the same key tells the truth. The same holds for a [Table]'s
+// statements outside a transaction. A call that never sent its statement
+// says so plainly instead: no connection could be dialled or greeted (the
+// Table calls take their connection from the pool before anything else), a
+// BEGIN that failed, or the driver's driver.ErrBadConn, which it returns
+// only when it wrote nothing.
 //
 // # Round trips
 //

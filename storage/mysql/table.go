@@ -213,7 +213,10 @@ func admitRowSQL(tokenCol, holderCol string) string {
 //
 // On a *sql.DB or *sql.Conn (autocommit), a connection that breaks or a ctx
 // that ends after the statement may have reached the server returns an
-// error matching [fence.ErrOutcomeUnknown]. ctx bounds the statements.
+// error matching [fence.ErrOutcomeUnknown]. A call that never sent its
+// statement (on a *sql.DB, no connection could be dialled or greeted
+// before ctx ended) returns a plain error matching its cause. ctx bounds
+// the statements, and getting a connection.
 func (t Table) Update(ctx context.Context, db Querier, f fence.Fence, key any, values ...Assignment) error {
 	ctx, span := startSpan(ctx, "fencekit.mysql.table_update", &f)
 	err := t.update(ctx, db, f, key, values...)
@@ -236,24 +239,27 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := r.checkKey(op, key); err != nil {
 		return err
 	}
-	var sb strings.Builder
-	args := make([]any, 0, len(values)+6)
-	sb.WriteString("UPDATE " + r.name + " SET ")
-	for _, v := range values {
-		sb.WriteString(quoteIdent(v.Column) + " = ?, ")
-		args = append(args, v.Value)
-	}
-	tok, h := int64(f.Token), f.Holder
-	sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder) + " AND " + strictSQL)
-	args = append(args, tok, h, key, tok, tok, h)
-	res, err := db.ExecContext(ctx, sb.String(), args...)
-	if err != nil {
-		return writeError(db, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, db, err, false))
-	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
-		return err
-	}
-	return r.checkMark(ctx, db, op, f, key, false)
+	return onConn(ctx, db, fmt.Sprintf("mysql: %s of %q", op, r.display), func(q Querier) error {
+		var sb strings.Builder
+		args := make([]any, 0, len(values)+6)
+		sb.WriteString("UPDATE " + r.name + " SET ")
+		for _, v := range values {
+			sb.WriteString(quoteIdent(v.Column) + " = ?, ")
+			args = append(args, v.Value)
+		}
+		tok, h := int64(f.Token), f.Holder
+		sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder) + " AND " + strictSQL)
+		args = append(args, tok, h, key, tok, tok, h)
+		res, err := q.ExecContext(ctx, sb.String(), args...)
+		if err != nil {
+			return writeError(q, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, q, err, false))
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		return r.checkMark(ctx, q, op, f, key, false)
+
+	})
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
@@ -292,40 +298,43 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := r.checkKey(op, key); err != nil {
 		return err
 	}
-	tok, h := int64(f.Token), f.Holder
-	cols := []string{r.key, r.token, r.holder}
-	args := make([]any, 0, 2*len(values)+14)
-	args = append(args, key, tok, h)
-	for _, v := range values {
-		cols = append(cols, quoteIdent(v.Column))
-		args = append(args, v.Value)
-	}
-	// Values first, then holder, then token: each condition sees the mark
-	// as it was, or (for token, under MySQL's left-to-right assignment) a
-	// holder raised only if the token is admitted, which leaves the answer
-	// unchanged. See guardSQL.
-	admit := admitRowSQL(r.token, r.holder)
-	sets := make([]string, 0, len(values)+2)
-	for _, v := range values {
-		c := quoteIdent(v.Column)
-		sets = append(sets, c+" = IF("+admit+", ?, "+c+")")
-		args = append(args, tok, tok, h, v.Value)
-	}
-	sets = append(sets, r.holder+" = IF("+admit+", ?, "+r.holder+")", r.token+" = IF("+admit+", ?, "+r.token+")")
-	args = append(args, tok, tok, h, h, tok, tok, h, tok)
-	// INSERT ... SELECT rather than VALUES, for the WHERE: under a sql_mode
-	// that would truncate the key or a value, nothing is inserted or
-	// updated, and checkMark says why.
-	query := "INSERT INTO " + r.name + " (" + strings.Join(cols, ", ") + ") SELECT ?" + strings.Repeat(", ?", len(cols)-1) +
-		" FROM DUAL WHERE " + strictSQL + " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
-	res, err := db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return writeError(db, fmt.Sprintf("mysql: %s into %q", op, r.display), r.markColumns(ctx, db, err, false))
-	}
-	if n, err := res.RowsAffected(); err != nil || n == rowsChanged {
-		return err
-	}
-	return r.checkMark(ctx, db, op, f, key, true)
+	return onConn(ctx, db, fmt.Sprintf("mysql: %s of %q", op, r.display), func(q Querier) error {
+		tok, h := int64(f.Token), f.Holder
+		cols := []string{r.key, r.token, r.holder}
+		args := make([]any, 0, 2*len(values)+14)
+		args = append(args, key, tok, h)
+		for _, v := range values {
+			cols = append(cols, quoteIdent(v.Column))
+			args = append(args, v.Value)
+		}
+		// Values first, then holder, then token: each condition sees the mark
+		// as it was, or (for token, under MySQL's left-to-right assignment) a
+		// holder raised only if the token is admitted, which leaves the answer
+		// unchanged. See guardSQL.
+		admit := admitRowSQL(r.token, r.holder)
+		sets := make([]string, 0, len(values)+2)
+		for _, v := range values {
+			c := quoteIdent(v.Column)
+			sets = append(sets, c+" = IF("+admit+", ?, "+c+")")
+			args = append(args, tok, tok, h, v.Value)
+		}
+		sets = append(sets, r.holder+" = IF("+admit+", ?, "+r.holder+")", r.token+" = IF("+admit+", ?, "+r.token+")")
+		args = append(args, tok, tok, h, h, tok, tok, h, tok)
+		// INSERT ... SELECT rather than VALUES, for the WHERE: under a sql_mode
+		// that would truncate the key or a value, nothing is inserted or
+		// updated, and checkMark says why.
+		query := "INSERT INTO " + r.name + " (" + strings.Join(cols, ", ") + ") SELECT ?" + strings.Repeat(", ?", len(cols)-1) +
+			" FROM DUAL WHERE " + strictSQL + " ON DUPLICATE KEY UPDATE " + strings.Join(sets, ", ")
+		res, err := q.ExecContext(ctx, query, args...)
+		if err != nil {
+			return writeError(q, fmt.Sprintf("mysql: %s into %q", op, r.display), r.markColumns(ctx, q, err, false))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == rowsChanged {
+			return err
+		}
+		return r.checkMark(ctx, q, op, f, key, true)
+
+	})
 }
 
 // strictSQL is true when the session's sql_mode makes a value that does not
@@ -441,6 +450,17 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	if err := r.checkKey(op, key); err != nil {
 		return 0, err
 	}
+	var next int64
+	err = onConn(ctx, db, fmt.Sprintf("mysql: %s of %q", op, r.display), func(q Querier) error {
+		var err error
+		next, err = r.updateVersion(ctx, q, op, key, version, values)
+		return err
+	})
+	return next, err
+}
+
+// updateVersion is [Table.UpdateVersion] on one session, after its checks.
+func (r table) updateVersion(ctx context.Context, q Querier, op string, key any, version int64, values []Assignment) (int64, error) {
 	var sb strings.Builder
 	args := make([]any, 0, len(values)+2)
 	sb.WriteString("UPDATE " + r.name + " SET ")
@@ -450,9 +470,9 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = ? AND " + r.version + " = ? AND " + strictSQL)
 	args = append(args, key, version)
-	res, err := db.ExecContext(ctx, sb.String(), args...)
+	res, err := q.ExecContext(ctx, sb.String(), args...)
 	if err != nil {
-		return 0, writeError(db, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, db, err, true))
+		return 0, writeError(q, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, q, err, true))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -463,17 +483,17 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	var actual sql.NullInt64
 	var strict bool
-	err = db.QueryRowContext(ctx, "SELECT "+r.version+", "+strictSQL+" FROM "+r.name+" WHERE "+r.key+" = ?", key).Scan(&actual, &strict)
+	err = q.QueryRowContext(ctx, "SELECT "+r.version+", "+strictSQL+" FROM "+r.name+" WHERE "+r.key+" = ?", key).Scan(&actual, &strict)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		if err := r.checkSQLMode(ctx, db, op); err != nil {
+		if err := r.checkSQLMode(ctx, q, op); err != nil {
 			return 0, err
 		}
 		return 0, prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), fence.ErrNotFound)
 	case err != nil:
 		return 0, prefixed(fmt.Sprintf("mysql: %s: version of %q key %v", op, r.display, key), translate(err, false))
 	case !strict:
-		return 0, r.checkSQLMode(ctx, db, op)
+		return 0, r.checkSQLMode(ctx, q, op)
 	case !actual.Valid:
 		return 0, prefixed(fmt.Sprintf("mysql: %s: %q key %v", op, r.display, key), ErrNullVersion)
 	}
@@ -530,14 +550,36 @@ func (r table) markColumns(ctx context.Context, db Querier, err error, version b
 		r.display, what, strings.Join(missing, ", "), them, r.name, strings.Join(adds, ", "), fields, err)
 }
 
+// onConn runs fn on a connection of its own when db is a *sql.DB, and on db
+// otherwise. Getting the connection first tells a call that never sent its
+// statement (no connection could be dialled or greeted, or the pool stayed
+// full until ctx ended: a plain error, matching its cause) from one whose
+// statement may have reached the server; and the statement and the read
+// that may follow it run in one session.
+func onConn(ctx context.Context, db Querier, op string, fn func(q Querier) error) error {
+	pool, ok := db.(*sql.DB)
+	if !ok {
+		return fn(db)
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return prefixed(op+": no connection, nothing was sent", err)
+	}
+	defer conn.Close()
+	return fn(conn)
+}
+
 // writeError describes a failed write. Outside a transaction the statement
-// commits by itself, so an error that is neither the server's answer nor a
-// connection the driver never wrote to leaves its outcome unknown; inside
-// one, the transaction cannot commit after such an error.
+// commits by itself, so an error that may have come after the statement
+// reached the server leaves its outcome unknown. Known outcomes: the
+// server's own answer (a *mysql.MySQLError), driver.ErrBadConn (the driver
+// returns it only when it wrote nothing) and sql.ErrConnDone (a closed
+// *sql.Conn). Inside a transaction, which cannot commit after such an
+// error, every error is plain.
 func writeError(db Querier, op string, err error) error {
 	var myErr *mysql.MySQLError
 	_, inTx := db.(*sql.Tx)
-	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
+	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
 		return prefixed(op, translate(err, false))
 	}
 	return &fence.OutcomeUnknownError{Op: op, Err: err}
