@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -38,7 +40,9 @@ const LockID int64 = 0x66656e63656b6974 // "fencekit" in ASCII
 //
 // ctx bounds the whole run, including waiting for the lock (which otherwise
 // gives up after five minutes). db must be a PostgreSQL database opened with a
-// database/sql driver such as github.com/jackc/pgx/v5/stdlib.
+// database/sql driver such as github.com/jackc/pgx/v5/stdlib; on a MySQL or
+// MariaDB database Up changes nothing and returns an error that says to call
+// [UpMySQL].
 func Up(ctx context.Context, db *sql.DB) error {
 	if db == nil {
 		return errors.New("migrations: nil *sql.DB")
@@ -46,14 +50,58 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
+	if isMySQLDriver(db) {
+		return errMySQL("")
+	}
 	p, err := newProvider(db)
 	if err != nil {
 		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
+		if v, ok := mySQLVersion(ctx, db); ok {
+			return fmt.Errorf("%w: %w", errMySQL(v), err)
+		}
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
+}
+
+// errMySQL is Up's refusal of a MySQL or MariaDB database (version, when
+// known, is the server's).
+func errMySQL(version string) error {
+	if version != "" {
+		version = " (" + version + ")"
+	}
+	return fmt.Errorf("migrations: Up applies fencekit's PostgreSQL migrations, but db is a MySQL or MariaDB database%s: call migrations.UpMySQL(ctx, db) instead", version)
+}
+
+// mySQLDriverPkg is the package of the MySQL driver's type. It is named,
+// not imported, so that importing this package registers no MySQL driver.
+const mySQLDriverPkg = "github.com/go-sql-driver/mysql"
+
+// isMySQLDriver reports whether db was opened with the MySQL driver.
+func isMySQLDriver(db *sql.DB) bool {
+	t := reflect.TypeOf(db.Driver())
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && t.PkgPath() == mySQLDriverPkg
+}
+
+// mySQLVersion asks a database on which the PostgreSQL migrations failed
+// for its version, and reports it when the server is MySQL or MariaDB
+// (behind a driver wrapper that isMySQLDriver cannot see through).
+// PostgreSQL's version() starts with "PostgreSQL"; MySQL's and MariaDB's
+// are a bare number, MariaDB's naming itself.
+func mySQLVersion(ctx context.Context, db *sql.DB) (string, bool) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
+		return "", false
+	}
+	if strings.Contains(v, "MariaDB") || (v != "" && v[0] >= '0' && v[0] <= '9') {
+		return v, true
+	}
+	return "", false
 }
 
 // UpPool is [Up] for programs that hold a pgx pool rather than a *sql.DB:

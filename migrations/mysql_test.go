@@ -3,11 +3,14 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 
 	"github.com/fencekit/fencekit/internal/harness/testenv"
@@ -184,5 +187,48 @@ func TestPlainGooseUsesTheMySQLFiles(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('fencekit_guard', 'fencekit_once')").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d fencekit tables survived goose down (%v)", n, err)
+	}
+}
+
+// TestUpOnMySQLPointsToUpMySQL: the PostgreSQL migrations run on a MySQL
+// database fail with a message that says which call to use, and create
+// nothing.
+func TestUpOnMySQLPointsToUpMySQL(t *testing.T) {
+	ctx := testCtx(t)
+	db := testenv.MySQL(t)
+	err := migrations.Up(ctx, db)
+	const want = "migrations: Up applies fencekit's PostgreSQL migrations, but db is a MySQL or MariaDB database: call migrations.UpMySQL(ctx, db) instead"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Up on MySQL:\n got %v\nwant %s", err, want)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d tables created (%v), want none", n, err)
+	}
+}
+
+// wrappedDriver hides the MySQL driver's type, as instrumenting wrappers
+// do.
+type wrappedDriver struct{ driver.Driver }
+
+type wrappedConnector struct{ driver.Connector }
+
+func (c wrappedConnector) Driver() driver.Driver { return wrappedDriver{c.Connector.Driver()} }
+
+// TestUpOnWrappedMySQLPointsToUpMySQL: behind a driver wrapper, Up finds
+// out from the server that it is MySQL or MariaDB once goose has failed,
+// and says to call UpMySQL.
+func TestUpOnWrappedMySQLPointsToUpMySQL(t *testing.T) {
+	ctx := testCtx(t)
+	conn, err := mysqldrv.NewConnector(testenv.MySQLConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(wrappedConnector{conn})
+	defer db.Close()
+	err = migrations.Up(ctx, db)
+	if err == nil || !strings.HasPrefix(err.Error(), "migrations: Up applies fencekit's PostgreSQL migrations, but db is a MySQL or MariaDB database (") ||
+		!strings.Contains(err.Error(), "call migrations.UpMySQL(ctx, db) instead") {
+		t.Fatalf("Up on a wrapped MySQL driver = %v", err)
 	}
 }

@@ -4,6 +4,19 @@
 // overwrite the work of the holder that came after it. Anything that works on
 // a *sql.Tx (GORM, sqlx, ent, sqlc) can fence its transactions with [Guard].
 //
+// # Importing it beside the driver
+//
+// This package and github.com/go-sql-driver/mysql are both named mysql.
+// Keep the name mysql for this package and import the driver as drv when
+// you use its names (drv.Config, drv.MySQLError), or blank when you only
+// open databases by name, as the examples do:
+//
+//	import (
+//		drv "github.com/go-sql-driver/mysql"
+//
+//		"github.com/fencekit/fencekit/storage/mysql"
+//	)
+//
 // # The guard table
 //
 // migrations.UpMySQL creates fencekit_guard, which keeps one high-water mark

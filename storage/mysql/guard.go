@@ -131,22 +131,43 @@ func guardChecked(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	if err := validate(f); err != nil {
+	if err := validate("Guard", f); err != nil {
 		return err
 	}
 	return guard(ctx, tx, f)
 }
 
 // validate checks f as every store does, and its holder against the guard
-// table's column.
-func validate(f fence.Fence) error {
-	if err := f.Validate(); err != nil {
-		return err
+// table's column. op names the call in the error, which matches
+// fence.ErrInvalidFence.
+func validate(op string, f fence.Fence) error {
+	err := f.Validate()
+	if err == nil && len(f.Holder) > MaxHolderLen {
+		err = fmt.Errorf("%w: holder of %d bytes is longer than mysql.MaxHolderLen (%d)", fence.ErrInvalidFence, len(f.Holder), MaxHolderLen)
 	}
-	if len(f.Holder) > MaxHolderLen {
-		return fmt.Errorf("mysql: %w: holder of %d bytes is longer than mysql.MaxHolderLen (%d)", fence.ErrInvalidFence, len(f.Holder), MaxHolderLen)
+	if err != nil {
+		return &fenceError{op: op, err: err}
 	}
 	return nil
+}
+
+// fenceError is a fence refused by op before anything was sent. Its message
+// names the package and the call, then the fence package's reason without
+// its own "fence: " prefix.
+type fenceError struct {
+	op  string
+	err error
+}
+
+func (e *fenceError) Error() string {
+	return "mysql: " + e.op + ": " + strings.TrimPrefix(e.err.Error(), "fence: ")
+}
+
+func (e *fenceError) Unwrap() error { return e.err }
+
+// validator returns validate for op, in the shape the shared code takes.
+func validator(op string) func(fence.Fence) error {
+	return func(f fence.Fence) error { return validate(op, f) }
 }
 
 func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
@@ -198,7 +219,7 @@ func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	sorted, err := store.SortFences(fences, validate)
+	sorted, err := store.SortFences(fences, validator("GuardAll"))
 	if err != nil {
 		return err
 	}
@@ -356,8 +377,8 @@ func createGuardRows(ctx context.Context, db *sql.DB, resources []string) error 
 	}
 	for _, r := range resources {
 		// The fence is only a vehicle for the resource's checks.
-		if err := (fence.Fence{Resource: r, Token: 1, Holder: "-"}).Validate(); err != nil {
-			return fmt.Errorf("mysql: CreateGuardRows: %w", err)
+		if err := validate("CreateGuardRows", fence.Fence{Resource: r, Token: 1, Holder: "-"}); err != nil {
+			return err
 		}
 	}
 	for len(resources) > 0 {

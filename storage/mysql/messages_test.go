@@ -9,6 +9,7 @@ import (
 
 	drv "github.com/go-sql-driver/mysql"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
@@ -102,5 +103,35 @@ func TestTableWithoutItsColumnsSaysHowToAddThem(t *testing.T) {
 	err := mysql.Table{Name: "whole", Key: "id"}.Update(ctx, db, f, 1, mysql.Set("nope", 1))
 	if err == nil || strings.Contains(err.Error(), "ALTER TABLE") {
 		t.Errorf("Update of a missing value column = %v, want the server's own error", err)
+	}
+}
+
+// TestZeroFenceNamesTheCall: a zero fence (what a caller holds after
+// ignoring the error of the call that should have made it) is refused
+// before anything is sent, by a message that names the package and the
+// call, and matches fence.ErrInvalidFence.
+func TestZeroFenceNamesTheCall(t *testing.T) {
+	ctx, db := setup(t)
+	var zero fence.Fence
+	const reason = "invalid fence: zero Fence: was an error from Acquire or FenceLock ignored?"
+	tx, _ := begin(t, ctx, db, sql.LevelRepeatableRead)
+	tbl := mysql.Table{Name: "counter", Key: "id"}
+	noop := func(context.Context, *sql.Tx) error { return nil }
+	for call, run := range map[string]func() error{
+		"InTx":         func() error { return mysql.InTx(ctx, db, nil, zero, noop) },
+		"Once":         func() error { _, err := mysql.Once(ctx, db, zero, "k", noop); return err },
+		"Guard":        func() error { return mysql.Guard(ctx, tx, zero) },
+		"GuardAll":     func() error { return mysql.GuardAll(ctx, tx, fenceOf("a", 1, "h"), zero) },
+		"Table.Update": func() error { return tbl.Update(ctx, db, zero, 1, mysql.Set("n", 1)) },
+		"Table.Upsert": func() error { return tbl.Upsert(ctx, db, zero, 1, mysql.Set("n", 1)) },
+	} {
+		err := run()
+		want := "mysql: " + call + ": " + reason
+		if !errors.Is(err, fence.ErrInvalidFence) || !errors.Is(err, fence.ErrInvalid) || err.Error() != want {
+			t.Errorf("%s with a zero fence:\n got %v\nwant %s", call, err, want)
+		}
+	}
+	if n, _ := counter(t, ctx, db); n != 0 {
+		t.Fatalf("counter = %d, want 0", n)
 	}
 }

@@ -101,7 +101,7 @@ func Once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 }
 
 func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc) (bool, error) {
-	if err := checkTx(ctx, db, nil, f, fn); err != nil {
+	if err := checkTx(ctx, "Once", db, nil, f, fn); err != nil {
 		return false, err
 	}
 	if err := checkOnceKey(key); err != nil {

@@ -229,7 +229,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
-	if err := validate(f); err != nil {
+	if err := validate(op, f); err != nil {
 		return err
 	}
 	r, err := t.resolve(values)
@@ -288,7 +288,7 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
-	if err := validate(f); err != nil {
+	if err := validate(op, f); err != nil {
 		return err
 	}
 	r, err := t.resolve(values)

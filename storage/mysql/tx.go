@@ -55,7 +55,7 @@ func InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, f
 }
 
 func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
-	if err := checkTx(ctx, db, opts, f, fn); err != nil {
+	if err := checkTx(ctx, "InTx", db, opts, f, fn); err != nil {
 		return err
 	}
 	return runGuarded(ctx, db, opts, "mysql: InTx", f, func(ctx context.Context, tx *sql.Tx) error {
@@ -117,7 +117,7 @@ func runGuarded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string,
 }
 
 // checkTx refuses what InTx and Once cannot use, before anything is sent.
-func checkTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
+func checkTx(ctx context.Context, op string, db *sql.DB, opts *sql.TxOptions, f fence.Fence, fn TxFunc) error {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func checkTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence
 	if opts != nil && opts.ReadOnly {
 		return invalid("a read-only transaction cannot be fenced: the guard writes its mark")
 	}
-	return validate(f)
+	return validate(op, f)
 }
 
 // runTx begins a transaction, runs body and commits, rolling back on any
