@@ -11,10 +11,17 @@
 // you use its names (drv.Config, drv.MySQLError), or blank when you only
 // open databases by name, as the examples do:
 //
+//	package app
+//
 //	import (
 //		drv "github.com/go-sql-driver/mysql"
 //
 //		"github.com/fencekit/fencekit/storage/mysql"
+//	)
+//
+//	var (
+//		cfg   = drv.NewConfig()                       // the driver's names
+//		users = mysql.Table{Name: "users", Key: "id"} // this package's
 //	)
 //
 // # The guard table
