@@ -280,9 +280,14 @@ func TestFencedSurvivesMySQLConnectionKills(t *testing.T) {
 	var killed int64
 	res := run(t, workload.Config{
 		Locker: sharedLocker(t), Counter: &workload.MySQLCounter{DB: db}, Mode: workload.Fenced,
+		// Long enough to recover after the kills even on a loaded machine,
+		// where each round of kills takes far longer than its pause.
+		Duration: max(runFor(t), 3*time.Second),
 		Fault: func(ctx context.Context) {
-			// Kill for the first half of the run, then let it recover.
-			for i := 0; i < 6 && sleepCtx(ctx, 100*time.Millisecond); i++ {
+			// Kill for six rounds or one second, whichever ends first, then
+			// let the workload recover for the rest of the run.
+			stop := time.Now().Add(time.Second)
+			for i := 0; i < 6 && time.Now().Before(stop) && sleepCtx(ctx, 100*time.Millisecond); i++ {
 				rows, err := admin.QueryContext(context.Background(),
 					`SELECT id FROM information_schema.PROCESSLIST WHERE db = ? AND id <> CONNECTION_ID()`, cfg.DBName)
 				if err != nil {
