@@ -1,0 +1,57 @@
+package pgcore
+
+// The guard table, its function and the completion table are created by
+// the migrations package and found through the connection's search_path.
+const (
+	// GuardSQL admits (resource, token, holder) and raises the mark, or
+	// returns no row when the fence is stale. ON CONFLICT DO UPDATE locks the
+	// conflicting row even when its WHERE is false, so a stale caller holds
+	// the row lock too and the mark it then reads is the one it lost to.
+	GuardSQL = `INSERT INTO fencekit_guard AS g (resource, token, holder)
+VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE
+    SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
+    WHERE EXCLUDED.token > g.token
+       OR (EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)
+RETURNING true`
+
+	// HighWaterSQL reads a resource's mark.
+	HighWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
+
+	// GuardAdmitSQL is the raising form of GuardSQL, for pipelined batches:
+	// a stale fence fails with SQLSTATE CodeStale and aborts the transaction.
+	GuardAdmitSQL = `SELECT fencekit_guard_admit($1, $2, $3)`
+
+	// OnceClaimSQL writes key's completion record unless one exists, and
+	// returns a row only when it wrote one. Against a record that another
+	// transaction wrote and has not yet ended, it waits for that transaction:
+	// at READ COMMITTED it then writes nothing if the other committed, and
+	// writes the record if the other rolled back.
+	OnceClaimSQL = `INSERT INTO fencekit_once (key, resource, token, holder)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO NOTHING
+RETURNING true`
+
+	// OnceLookupSQL reads key's completion record.
+	OnceLookupSQL = `SELECT resource, token, holder, done_at FROM fencekit_once WHERE key = $1`
+
+	// MissingColumnsSQL returns which of the columns $2 the table $1 (a
+	// quoted, possibly schema-qualified name) lacks, in the order given.
+	MissingColumnsSQL = `SELECT coalesce(array_agg(u.c ORDER BY u.o), '{}')
+FROM unnest($2::text[]) WITH ORDINALITY AS u(c, o)
+WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+	WHERE a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped)`
+)
+
+// AdmitRowSQL is the admission rule on a row's own columns, for $2 (token)
+// and $3 (holder); a NULL token is no mark.
+func AdmitRowSQL(tokenCol, holderCol string) string {
+	return "(" + tokenCol + " IS NULL OR " + tokenCol + " < $2 OR (" + tokenCol + " = $2 AND " + holderCol + " = $3))"
+}
+
+// MissingMarkColumnsSQL is MissingColumnsSQL for the two columns of a row's
+// mark, $2 (token) and $3 (holder), for drivers that send no arrays.
+const MissingMarkColumnsSQL = `SELECT coalesce(string_agg(u.c, ',' ORDER BY u.o), '')
+FROM unnest(ARRAY[$2, $3]::text[]) WITH ORDINALITY AS u(c, o)
+WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+	WHERE a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped)`

@@ -1,0 +1,91 @@
+package sqlguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// RunTx is the fenced transaction of a database/sql adapter: it begins a
+// transaction on db with opts, runs body and commits, rolling back on any
+// error or panic of body (the panic then continues). op names the call in
+// errors ("pgsql: InTx"); begin translates BeginTx's error. The COMMIT's
+// outcome is classified as [Store.Commit] does.
+func (s *Store) RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string,
+	begin func(error) error, notApplied func(error) (error, bool),
+	body func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", op, begin(err))
+	}
+	committing := false
+	defer func() {
+		// This runs when body panics too: the guard row and the connection
+		// must not outlive the call, or every later holder of the resource
+		// waits for a transaction nobody will end. The panic then continues.
+		if !committing {
+			// A rollback error adds nothing: the transaction is void either
+			// way, and database/sql discards a connection it cannot roll
+			// back.
+			_ = tx.Rollback()
+		}
+	}()
+	if err := body(ctx, tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: commit not sent: %w", op, err)
+	}
+	committing = true
+	return s.Commit(ctx, tx, op+" commit", notApplied)
+}
+
+// Commit commits tx and says whether the outcome is known. It returns as
+// soon as ctx ends: database/sql's Commit does not watch the context once
+// the COMMIT is sent (lib/pq waits for the reply however long it takes), so
+// it runs in another goroutine and finishes in the background.
+//
+// The outcome is known only when the error proves that nothing committed:
+// database/sql's own refusal to send (the bare ctx.Err() it returns when the
+// transaction's context ended first, or sql.ErrTxDone after it rolled back
+// for that context), or an error for which notApplied returns true (with
+// the error to return, already prefixed). Everything else, a context that
+// ends or a connection that breaks while COMMIT is in flight, returns a
+// [*fence.OutcomeUnknownError] for op.
+func (s *Store) Commit(ctx context.Context, tx *sql.Tx, op string, notApplied func(error) (error, bool)) error {
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done: // finished at the same moment: its answer counts
+		default:
+			return &fence.OutcomeUnknownError{Op: op, Err: ctx.Err()}
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil:
+		// The context ended first and database/sql rolled back instead of
+		// committing.
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case err == context.Canceled || err == context.DeadlineExceeded:
+		// database/sql's own check, before anything is sent; a driver that
+		// watched the context while COMMIT was in flight wraps it.
+		return fmt.Errorf("%s: not sent: %w", op, err)
+	case errors.Is(err, sql.ErrTxDone):
+		// fn ended the transaction itself: whether it committed is not ours
+		// to know.
+		return &fence.OutcomeUnknownError{Op: op, Err: fmt.Errorf("transaction already ended: %w", err)}
+	}
+	if known, ok := notApplied(err); ok {
+		return known
+	}
+	return &fence.OutcomeUnknownError{Op: op, Err: err}
+}

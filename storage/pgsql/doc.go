@@ -1,0 +1,107 @@
+// Package pgsql fences writes to PostgreSQL made through database/sql (pgx's
+// stdlib driver, lib/pq, and every ORM or query builder that runs on a
+// *sql.Tx: GORM, sqlx, ent, bun, sqlc) with the fences a lock hands out, so
+// that a holder whose lease expired while it was paused cannot overwrite the
+// work of the holder that came after it.
+//
+// It is storage/postgres for database/sql, with the shape of storage/mysql:
+// the same functions, the same signatures, the same errors. Programs that
+// hold a pgx pool use storage/postgres, which can also pipeline a fenced
+// write into one round trip; MySQL and MariaDB use storage/mysql.
+//
+// # The guard table, shared with storage/postgres
+//
+// The schema is storage/postgres's: apply it with migrations.Up(ctx, db) on
+// your *sql.DB. The guard table fencekit_guard keeps one high-water mark per
+// resource, and [Guard] sends the very statement storage/postgres sends, so a
+// database guarded through pgx and through database/sql at once keeps one
+// mark per resource: a fence admitted by one package refuses older fences in
+// the other. [Once] records completions in the same fencekit_once table.
+//
+// # Ways to use it
+//
+//   - [InTx] begins a transaction, guards one fence as its first statement,
+//     runs your function and commits, rolling back on any error. It is the
+//     usual fenced read-modify-write. Your function gets the *sql.Tx: hand it
+//     to your ORM (GORM: gorm.Open(postgres.New(postgres.Config{Conn: tx}));
+//     sqlx: wrap the *sql.Tx, or use sqlx.Tx.Tx).
+//   - [Guard] is the same guard inside a transaction you began yourself;
+//     make it the transaction's first statement. [GuardAll] guards several
+//     resources, locking their rows in one order so two transactions cannot
+//     deadlock.
+//   - [Table.Update] and [Table.Upsert] fence single rows of a table that
+//     carries its own token and holder columns, in one statement, and tell a
+//     stale fence from a missing row ([fence.ErrNotFound]).
+//     [Table.UpdateVersion] is optimistic locking on a version column.
+//   - [Once] runs a key's work at most once; [LookupOnce] reads its record.
+//   - [Retry] reruns a read-modify-write on serialization failures,
+//     deadlocks ([ErrRetryable]) and version conflicts.
+//
+// A refused fence returns an error, prefixed "pgsql:" like every error of the
+// package, that matches [fence.ErrStale] and wraps a [*fence.StaleError]
+// carrying the mark. Reads that a later write depends on must be fenced
+// too: guard first, then read.
+//
+// # Round trips
+//
+// database/sql sends one statement at a time, so the guard costs one round
+// trip of its own: [InTx] is BEGIN, the guard, your statements and COMMIT,
+// one round trip more than the same plain transaction. The guard is one
+// statement with its arguments as parameters; pgx's stdlib sends it in one
+// round trip once its statement cache holds it (the first use on a
+// connection prepares it), and in one round trip always with
+// default_query_exec_mode=simple_protocol. lib/pq sends a statement with
+// parameters as two round trips (parse and describe, then bind and
+// execute) unless the connection string sets binary_parameters=yes. A
+// refused fence costs a second statement, to read the mark it lost to.
+//
+// # Isolation levels and retries
+//
+// The guard is correct at every isolation level: at READ COMMITTED a holder
+// that waited for the guard row sees the mark its rival committed; at
+// REPEATABLE READ and SERIALIZABLE, PostgreSQL instead aborts a transaction
+// whose guard row was raised after its snapshot (SQLSTATE 40001), which
+// returns an error matching [ErrRetryable]. Run the whole transaction again,
+// for example with [Retry].
+//
+// # When the outcome is unknown
+//
+// A write either committed, did not, or the client cannot tell: its ctx
+// ended, or its connection broke, after the COMMIT (or an autocommit write
+// of a [Table] method on a *sql.DB) was sent and before the reply arrived.
+// [InTx], [Once] and the [Table] methods outside a transaction then return an
+// error matching [fence.ErrOutcomeUnknown] that still matches its cause; none
+// reports such a write as not applied. The drivers say different things
+// when a connection dies mid-COMMIT (pgx's stdlib an I/O error such as
+// "unexpected EOF", lib/pq driver.ErrBadConn, which it also uses for
+// connections it never wrote to), so only a server's error reply, or a
+// statement database/sql never sent, counts as not applied. Do not simply
+// run the work again: read, or run it through [Once].
+//
+// # Poolers and prepared statements
+//
+// Every statement is one parameterised statement, and the package prepares
+// nothing itself, so it works with pgx's stdlib statement cache and with
+// default_query_exec_mode=simple_protocol or exec (what PgBouncer's
+// transaction mode needs), and with lib/pq's unnamed statements.
+//
+// # Panics, bad input, telemetry
+//
+// If your function panics, [InTx] and [Once] roll back, return the
+// connection to the pool and let the panic continue. Every call refuses bad
+// input (nil contexts and handles, invalid fences, resources longer than
+// [fence.MaxResourceLen], empty names or names holding NUL bytes, a [Table]
+// whose columns overlap, bad [Once] keys) before sending anything, with an
+// error matching [fence.ErrInvalid] that names the call. Every call that
+// takes a fence is a span (fencekit.pgsql.in_tx, .once, .guard, .guard_all,
+// .table_update, .table_upsert, and .table_update_version), and refusals
+// count in fencekit.fence.rejections with storage="pgsql".
+//
+// # Files
+//
+// guard.go holds the guard and the mark; tx.go InTx and Retry; table.go the
+// row-level marks and versions; once.go Once; errors.go how driver errors
+// (pgx's and lib/pq's alike) become this package's. The SQL is shared with
+// storage/postgres, the transaction, its commit's classification and the
+// checks with storage/mysql, under internal/.
+package pgsql

@@ -1,0 +1,136 @@
+package pgsql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
+	"github.com/fencekit/fencekit/internal/sqlguard"
+)
+
+// Guard admits f inside tx by the rule of [fence.Admits], as one conditional
+// upsert on the guard table (the statement storage/postgres sends, so both
+// packages keep one mark per resource). On success the resource's
+// high-water mark is (f.Token, f.Holder) and its guard row stays locked
+// until tx ends, so that other holders of the resource wait for tx and then
+// see its mark. Make it the first statement of tx: then everything tx reads
+// and writes afterwards is fenced.
+//
+// It must come first because what tx read before it may predate the
+// previous holder's commit: at READ COMMITTED a value read before the guard
+// is as old as the read, and at REPEATABLE READ and SERIALIZABLE the
+// snapshot is taken by the transaction's first statement.
+//
+// A stale f returns an error wrapping a [*fence.StaleError]
+// (errors.Is(err, fence.ErrStale)) whose HighWater is the mark f lost to,
+// and changes nothing; telling it costs a second statement, only then. tx
+// then holds the guard row lock too (which makes the reported mark exact),
+// so roll it back promptly. At REPEATABLE READ and SERIALIZABLE a concurrent
+// raise of the mark surfaces as an error matching [ErrRetryable], as do
+// deadlocks. A missing guard table returns an error matching
+// [ErrNotMigrated]. Bad input (a nil ctx or tx, an invalid fence) is refused
+// with an error matching [fence.ErrInvalid] before anything is sent. ctx
+// bounds the statements, including the wait for the row lock.
+func Guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.pgsql.guard", &f)
+	err := guardChecked(ctx, tx, f)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardChecked(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	if err := checkFence("Guard", f); err != nil {
+		return err
+	}
+	return guard(ctx, tx, f)
+}
+
+func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	var admitted bool
+	err := tx.QueryRowContext(ctx, pgcore.GuardSQL, f.Resource, int64(f.Token), f.Holder).Scan(&admitted)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return prefixed(fmt.Sprintf("pgsql: guard %s", f), translate(err))
+	}
+	// Stale. The upsert left the row locked by tx, so this read sees the
+	// mark that refused f, not a later one.
+	mark, err := readMark(ctx, tx, f.Resource)
+	if err != nil {
+		return err
+	}
+	return prefixed("pgsql: guard", &fence.StaleError{Fence: f, HighWater: mark})
+}
+
+// GuardAll guards several resources in one transaction, as [Guard] does for
+// one. It locks their guard rows in ascending byte order of resource name,
+// whatever the order of fences, so two transactions guarding overlapping sets
+// can never deadlock on guard rows. A resource may appear only once. On the
+// first stale fence it returns that fence's [*fence.StaleError]; marks raised
+// before it are part of tx, which the caller must roll back. Each fence is
+// one statement.
+func GuardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
+	ctx, span := startSpan(ctx, "fencekit.pgsql.guard_all", nil)
+	err := guardAll(ctx, tx, fences...)
+	endSpan(ctx, span, err)
+	return err
+}
+
+func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
+	if err := checkCall(ctx, tx, "tx"); err != nil {
+		return err
+	}
+	sorted, err := store.SortFences(fences, func(f fence.Fence) error { return checkFence("GuardAll", f) })
+	if err != nil {
+		return err
+	}
+	sqlguard.FencesAttrs(ctx, sorted)
+	for _, f := range sorted {
+		if err := guard(ctx, tx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HighWater returns the high-water mark of resource: the newest fence the
+// guard table admitted for it (through this package or storage/postgres),
+// or a Fence with a zero Token when it never admitted one. A lock whose
+// counter was lost can advance it past the mark's token. db may be a
+// *sql.DB, a *sql.Conn or a *sql.Tx (whose snapshot then applies). A
+// resource that no fence could carry (empty, longer than
+// [fence.MaxResourceLen], not valid UTF-8 or holding a NUL byte) is refused
+// with an error matching [fence.ErrInvalid] before anything is sent. ctx
+// bounds the query.
+func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
+	if err := checkCall(ctx, db, "db"); err != nil {
+		return fence.Fence{}, err
+	}
+	// The resource rule is fence.Validate's own, applied through a fence
+	// whose other fields are valid.
+	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "-"}).Validate(); err != nil {
+		return fence.Fence{}, invalid("HighWater: %w", err)
+	}
+	return readMark(ctx, db, resource)
+}
+
+func readMark(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
+	mark := fence.Fence{Resource: resource}
+	var token int64
+	err := db.QueryRowContext(ctx, pgcore.HighWaterSQL, resource).Scan(&token, &mark.Holder)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return mark, nil
+	case err != nil:
+		return fence.Fence{}, prefixed(fmt.Sprintf("pgsql: high-water mark of %q", resource), translate(err))
+	}
+	mark.Token = fence.Token(token)
+	return mark, nil
+}
