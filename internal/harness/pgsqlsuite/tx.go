@@ -228,18 +228,23 @@ func testBadInputSendsNothing(t *testing.T, d Driver) {
 	var nilCtx context.Context
 	var nilDB *sql.DB
 	for name, call := range map[string]func() error{
-		"InTx zero fence":        func() error { return pgsql.InTx(ctx, db, nil, fence.Fence{}, noop) },
-		"InTx nil fn":            func() error { return pgsql.InTx(ctx, db, nil, good, nil) },
-		"InTx nil db":            func() error { return pgsql.InTx(ctx, nilDB, nil, good, noop) },
-		"InTx nil ctx":           func() error { return pgsql.InTx(nilCtx, db, nil, good, noop) },
-		"InTx read-only":         func() error { return pgsql.InTx(ctx, db, &sql.TxOptions{ReadOnly: true}, good, noop) },
-		"InTx long resource":     func() error { return pgsql.InTx(ctx, db, nil, fenceOf(strings.Repeat("r", fence.MaxResourceLen+1), 1, "h"), noop) },
-		"InTx NUL holder":        func() error { return pgsql.InTx(ctx, db, nil, fenceOf("r", 1, "a\x00b"), noop) },
-		"Guard nil tx":           func() error { return pgsql.Guard(ctx, nil, good) },
-		"GuardAll none":          func() error { return pgsql.GuardAll(ctx, &sql.Tx{}, []fence.Fence{}...) },
-		"HighWater empty":        func() error { _, err := pgsql.HighWater(ctx, db, ""); return err },
-		"Once empty key":         func() error { _, err := pgsql.Once(ctx, db, good, "", noop); return err },
-		"Once long key":          func() error { _, err := pgsql.Once(ctx, db, good, strings.Repeat("k", pgsql.MaxOnceKeyLen+1), noop); return err },
+		"InTx zero fence": func() error { return pgsql.InTx(ctx, db, nil, fence.Fence{}, noop) },
+		"InTx nil fn":     func() error { return pgsql.InTx(ctx, db, nil, good, nil) },
+		"InTx nil db":     func() error { return pgsql.InTx(ctx, nilDB, nil, good, noop) },
+		"InTx nil ctx":    func() error { return pgsql.InTx(nilCtx, db, nil, good, noop) },
+		"InTx read-only":  func() error { return pgsql.InTx(ctx, db, &sql.TxOptions{ReadOnly: true}, good, noop) },
+		"InTx long resource": func() error {
+			return pgsql.InTx(ctx, db, nil, fenceOf(strings.Repeat("r", fence.MaxResourceLen+1), 1, "h"), noop)
+		},
+		"InTx NUL holder": func() error { return pgsql.InTx(ctx, db, nil, fenceOf("r", 1, "a\x00b"), noop) },
+		"Guard nil tx":    func() error { return pgsql.Guard(ctx, nil, good) },
+		"GuardAll none":   func() error { return pgsql.GuardAll(ctx, &sql.Tx{}, []fence.Fence{}...) },
+		"HighWater empty": func() error { _, err := pgsql.HighWater(ctx, db, ""); return err },
+		"Once empty key":  func() error { _, err := pgsql.Once(ctx, db, good, "", noop); return err },
+		"Once long key": func() error {
+			_, err := pgsql.Once(ctx, db, good, strings.Repeat("k", pgsql.MaxOnceKeyLen+1), noop)
+			return err
+		},
 		"Once zero fence":        func() error { _, err := pgsql.Once(ctx, db, fence.Fence{}, "k", noop); return err },
 		"LookupOnce NUL":         func() error { _, err := pgsql.LookupOnce(ctx, db, "a\x00"); return err },
 		"Update zero fence":      func() error { return tbl.Update(ctx, db, fence.Fence{}, 1) },
