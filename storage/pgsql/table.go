@@ -200,14 +200,16 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		sb.WriteString(pgcore.Quote(v.Column) + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
 	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + pgcore.AdmitRowSQL(r.token, r.holder))
-	res, err := db.ExecContext(ctx, sb.String(), args...)
-	if err != nil {
-		return writeError(db, "pgsql: Table.Update", fmt.Sprintf("pgsql: fenced update of %q", r.display), r.markColumns(ctx, db, err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
-		return err
-	}
-	return r.refusal(ctx, db, f, key)
+	return onConn(ctx, db, func(db Querier) error {
+		res, err := db.ExecContext(ctx, sb.String(), args...)
+		if err != nil {
+			return writeError(db, "pgsql: Table.Update", fmt.Sprintf("pgsql: fenced update of %q", r.display), r.markColumns(ctx, db, err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		return r.refusal(ctx, db, f, key)
+	})
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
@@ -250,14 +252,16 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	query := "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
 		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
 		" WHERE " + pgcore.AdmitRowSQL("cur."+r.token, "cur."+r.holder)
-	res, err := db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return writeError(db, "pgsql: Table.Upsert", fmt.Sprintf("pgsql: fenced upsert into %q", r.display), r.markColumns(ctx, db, err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
-		return err
-	}
-	return r.refusal(ctx, db, f, key)
+	return onConn(ctx, db, func(db Querier) error {
+		res, err := db.ExecContext(ctx, query, args...)
+		if err != nil {
+			return writeError(db, "pgsql: Table.Upsert", fmt.Sprintf("pgsql: fenced upsert into %q", r.display), r.markColumns(ctx, db, err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		return r.refusal(ctx, db, f, key)
+	})
 }
 
 // markColumns turns the server's error for a missing token or holder column
@@ -346,7 +350,17 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	sb.WriteString(r.version + " = " + r.version + " + 1 WHERE " + r.key + " = $1 AND " + r.version + " = $2 RETURNING " + r.version)
 	var next int64
-	err = db.QueryRowContext(ctx, sb.String(), args...).Scan(&next)
+	err = onConn(ctx, db, func(db Querier) error {
+		var err error
+		next, err = r.updateVersion(ctx, db, sb.String(), args, key, version)
+		return err
+	})
+	return next, err
+}
+
+func (r table) updateVersion(ctx context.Context, db Querier, query string, args []any, key any, version int64) (int64, error) {
+	var next int64
+	err := db.QueryRowContext(ctx, query, args...).Scan(&next)
 	if err == nil {
 		return next, nil
 	}
@@ -374,6 +388,24 @@ func (r table) versionColumn(err error) error {
 		return err
 	}
 	return &hintError{hint: pgcore.VersionColumnHint(r.display, r.name, r.versionCol), err: err}
+}
+
+// onConn runs fn with db or, when db is a *sql.DB, with a connection taken
+// from it for fn's statements. A connection that cannot be had (or opened)
+// is then an error before anything was sent, which a write's error could
+// not tell apart from a reply lost in flight; and database/sql does not
+// resend, on another connection, a write whose connection broke.
+func onConn(ctx context.Context, db Querier, fn func(Querier) error) error {
+	pool, ok := db.(*sql.DB)
+	if !ok {
+		return fn(db)
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return prefixed("pgsql: connection", err)
+	}
+	defer conn.Close()
+	return fn(conn)
 }
 
 // writeError describes a failed write, the call op. Inside a transaction the
