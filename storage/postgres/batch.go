@@ -53,7 +53,7 @@ func exec(ctx context.Context, db Batcher, f fence.Fence, stmts ...Statement) ([
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return nil, err
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence("Exec", f); err != nil {
 		return nil, err
 	}
 	for i, s := range stmts {
@@ -141,7 +141,7 @@ func query(ctx context.Context, db Batcher, f fence.Fence, stmt Statement, fn fu
 	if fn == nil {
 		return invalid("nil rows function")
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence("Query", f); err != nil {
 		return err
 	}
 	if stmt.SQL == "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 )
 
 var (
@@ -66,18 +67,18 @@ func (*invalidError) Unwrap() error { return fence.ErrInvalid }
 
 // SQLSTATE codes this package interprets.
 const (
-	codeSerializationFailure = "40001"
-	codeDeadlockDetected     = "40P01"
-	codeUndefinedTable       = "42P01"
-	codeUndefinedFunction    = "42883"
-	codeUndefinedColumn      = "42703"
+	codeSerializationFailure = pgcore.CodeSerializationFailure
+	codeDeadlockDetected     = pgcore.CodeDeadlockDetected
+	codeUndefinedTable       = pgcore.CodeUndefinedTable
+	codeUndefinedFunction    = pgcore.CodeUndefinedFunction
+	codeUndefinedColumn      = pgcore.CodeUndefinedColumn
 )
 
 // CodeStale is the SQLSTATE that the fencekit_guard_admit function raises for
 // a stale fence, aborting the transaction it runs in. Its DETAIL is a JSON
 // object {"token": ..., "holder": ...} holding the high-water mark the fence
 // lost to; this package turns it into a [*fence.StaleError].
-const CodeStale = "FK001"
+const CodeStale = pgcore.CodeStale
 
 // RetryableError is a transaction that PostgreSQL aborted for a reason that a
 // retry may cure. It matches [ErrRetryable] and wraps the server's error.
@@ -168,34 +169,9 @@ func forHandle(op string, err error, db any) error {
 	return prefixed(fmt.Sprintf("postgres: %s", op), &notMigratedError{apply: applyPool, err: nm.err})
 }
 
-// ownObjects are the tables and functions the migrations create.
-var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_once"}
-
-// namesOwnObject reports whether msg, a server error's message, names one of
-// ownObjects as a whole identifier (so fencekit_guard does not match within
-// fencekit_guard_x or my_fencekit_guard). The name is inserted into the
-// message verbatim whatever the server's language.
-func namesOwnObject(msg string) bool {
-	for _, name := range ownObjects {
-		for i := 0; ; {
-			j := strings.Index(msg[i:], name)
-			if j < 0 {
-				break
-			}
-			start, end := i+j, i+j+len(name)
-			if (start == 0 || !identByte(msg[start-1])) && (end == len(msg) || !identByte(msg[end])) {
-				return true
-			}
-			i = start + 1
-		}
-	}
-	return false
-}
-
-// identByte reports whether b can continue an unquoted SQL identifier.
-func identByte(b byte) bool {
-	return b == '_' || b == '$' || b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
-}
+// namesOwnObject reports whether msg, a server error's message, names one
+// of the tables and functions the migrations create.
+func namesOwnObject(msg string) bool { return pgcore.NamesOwnObject(msg) }
 
 // prefixed is msg, which starts with the package's "postgres: ", followed by err:
 // it matches err, and says "postgres:" once even when err's own message starts

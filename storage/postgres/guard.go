@@ -8,30 +8,24 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // The guard table and function are created by the migrations package and
-// found through the connection's search_path.
+// found through the connection's search_path. The statements are
+// storage/pgsql's too, so both packages keep one mark per resource.
 const (
 	// guardSQL admits (resource, token, holder) and raises the mark, or
-	// returns no row when the fence is stale. ON CONFLICT DO UPDATE locks the
-	// conflicting row even when its WHERE is false, so a stale caller holds
-	// the row lock too and the mark it then reads is the one it lost to.
-	guardSQL = `INSERT INTO fencekit_guard AS g (resource, token, holder)
-VALUES ($1, $2, $3)
-ON CONFLICT (resource) DO UPDATE
-    SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
-    WHERE EXCLUDED.token > g.token
-       OR (EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)
-RETURNING true`
+	// returns no row when the fence is stale; see pgcore.GuardSQL.
+	guardSQL = pgcore.GuardSQL
 
 	// highWaterSQL reads a resource's mark.
-	highWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
+	highWaterSQL = pgcore.HighWaterSQL
 
 	// guardAdmitSQL is the raising form of guardSQL, for pipelined batches:
 	// a stale fence fails with SQLSTATE CodeStale and aborts the transaction.
-	guardAdmitSQL = `SELECT fencekit_guard_admit($1, $2, $3)`
+	guardAdmitSQL = pgcore.GuardAdmitSQL
 )
 
 // Guard admits f inside tx by the rule of [fence.Admits], as one conditional
@@ -62,7 +56,7 @@ func guardChecked(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence("Guard", f); err != nil {
 		return err
 	}
 	return guard(ctx, tx, f)
@@ -104,7 +98,7 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	sorted, err := store.SortFences(fences, fence.Fence.Validate)
+	sorted, err := store.SortFences(fences, func(f fence.Fence) error { return checkFence("GuardAll", f) })
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/internal/telemetry"
 )
 
@@ -19,17 +20,11 @@ import (
 // through the connection's search_path.
 const (
 	// onceClaimSQL writes key's completion record unless one exists, and
-	// returns a row only when it wrote one. Against a record that another
-	// transaction wrote and has not yet ended, it waits for that transaction:
-	// at READ COMMITTED it then writes nothing if the other committed, and
-	// writes the record if the other rolled back.
-	onceClaimSQL = `INSERT INTO fencekit_once (key, resource, token, holder)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (key) DO NOTHING
-RETURNING true`
+	// returns a row only when it wrote one; see pgcore.OnceClaimSQL.
+	onceClaimSQL = pgcore.OnceClaimSQL
 
 	// onceLookupSQL reads key's completion record.
-	onceLookupSQL = `SELECT resource, token, holder, done_at FROM fencekit_once WHERE key = $1`
+	onceLookupSQL = pgcore.OnceLookupSQL
 )
 
 // MaxOnceKeyLen is the longest key, in bytes, that [Once] and [LookupOnce]

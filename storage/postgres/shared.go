@@ -25,6 +25,11 @@ func endSpan(ctx context.Context, span trace.Span, err error) {
 	store.EndSpan(ctx, span, err)
 }
 
+// checkFence refuses an invalid fence, naming the call it was passed to.
+func checkFence(call string, f fence.Fence) error {
+	return store.CheckFence(call, f, fence.Fence.Validate)
+}
+
 // checkCall refuses a nil handle or a context that is already done, before
 // anything is sent.
 func checkCall(ctx context.Context, handle any, name string) error {

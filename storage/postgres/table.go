@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
@@ -85,7 +85,7 @@ func Set(column string, v any) Assignment { return Assignment{Column: column, Va
 type table struct {
 	name, key, token, holder, version string
 	display                           string
-	tokenCol, holderCol               string
+	tokenCol, holderCol, versionCol   string
 }
 
 // resolve validates t and values before anything is sent: every name is
@@ -121,33 +121,20 @@ func (t Table) resolve(values []Assignment) (table, error) {
 		return table{}, err
 	}
 	return table{
-		name:      t.Name.Sanitize(),
-		key:       pgx.Identifier{c.Key}.Sanitize(),
-		token:     pgx.Identifier{c.Token}.Sanitize(),
-		holder:    pgx.Identifier{c.Holder}.Sanitize(),
-		version:   pgx.Identifier{c.Version}.Sanitize(),
-		display:   display,
-		tokenCol:  c.Token,
-		holderCol: c.Holder,
+		name:       t.Name.Sanitize(),
+		key:        pgx.Identifier{c.Key}.Sanitize(),
+		token:      pgx.Identifier{c.Token}.Sanitize(),
+		holder:     pgx.Identifier{c.Holder}.Sanitize(),
+		version:    pgx.Identifier{c.Version}.Sanitize(),
+		display:    display,
+		tokenCol:   c.Token,
+		holderCol:  c.Holder,
+		versionCol: c.Version,
 	}, nil
 }
 
-// maxNameLen is the longest identifier PostgreSQL keeps (NAMEDATALEN - 1
-// bytes); it cuts a longer one, at a character boundary, in DDL and queries
-// alike.
-const maxNameLen = 63
-
-// keptName is the name PostgreSQL keeps for identifier s.
-func keptName(s string) string {
-	if len(s) <= maxNameLen {
-		return s
-	}
-	n := maxNameLen
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+// keptName is the name PostgreSQL keeps for identifier s (cut to 63 bytes).
+func keptName(s string) string { return pgcore.KeptName(s) }
 
 // checkIdent refuses an empty name or one holding a NUL byte.
 func checkIdent(table, what, name string) error {
@@ -178,9 +165,7 @@ func orDefault(s, def string) string {
 
 // admitRowSQL is the admission rule on a row's own columns, for $2 (token)
 // and $3 (holder); a NULL token is no mark.
-func admitRowSQL(tokenCol, holderCol string) string {
-	return "(" + tokenCol + " IS NULL OR " + tokenCol + " < $2 OR (" + tokenCol + " = $2 AND " + holderCol + " = $3))"
-}
+func admitRowSQL(tokenCol, holderCol string) string { return pgcore.AdmitRowSQL(tokenCol, holderCol) }
 
 // Update writes values to the row whose key column equals key, if the row's
 // own mark admits f ([fence.Admits]), and sets the mark to (f.Token,
@@ -204,7 +189,7 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence("Table.Update", f); err != nil {
 		return err
 	}
 	r, err := t.resolve(values)
@@ -252,7 +237,7 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return err
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence("Table.Upsert", f); err != nil {
 		return err
 	}
 	r, err := t.resolve(values)
@@ -294,12 +279,8 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	})
 }
 
-// missingColumnsSQL returns which of the columns $2 the table $1 (a quoted,
-// possibly schema-qualified name) lacks, in the order given.
-const missingColumnsSQL = `SELECT coalesce(array_agg(u.c ORDER BY u.o), '{}')
-FROM unnest($2::text[]) WITH ORDINALITY AS u(c, o)
-WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
-	WHERE a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped)`
+// missingColumnsSQL returns which of the columns $2 the table $1 lacks.
+const missingColumnsSQL = pgcore.MissingColumnsSQL
 
 // markColumns turns the server's error for a missing token or holder column
 // (SQLSTATE 42703) into one that names the missing columns and the statement
@@ -314,12 +295,7 @@ func (r table) markColumns(ctx context.Context, db Querier, err error) error {
 	}
 	cols := []string{r.tokenCol, r.holderCol}
 	types := map[string]string{r.tokenCol: "bigint", r.holderCol: "text"}
-	var missing []string
-	for _, c := range cols {
-		if strings.Contains(pgErr.Message, `"`+c+`"`) || strings.Contains(pgErr.Message, "."+c+" ") {
-			missing = append(missing, c)
-		}
-	}
+	missing := pgcore.NamedColumns(pgErr.Message, cols...)
 	if len(missing) == 0 {
 		return err // a column of the caller's
 	}
@@ -330,12 +306,18 @@ func (r table) markColumns(ctx context.Context, db Querier, err error) error {
 			missing, add = absent, absent
 		}
 	}
-	alters := make([]string, len(add))
-	for i, c := range add {
-		alters[i] = "ADD COLUMN IF NOT EXISTS " + pgx.Identifier{c}.Sanitize() + " " + types[c]
+	return fmt.Errorf("%s: %w", pgcore.MarkColumnsHint(r.display, r.name, missing, add, types), err)
+}
+
+// versionColumn turns the server's error for a missing version column
+// (SQLSTATE 42703) into one that gives the ALTER TABLE that adds it; other
+// errors come back as they are.
+func (r table) versionColumn(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != codeUndefinedColumn || len(pgcore.NamedColumns(pgErr.Message, r.versionCol)) == 0 {
+		return err
 	}
-	return fmt.Errorf("table %q lacks the columns of the row's fence (missing %s); add them with ALTER TABLE %s %s, or name the table's own in Table.Token and Table.Holder: %w",
-		r.display, strings.Join(missing, ", "), r.name, strings.Join(alters, ", "), err)
+	return fmt.Errorf("%s: %w", pgcore.VersionColumnHint(r.display, r.name, r.versionCol), err)
 }
 
 // refusal tells a stale fence from a missing row after a fenced write
@@ -410,7 +392,7 @@ func (r table) updateVersion(ctx context.Context, db Querier, sql string, args [
 		return next, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		err = prefixed(fmt.Sprintf("postgres: versioned update of %q", r.display), translate(err, fence.Fence{}))
+		err = prefixed(fmt.Sprintf("postgres: versioned update of %q", r.display), r.versionColumn(translate(err, fence.Fence{})))
 		if commits {
 			return 0, unknownOutcome("postgres: Table.UpdateVersion", err)
 		}

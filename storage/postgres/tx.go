@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,7 +56,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	if fn == nil {
 		return invalid("nil transaction function")
 	}
-	if err := f.Validate(); err != nil {
+	if err := checkFence(strings.TrimSuffix(strings.TrimPrefix(op, "postgres: "), " commit"), f); err != nil {
 		return err
 	}
 	var tx pgx.Tx
