@@ -1,0 +1,412 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/migrations"
+	"github.com/fencekit/fencekit/storage/pgsql"
+)
+
+// The storage/pgsql checker: the PostgreSQL model (pgmodel.go) over the
+// database/sql guard, with half the workers on pgx's stdlib and half on
+// lib/pq, under the same faults as the pgx checker (lost and held replies,
+// cut connections, terminated backends, pauses past a lease). Exec and
+// Query are pgx's alone; the rest is the same calls through database/sql.
+
+// sqlWorkerDrivers are the database/sql drivers the workers take in turn.
+var sqlWorkerDrivers = [...]string{"pgx", "postgres"}
+
+var sqlTable = pgsql.Table{Name: "kv", Key: "key"}
+
+type sqlRun struct {
+	t       testing.TB
+	b       Budget
+	variant pgVariant
+	rec     *Recorder
+	locker  *lock.Locker
+	keys    *keyRing
+
+	proxies []*testenv.Proxy
+	dbs     []*sql.DB
+	admin   *sql.DB
+
+	kills    atomic.Int64
+	stale    atomic.Int64
+	conflict atomic.Int64
+	aborted  atomic.Int64
+	leases   atomic.Int64
+	pauses   atomic.Int64
+	latency  atomic.Int64
+	unmarked atomic.Int64
+	exposed  atomic.Int64
+
+	mu   sync.Mutex
+	errs map[string]int
+}
+
+func TestPgsqlLinearizable(t *testing.T) {
+	t.Parallel()
+	b := BudgetFor(t)
+	res := runPgsql(t, b, pgSound)
+	reportPgsql(t, res)
+	if res.faults.Lost+res.faults.Held+res.faults.Cut+int(res.kills) == 0 {
+		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
+	}
+	switch res.verdict.Result {
+	case porcupine.Illegal:
+		t.Fatalf("pgsql guard history is not linearizable (seed %d, replay with FENCEKIT_CHECK_SEED=%d); history: %s, rejected rows: %s",
+			b.Seed, b.Seed, res.verdict.File, res.verdict.Text)
+	case porcupine.Unknown:
+		t.Fatalf("the checker ran out of time on the history (seed %d)", b.Seed)
+	}
+}
+
+// TestPgsqlControlReadOutside runs the pgsql checker on an InTx
+// read-modify-write whose read runs before the guarded transaction: it
+// must reject most runs.
+func TestPgsqlControlReadOutside(t *testing.T) {
+	t.Parallel()
+	rejectsMost(t, "pgsql: read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
+		res := runPgsql(t, b, pgReadOutside)
+		reportPgsql(t, res)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
+	})
+}
+
+func reportPgsql(t testing.TB, res pgResult) {
+	t.Helper()
+	t.Logf("pgsql: %d calls on %d rows in %v (%d left open), faults injected: %d backends terminated, %d replies lost, %d held for %v, %d connections cut; checked in %v: %s",
+		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
+}
+
+func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
+	t.Helper()
+	ctx := context.Background()
+	base := testenv.PostgresURL(t)
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := migrations.Up(ctx, admin); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE kv (key text PRIMARY KEY, val text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 0, fence_token bigint, fence_holder text)`,
+		`INSERT INTO kv (key) SELECT 'k' || i FROM generate_series(1, ` + strconv.Itoa(pgRows) + `) AS i`,
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	locker, err := lock.New(testenv.Redis(t), lock.WithPrefix(testenv.Prefix(t)+"l:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(locker.Close)
+
+	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
+	r := &sqlRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin,
+		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range pgWorkers {
+		p := testenv.StartProxy(t, u.Host)
+		pu := *u
+		pu.Host = p.Addr()
+		q := pu.Query()
+		q.Set("application_name", app)
+		q.Set("connect_timeout", "2")
+		pu.RawQuery = q.Encode()
+		db, err := sql.Open(sqlWorkerDrivers[w%len(sqlWorkerDrivers)], pu.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(2)
+		t.Cleanup(func() { _ = db.Close() })
+		r.proxies, r.dbs = append(r.proxies, p), append(r.dbs, db)
+	}
+
+	var exposed *atomic.Int64
+	if variant != pgSound {
+		exposed = &r.exposed
+	}
+	start := time.Now()
+	rctx, cancel := runContext(b, exposed)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range pgWorkers {
+		wg.Go(func() { r.worker(rctx, w) })
+	}
+	wg.Go(func() { r.killer(rctx, app, rand.New(rand.NewPCG(b.Seed, 1<<33))) })
+	nemesis(rctx, r.proxies, rand.New(rand.NewPCG(b.Seed, 1<<32)), 150*time.Millisecond, pgHold, &r.latency)
+	wg.Wait()
+	took := time.Since(start)
+
+	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
+	res.calls, res.open = r.rec.Counts()
+	for _, p := range r.proxies {
+		f := p.Faults()
+		res.faults.Lost += f.Lost
+		res.faults.Held += f.Held
+		res.faults.Cut += f.Cut
+	}
+	name := "pgsql"
+	if variant != pgSound {
+		name = fmt.Sprintf("pgsql-control%d", variant)
+	}
+	res.verdict, err = Check(PgModel.ToModel(), res.ops, 3*time.Minute, name, b.Seed)
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("pgsql: %d leases, %d pauses past a lease, %d stale refusals, %d version conflicts, %d aborted, %d latency changes",
+		r.leases.Load(), r.pauses.Load(), r.stale.Load(), r.conflict.Load(), r.aborted.Load(), r.latency.Load())
+	t.Logf("pgsql: errors that left calls open: %v", r.errs)
+	checkUnmarked(t, "pgsql", r.unmarked.Load())
+	return res
+}
+
+// killer terminates one of the workers' backends every 100 to 500 ms.
+func (r *sqlRun) killer(ctx context.Context, app string, rng *rand.Rand) {
+	for {
+		t := time.NewTimer(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var killed bool
+		err := r.admin.QueryRowContext(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM
+			(SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1) AS victim`, app).Scan(&killed)
+		if err == nil && killed {
+			r.kills.Add(1)
+		}
+	}
+}
+
+func (r *sqlRun) worker(ctx context.Context, w int) {
+	rng := rand.New(rand.NewPCG(r.b.Seed, uint64(w)))
+	seq := 0
+	data := func() string { seq++; return fmt.Sprintf("w%d.%d", w, seq) }
+	lastVersion := map[string]int64{}
+	for ctx.Err() == nil {
+		key := r.keys.pick(rng)
+		if rng.IntN(2) == 0 {
+			r.session(ctx, w, rng, key, data)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		if rng.IntN(4) != 0 {
+			if out := r.read(cctx, w, key); out.Status == Ok {
+				lastVersion[key] = out.Version
+			}
+		}
+		if rng.IntN(3) != 0 {
+			in := PgIn{Key: key, Op: PgUV, Expected: lastVersion[key], Data: data()}
+			c := r.invoke(w, in)
+			v, err := sqlTable.UpdateVersion(cctx, r.dbs[w], key, in.Expected, pgsql.Set("val", in.Data))
+			out := r.outcome(in, err)
+			if out.Status == Ok {
+				out.Version = v
+			}
+			r.finish(c, out)
+		}
+		cancel()
+	}
+}
+
+func (r *sqlRun) session(ctx context.Context, w int, rng *rand.Rand, key string, data func() string) {
+	ttl := time.Duration(50+rng.IntN(100)) * time.Millisecond
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	lease, err := r.locker.Acquire(actx, "r-"+key, ttl)
+	cancel()
+	if err != nil {
+		return
+	}
+	r.leases.Add(1)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = lease.Release(rctx)
+		cancel()
+	}()
+	f := lease.Fence()
+	for range 1 + rng.IntN(4) {
+		if rng.IntN(5) == 0 {
+			r.pauses.Add(1)
+			time.Sleep(ttl + time.Duration(rng.IntN(30))*time.Millisecond)
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		var out PgOut
+		switch n := rng.IntN(100); {
+		case n < 45:
+			out = r.txRMW(cctx, w, key, f, data())
+		case n < 60:
+			out = r.txRead(cctx, w, key, f)
+		case n < 85:
+			in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: data()}
+			c := r.invoke(w, in)
+			err := sqlTable.Update(cctx, r.dbs[w], f, key, pgsql.Set("val", in.Data))
+			out = r.finish(c, r.outcome(in, err))
+		default:
+			in := PgIn{Key: key, Op: PgRowMark, Fence: markOf(f)}
+			c := r.invoke(w, in)
+			err := sqlTable.Update(cctx, r.dbs[w], f, key)
+			out = r.finish(c, r.outcome(in, err))
+		}
+		cancel()
+		if out.Status == Stale {
+			return
+		}
+	}
+}
+
+func (r *sqlRun) read(ctx context.Context, w int, key string) PgOut {
+	in := PgIn{Key: key, Op: PgRead}
+	c := r.invoke(w, in)
+	var out PgOut
+	var rtok, gtok sql.NullInt64
+	var rhold, ghold sql.NullString
+	err := r.dbs[w].QueryRowContext(ctx, pgReadSQL, key, "r-"+key).Scan(&out.Data, &out.Version, &rtok, &rhold, &gtok, &ghold)
+	res := r.outcome(in, err)
+	if res.Status != Ok {
+		return r.finish(c, res)
+	}
+	out.Status = Ok
+	out.Row = Mark{Token: rtok.Int64, Holder: rhold.String}
+	out.Guard = Mark{Token: gtok.Int64, Holder: ghold.String}
+	return r.finish(c, out)
+}
+
+func (r *sqlRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d}
+	c := r.invoke(w, in)
+	var old PgOut
+	var err error
+	if r.variant == pgReadOutside {
+		err = r.dbs[w].QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version)
+		time.Sleep(time.Duration(rand.IntN(10_000)) * time.Microsecond)
+		var changed bool
+		if err == nil {
+			err = pgsql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+				var now int64
+				if err := tx.QueryRowContext(ctx, `SELECT version FROM kv WHERE key = $1 FOR UPDATE`, key).Scan(&now); err != nil {
+					return err
+				}
+				changed = now != old.Version
+				_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
+				return err
+			})
+		}
+		if err == nil && changed {
+			r.exposed.Add(1)
+		}
+	} else {
+		err = pgsql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+			if err := tx.QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
+			return err
+		})
+	}
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = old.Data, old.Version
+	}
+	return r.finish(c, out)
+}
+
+func (r *sqlRun) txRead(ctx context.Context, w int, key string, f fence.Fence) PgOut {
+	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
+	c := r.invoke(w, in)
+	var got PgOut
+	err := pgsql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, pgSharedReadSQL, key).Scan(&got.Data, &got.Version)
+	})
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = got.Data, got.Version
+	}
+	return r.finish(c, out)
+}
+
+func (r *sqlRun) invoke(w int, in PgIn) pgCall {
+	return pgCall{c: r.rec.Invoke(w, in), key: in.Key}
+}
+
+// outcome classifies err as the pgx checker's does, with this package's
+// errors.
+func (r *sqlRun) outcome(in PgIn, err error) PgOut {
+	var out PgOut
+	var stale *fence.StaleError
+	var conflict *fence.ConflictError
+	switch {
+	case err == nil:
+		out.Status = Ok
+	case errors.As(err, &stale):
+		m := Mark{Token: int64(stale.HighWater.Token), Holder: stale.HighWater.Holder}
+		out.Status = Stale
+		if in.Op == PgRowUpd || in.Op == PgRowMark {
+			out.Row = m
+		} else {
+			out.Guard = m
+		}
+		r.stale.Add(1)
+	case errors.As(err, &conflict):
+		out.Status, out.Version = Conflict, conflict.Actual
+		r.conflict.Add(1)
+	case errors.Is(err, pgsql.ErrRetryable):
+		out.Status = Aborted
+		r.aborted.Add(1)
+	case errors.Is(err, fence.ErrNotFound), errors.Is(err, fence.ErrInvalid), errors.Is(err, pgsql.ErrNotMigrated):
+		r.t.Errorf("%s on %s: %v", in.Op, in.Key, err)
+		out.Status = Unknown
+	default:
+		out.Status = Unknown
+		if in.Op != PgRead && !errors.Is(err, fence.ErrOutcomeUnknown) {
+			r.unmarked.Add(1)
+			if takeAtWord {
+				out.Status = Aborted // the store says it was not applied
+			}
+		}
+		msg := err.Error()
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		r.mu.Lock()
+		r.errs[msg]++
+		r.mu.Unlock()
+	}
+	return out
+}
+
+func (r *sqlRun) finish(c pgCall, out PgOut) PgOut {
+	if out.Status == Unknown {
+		c.c.Open(out)
+		r.keys.opened(c.key)
+		return out
+	}
+	c.c.Return(out)
+	return out
+}
