@@ -1,6 +1,7 @@
 // Command lottery is a batch job that must run exactly once: several
 // instances race to draw a day's winners from a users table in PostgreSQL
-// (or, with -store mysql, MySQL or MariaDB), and the day is drawn once even
+// (through pgx, or database/sql with -store pgsql; or, with -store mysql,
+// MySQL or MariaDB), and the day is drawn once even
 // when the instance that won the lock pauses past its lease and another
 // takes over.
 //

@@ -17,9 +17,11 @@ import (
 // instances race for it and where the servers are.
 type Config struct {
 	// Store names the database that holds users, winners and fencekit's
-	// tables: "postgres" or "mysql". default: "postgres".
+	// tables: "postgres" (through pgx), "pgsql" (PostgreSQL through
+	// database/sql) or "mysql". default: "postgres".
 	Store string
-	// PostgresURL is the PostgreSQL database, for Store "postgres".
+	// PostgresURL is the PostgreSQL database, for Store "postgres" and
+	// "pgsql".
 	PostgresURL string
 	// MySQLDSN is the MySQL or MariaDB database, as a go-sql-driver DSN,
 	// for Store "mysql".
@@ -164,9 +166,9 @@ func (c Config) normalised() (Config, error) {
 		c.Store = storePostgres
 	}
 	switch {
-	case c.Store != storePostgres && c.Store != storeMySQL:
-		return c, fmt.Errorf("%w: store %q, want %q or %q", errConfig, c.Store, storePostgres, storeMySQL)
-	case c.Store == storePostgres && c.PostgresURL == "":
+	case c.Store != storePostgres && c.Store != storePgsql && c.Store != storeMySQL:
+		return c, fmt.Errorf("%w: store %q, want %q, %q or %q", errConfig, c.Store, storePostgres, storePgsql, storeMySQL)
+	case (c.Store == storePostgres || c.Store == storePgsql) && c.PostgresURL == "":
 		return c, fmt.Errorf("%w: empty PostgreSQL URL", errConfig)
 	case c.Store == storeMySQL && c.MySQLDSN == "":
 		return c, fmt.Errorf("%w: empty MySQL DSN", errConfig)
@@ -255,6 +257,7 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 // The stores a run can record its draw in.
 const (
 	storePostgres = "postgres"
+	storePgsql    = "pgsql"
 	storeMySQL    = "mysql"
 )
 
@@ -286,8 +289,11 @@ type instanceStore interface {
 }
 
 func openStore(ctx context.Context, cfg Config) (store, error) {
-	if cfg.Store == storeMySQL {
+	switch cfg.Store {
+	case storeMySQL:
 		return connectMySQL(ctx, cfg.MySQLDSN)
+	case storePgsql:
+		return connectPgsql(ctx, cfg.PostgresURL)
 	}
 	return connectPostgres(ctx, cfg.PostgresURL)
 }

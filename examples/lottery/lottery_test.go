@@ -39,6 +39,7 @@ type stored struct {
 
 var testStores = []testStore{
 	{"postgres", testConfig, storedPostgres},
+	{"pgsql", testPgsqlConfig, storedPostgres},
 	{"mysql", testMySQLConfig, storedMySQL},
 }
 

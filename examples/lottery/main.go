@@ -23,8 +23,8 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lottery", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres or mysql")
-	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (with -store postgres)")
+	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres (pgx), pgsql (PostgreSQL through database/sql) or mysql")
+	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (with -store postgres or pgsql)")
 	myDSN := fs.String("mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL or MariaDB DSN, user:password@tcp(host:port)/dbname (with -store mysql)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port")
 	instances := fs.Int("instances", 3, "instances racing for the draw")
