@@ -15,12 +15,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
 	"github.com/fencekit/fencekit/storage/mysql"
+	"github.com/fencekit/fencekit/storage/pgsql"
 	"github.com/fencekit/fencekit/storage/postgres"
 )
 
@@ -81,6 +83,52 @@ func lotteryPostgres(t *testing.T) lotteryDB {
 				return err
 			}
 			return postgres.InTx(ctx, pool, pgx.TxOptions{}, f, work)
+		},
+		draws: func(t *testing.T) map[string]int { return countDraws(t, direct) },
+	}
+}
+
+// lotteryPgsql is lotteryPostgres through database/sql (pgx's stdlib) and
+// storage/pgsql.
+func lotteryPgsql(t *testing.T) lotteryDB {
+	ctx := context.Background()
+	url := testenv.PostgresURL(t)
+	direct, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	if err := migrations.Up(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.ExecContext(ctx, fmt.Sprintf(lotteryTable, "GENERATED ALWAYS AS IDENTITY")); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	host, port, _ := net.SplitHostPort(p.Addr())
+	pn, _ := strconv.Atoi(port)
+	cfg.Host, cfg.Port, cfg.Fallbacks = host, uint16(pn), nil
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = db.Close() })
+	return lotteryDB{
+		proxy: p,
+		draw: func(ctx context.Context, f fence.Fence, day string, withOnce bool, beforeCommit func()) error {
+			work := func(ctx context.Context, tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO lottery_draws (day, token) VALUES ($1, $2)`, day, int64(f.Token)); err != nil {
+					return err
+				}
+				beforeCommit()
+				return nil
+			}
+			if withOnce {
+				_, err := pgsql.Once(ctx, db, f, "lottery-draw:"+day, work)
+				return err
+			}
+			return pgsql.InTx(ctx, db, nil, f, work)
 		},
 		draws: func(t *testing.T) map[string]int { return countDraws(t, direct) },
 	}
@@ -261,7 +309,7 @@ func TestLotteryOnceDespitePauseAndLostReplies(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		open func(*testing.T) lotteryDB
-	}{{"postgres", lotteryPostgres}, {"mysql", lotteryMySQL}} {
+	}{{"postgres", lotteryPostgres}, {"pgsql", lotteryPgsql}, {"mysql", lotteryMySQL}} {
 		t.Run(store.name, func(t *testing.T) {
 			withOnce := runLottery(t, store.open(t), true)
 			if withOnce.lost == 0 {
