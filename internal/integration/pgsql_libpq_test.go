@@ -19,3 +19,17 @@ func TestPgsqlSuiteLibPQ(t *testing.T) {
 		Open: func(u string) (*sql.DB, error) { return sql.Open("postgres", u) },
 	})
 }
+
+// BenchmarkPgsqlLibPQ is storage/pgsql's BenchmarkPgxStdlib through
+// lib/pq, by default (a statement with arguments costs two round trips) and
+// with binary_parameters=yes (one).
+//
+//	go test -run '^$' -bench PgsqlLibPQ -count 6 ./internal/integration
+func BenchmarkPgsqlLibPQ(b *testing.B) {
+	b.Run("default", func(b *testing.B) {
+		pgsqlsuite.Bench(b, pgsqlsuite.Driver{Name: "lib/pq", Open: func(u string) (*sql.DB, error) { return sql.Open("postgres", u) }})
+	})
+	b.Run("binary_parameters", func(b *testing.B) {
+		pgsqlsuite.Bench(b, pgsqlsuite.Driver{Name: "lib/pq", Open: func(u string) (*sql.DB, error) { return sql.Open("postgres", u+"&binary_parameters=yes") }})
+	})
+}
