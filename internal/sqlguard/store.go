@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/telemetry"
 )
 
@@ -59,4 +60,21 @@ func IsNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// GuardAll is the adapters' GuardAll once the handle was checked: it sorts
+// fences (see SortFences), puts them on the span of ctx and guards each in
+// that order with guard, stopping at the first error.
+func (s *Store) GuardAll(ctx context.Context, fences []fence.Fence, validate func(fence.Fence) error, guard func(fence.Fence) error) error {
+	sorted, err := s.SortFences(fences, validate)
+	if err != nil {
+		return err
+	}
+	FencesAttrs(ctx, sorted)
+	for _, f := range sorted {
+		if err := guard(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/pgcore"
-	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // Guard admits f inside tx by the rule of [fence.Admits], as one conditional
@@ -87,17 +86,9 @@ func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	sorted, err := store.SortFences(fences, func(f fence.Fence) error { return checkFence("GuardAll", f) })
-	if err != nil {
-		return err
-	}
-	sqlguard.FencesAttrs(ctx, sorted)
-	for _, f := range sorted {
-		if err := guard(ctx, tx, f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return store.GuardAll(ctx, fences,
+		func(f fence.Fence) error { return checkFence("GuardAll", f) },
+		func(f fence.Fence) error { return guard(ctx, tx, f) })
 }
 
 // HighWater returns the high-water mark of resource: the newest fence the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/pgcore"
-	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // The guard table and function are created by the migrations package and
@@ -98,17 +97,9 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	sorted, err := store.SortFences(fences, func(f fence.Fence) error { return checkFence("GuardAll", f) })
-	if err != nil {
-		return err
-	}
-	sqlguard.FencesAttrs(ctx, sorted)
-	for _, f := range sorted {
-		if err := guard(ctx, tx, f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return store.GuardAll(ctx, fences,
+		func(f fence.Fence) error { return checkFence("GuardAll", f) },
+		func(f fence.Fence) error { return guard(ctx, tx, f) })
 }
 
 // HighWater returns the high-water mark of resource: the newest fence the
