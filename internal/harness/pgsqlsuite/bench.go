@@ -3,7 +3,10 @@ package pgsqlsuite
 import (
 	"context"
 	"database/sql"
+	"net/url"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
@@ -22,9 +25,28 @@ import (
 // synchronous_commit off, so that a COMMIT does not wait for the disk and
 // the figures count round trips and server work; with commits that wait
 // for an fsync, the guard's share is smaller.
+//
+// FENCEKIT_BENCH_LATENCY (a Go duration, such as 1ms) sends every
+// connection through a proxy that delays each chunk of bytes by that much
+// each way: round trips then dominate, and the ratios count them, which a
+// loaded machine's loopback figures cannot do reliably.
 func Bench(b *testing.B, d Driver) {
 	ctx := context.Background()
 	u := testenv.PostgresURL(b) + "&synchronous_commit=off"
+	if v := os.Getenv("FENCEKIT_BENCH_LATENCY"); v != "" {
+		lat, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("FENCEKIT_BENCH_LATENCY=%q: %v", v, err)
+		}
+		pu, err := url.Parse(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := testenv.StartProxy(b, pu.Host)
+		p.SetLatency(lat)
+		pu.Host = p.Addr()
+		u = pu.String()
+	}
 	db, err := d.Open(u)
 	if err != nil {
 		b.Fatal(err)
