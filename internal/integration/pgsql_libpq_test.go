@@ -20,6 +20,16 @@ func TestPgsqlSuiteLibPQ(t *testing.T) {
 	})
 }
 
+// TestPgsqlLibPQBinaryParameters: with binary_parameters=yes lib/pq sends a
+// statement with arguments in one round trip, and the guard costs one; the
+// round-trip and outcome tests run that way too.
+func TestPgsqlLibPQBinaryParameters(t *testing.T) {
+	pgsqlsuite.RunOnly(t, pgsqlsuite.Driver{
+		Name: "lib/pq binary_parameters",
+		Open: func(u string) (*sql.DB, error) { return sql.Open("postgres", u+"&binary_parameters=yes") },
+	}, "RoundTrips", "GuardAdmission", "TokenLimit", "CommitReplyLost", "AutocommitReplyLost", "TableUpdateAndUpsert")
+}
+
 // BenchmarkPgsqlLibPQ is storage/pgsql's BenchmarkPgxStdlib through
 // lib/pq, by default (a statement with arguments costs two round trips) and
 // with binary_parameters=yes (one).

@@ -35,6 +35,17 @@ func Run(t *testing.T, d Driver) {
 	}
 }
 
+// RunOnly runs the named tests of the suite through d.
+func RunOnly(t *testing.T, d Driver, names ...string) {
+	for _, tc := range tests {
+		for _, name := range names {
+			if tc.name == name {
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, d) })
+			}
+		}
+	}
+}
+
 type test struct {
 	name string
 	fn   func(t *testing.T, d Driver)
