@@ -49,12 +49,15 @@ func (s *Store) RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op s
 // it runs in another goroutine and finishes in the background.
 //
 // The outcome is known only when the error proves that nothing committed:
-// database/sql's own refusal to send (the bare ctx.Err() it returns when the
-// transaction's context ended first, or sql.ErrTxDone after it rolled back
-// for that context), or an error for which notApplied returns true (with
-// the error to return, already prefixed). Everything else, a context that
-// ends or a connection that breaks while COMMIT is in flight, returns a
-// [*fence.OutcomeUnknownError] for op.
+// sql.ErrTxDone after database/sql rolled back for an ended context, or an
+// error for which notApplied returns true (with the error to return,
+// already prefixed). Everything else, a context that ends or a connection
+// that breaks while COMMIT is in flight, returns a
+// [*fence.OutcomeUnknownError] for op. A bare context error proves nothing:
+// database/sql returns one when the context ended just before it would have
+// sent COMMIT, but pgx's stdlib returns one too for a COMMIT it sent and
+// stopped waiting for. Callers check the context before calling Commit, so
+// only an ending in that narrow window is reported as unknown needlessly.
 func (s *Store) Commit(ctx context.Context, tx *sql.Tx, op string, notApplied func(error) (error, bool)) error {
 	done := make(chan error, 1)
 	go func() { done <- tx.Commit() }()
@@ -75,10 +78,6 @@ func (s *Store) Commit(ctx context.Context, tx *sql.Tx, op string, notApplied fu
 		// The context ended first and database/sql rolled back instead of
 		// committing.
 		return fmt.Errorf("%s: %w", op, ctx.Err())
-	case err == context.Canceled || err == context.DeadlineExceeded:
-		// database/sql's own check, before anything is sent; a driver that
-		// watched the context while COMMIT was in flight wraps it.
-		return fmt.Errorf("%s: not sent: %w", op, err)
 	case errors.Is(err, sql.ErrTxDone):
 		// fn ended the transaction itself: whether it committed is not ours
 		// to know.

@@ -44,16 +44,19 @@
 //
 // # Round trips
 //
-// database/sql sends one statement at a time, so the guard costs one round
-// trip of its own: [InTx] is BEGIN, the guard, your statements and COMMIT,
-// one round trip more than the same plain transaction. The guard is one
-// statement with its arguments as parameters; pgx's stdlib sends it in one
-// round trip once its statement cache holds it (the first use on a
-// connection prepares it), and in one round trip always with
-// default_query_exec_mode=simple_protocol. lib/pq sends a statement with
-// parameters as two round trips (parse and describe, then bind and
-// execute) unless the connection string sets binary_parameters=yes. A
-// refused fence costs a second statement, to read the mark it lost to.
+// database/sql sends one statement at a time, so the guard costs one
+// statement of its own: [InTx] is BEGIN, the guard, your statements and
+// COMMIT, one statement more than the same plain transaction, and a
+// [Table] method is one statement, as the plain UPDATE it replaces. Counted
+// on the wire (the suite's RoundTrips test): with pgx's stdlib, statement
+// cache or simple protocol, a plain transaction of one UPDATE takes 3 round
+// trips and InTx 4, an autocommit UPDATE with arguments 1 and Table.Update
+// 1. lib/pq sends a statement with arguments as two round trips (parse and
+// describe, then bind and execute): InTx takes 5 and Table.Update 2, as
+// does the plain UPDATE; with binary_parameters=yes in its connection
+// string, 4 and 1. pgx's stdlib prepares a statement on a connection's first
+// use of it (one more round trip, once). A refused fence costs a second
+// statement, to read the mark it lost to.
 //
 // # Isolation levels and retries
 //
