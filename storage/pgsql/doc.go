@@ -75,11 +75,18 @@
 // [InTx], [Once] and the [Table] methods outside a transaction then return an
 // error matching [fence.ErrOutcomeUnknown] that still matches its cause; none
 // reports such a write as not applied. The drivers say different things
-// when a connection dies mid-COMMIT (pgx's stdlib an I/O error such as
-// "unexpected EOF", lib/pq driver.ErrBadConn, which it also uses for
-// connections it never wrote to), so only a server's error reply, or a
-// statement database/sql never sent, counts as not applied. Do not simply
-// run the work again: read, or run it through [Once].
+// when a connection dies with the reply to a COMMIT in flight, none of which
+// proves anything: pgx's stdlib "conn closed" (an error pgx marks safe to
+// retry) or "unexpected EOF", and driver.ErrBadConn for an autocommit
+// statement under the simple protocol; lib/pq driver.ErrBadConn, which it
+// also returns for connections it never wrote to. A context that ends
+// mid-COMMIT makes pgx's stdlib return the bare context error, as
+// database/sql does for a COMMIT it never sent. So only a server's error
+// reply of severity ERROR (or the context checked ending before the COMMIT
+// is sent) counts as not applied. A write outside a transaction runs on a
+// connection taken first, so a connection that cannot be opened is a plain
+// error, and database/sql never resends a write whose connection broke. Do
+// not simply run the work again: read, or run it through [Once].
 //
 // # Poolers and prepared statements
 //
