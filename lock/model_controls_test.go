@@ -63,7 +63,7 @@ func (b brokenLease) Fence() fence.Fence {
 // unanchoredHook is the clock-anchor control's broken Locker: every
 // acquire.lua it sends issues counter+1 as the token, without the server
 // clock under it, so a node that lost its state starts its tokens again
-// from 1. Each grant so made counts as exposed.
+// from 1. Each grant whose token is below the clock counts as exposed.
 type unanchoredHook struct {
 	m   *model
 	src string
@@ -81,9 +81,11 @@ func (h unanchoredHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		args := cmd.Args()
 		args[0], args[1] = "eval", h.src
+		sent := time.Now()
 		err := next(ctx, cmd)
 		if c, ok := cmd.(*redis.Cmd); ok && err == nil {
-			if r, ok := parseAcquireReply(c.Val()); ok && r.shape == shapeGranted && r.token > 0 {
+			// Gone wrong: a grant whose token is below the clock.
+			if r, ok := parseAcquireReply(c.Val()); ok && r.shape == shapeGranted && r.token > 0 && r.token < sent.UnixMicro() {
 				h.m.exposed.Add(1)
 			}
 		}

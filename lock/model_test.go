@@ -146,6 +146,9 @@ type held struct {
 	stop  chan struct{}
 	// excused says a node's data loss excused part of its promise once.
 	excused atomic.Bool
+	// extending says its actor's Extend is under way: an extension sent
+	// meanwhile may be that Extend's rather than a renewal.
+	extending atomic.Bool
 }
 
 type modelNode struct {
@@ -205,6 +208,9 @@ type model struct {
 	statsMu  sync.Mutex
 	notes    []string   // the first few unparsed replies, to show
 	rmu      sync.Mutex // nodeGrants, raised
+	renewMu  sync.Mutex
+	renewing map[string]*held // self-renewing holds without Owner, by holder
+	renewals []float64        // each renewal's validity left when sent, as a share of its ttl
 	deadline time.Time
 }
 
@@ -648,6 +654,11 @@ func (a *actor) register(l *lock.Lease, kind string, ttl time.Duration, start ti
 	a.m.mu.Lock()
 	a.m.holds[h] = struct{}{}
 	a.m.mu.Unlock()
+	if h.renew && !h.owner {
+		a.m.renewMu.Lock()
+		a.m.renewing[g.f.Holder] = h
+		a.m.renewMu.Unlock()
+	}
 	return h
 }
 
@@ -672,35 +683,9 @@ func renewAtEnd(l *lock.Lease, ttl time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// judgeRenewal judges, as its actor gives it up, a self-renewing lease
-// that its first validity would not have covered until now: it should
-// still be held. On a loaded machine a renewal can run late enough to let
-// its lease lapse, so lapses are judged by their share (checkRenewals).
-func (m *model) judgeRenewal(h *held) {
-	if !h.renew || m.redlock || time.Now().Before(h.g.start.Add(h.g.ttl)) {
-		return
-	}
-	m.count("renewals judged", 1)
-	if h.l.Err() != nil {
-		m.count("renewals lapsed", 1)
-		if m.cfg.renewAtEnd {
-			m.exposed.Add(1)
-		}
-	}
-}
-
-// checkRenewals fails the run when more than a quarter of the judged
-// renewals let their lease lapse.
-func (m *model) checkRenewals() {
-	judged, lapsed := m.stat("renewals judged"), m.stat("renewals lapsed")
-	if judged > 0 && 4*lapsed > judged {
-		m.violation("renewal", "share", "%d of %d self-renewing leases held past their first validity had lapsed by their release", lapsed, judged)
-	}
-}
-
 // release gives a hold up, withdrawing its promise first.
 func (a *actor) release(h *held) {
-	a.m.judgeRenewal(h)
+	a.m.judgeLapse(h)
 	if h.stop != nil {
 		close(h.stop)
 	}
@@ -716,6 +701,8 @@ func (a *actor) release(h *held) {
 // extend extends a hold; Extend never shortens a lock, so the hold's
 // promise can only grow.
 func (a *actor) extend(h *held, ttl time.Duration) {
+	h.extending.Store(true)
+	defer h.extending.Store(false)
 	a.m.mu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if h.l.Extend(ctx, ttl) == nil {
@@ -982,6 +969,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 	for i := range actors {
 		c := testenv.Redis(t)
 		c.AddHook(queueHook{m})
+		c.AddHook(renewHook{m})
 		if cfg.hook != nil {
 			c.AddHook(cfg.hook(m))
 		}
@@ -1035,7 +1023,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, renewing: map[string]*held{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
@@ -1168,9 +1156,10 @@ func (h faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		r := h.rng.IntN(4)
 		h.mu.Unlock()
 		if !(h.n.flaky.Load() || raise) || r >= 2 {
+			sent := time.Now()
 			err := next(ctx, cmd)
 			if err == nil && known {
-				h.record(call, cmd)
+				h.record(call, cmd, sent)
 			}
 			return err
 		}
@@ -1188,8 +1177,11 @@ func (h faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// record notes a grant or a confirmed raise that reached the Locker.
-func (h faultHook) record(call scriptCall, cmd redis.Cmder) {
+// record notes a grant or a confirmed raise that reached the Locker, and
+// checks a node's token against its clock: a node issues max(counter+1,
+// clock), so even one that lost its state issues no token below its
+// clock when the call was sent.
+func (h faultHook) record(call scriptCall, cmd redis.Cmder, sent time.Time) {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok || len(call.argv) < 2 {
 		return
@@ -1209,6 +1201,14 @@ func (h faultHook) record(call scriptCall, cmd redis.Cmder) {
 			return
 		}
 		into, token = h.m.nodeGrants, r.token
+		if !h.n.observed.Load() {
+			h.m.count("node token anchor checks inconclusive", 1)
+		} else if floor := sent.UnixMicro() + h.n.offset.Load() - modelSlack.Microseconds(); token < floor {
+			h.m.violation("anchor", fmt.Sprintf("node %d %s", h.idx, call.argv[0]), "node %d granted token %d, %.3fms below its clock when the acquire was sent (kills so far: %d)",
+				h.idx, token, float64(floor-token)/1000, h.n.kill.Load())
+		} else {
+			h.m.count("node token anchor checks", 1)
+		}
 	case "raise":
 		if c.Val() != int64(1) {
 			return
