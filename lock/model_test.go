@@ -899,6 +899,11 @@ const (
 // budget has passed and the run has judged its floors (a control's: its
 // variant has gone wrong often enough), at m.deadline at the latest.
 func (m *model) runContext(budget time.Duration) (context.Context, context.CancelFunc) {
+	// Each node's clock offset is known before the first grant, so the
+	// first grants' tokens are judged against the clock.
+	for _, n := range m.nodes {
+		m.observe(context.Background(), n, m.prefix+"{"+m.resource+"}:lock")
+	}
 	// The budget counts from here, after the servers started.
 	m.deadline = time.Now().Add(modelExposureCap * budget)
 	ctx, cancel := context.WithDeadline(context.Background(), m.deadline)
