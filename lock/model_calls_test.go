@@ -187,3 +187,24 @@ func findHash(t *testing.T, name string) string {
 	t.Fatalf("no script named %s", name)
 	return ""
 }
+
+// TestModelReadsReleaseMessages pins the release messages the model reads
+// besides a grant: a queue announcement, and nothing else of its shape.
+func TestModelReadsReleaseMessages(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"q:120:a":        true,
+		"q:-2:a:b:c":     true,
+		"q:-1:a:b":       true,
+		"q:120":          false,
+		"q:x:a":          false,
+		"q:120:a:b:c:d":  false,
+		"q:120::b":       false,
+		"h 12 1700000 3": false,
+		"moved":          false,
+		"q:-3:a":         false,
+	} {
+		if got := isQueueAnnouncement(msg); got != want {
+			t.Errorf("%q read as a queue announcement: %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -579,6 +579,10 @@ func (m *model) listen(ctx context.Context, ps *redis.PubSub) {
 			m.count("wake-ups published (the lock is free)", 1)
 			continue
 		}
+		if isQueueAnnouncement(mm.Payload) {
+			m.count("queue announcements published", 1)
+			continue
+		}
 		// "<holder> <token> <refreshed µs> <age ms>": a grant to a waiter.
 		parts := strings.Fields(mm.Payload)
 		var tok int64
@@ -597,6 +601,24 @@ func (m *model) listen(ctx context.Context, ps *redis.PubSub) {
 		m.gmu.Unlock()
 		m.count("hand-overs published", 1)
 	}
+}
+
+// isQueueAnnouncement reports whether a release message tells the first
+// waiters where they stand: "q:<remaining ms>:<first>[:<second>[:<third>]]".
+func isQueueAnnouncement(msg string) bool {
+	parts := strings.Split(msg, ":")
+	if len(parts) < 3 || len(parts) > 5 || parts[0] != "q" {
+		return false
+	}
+	if ms, err := strconv.ParseInt(parts[1], 10, 64); err != nil || ms < -2 {
+		return false
+	}
+	for _, h := range parts[2:] {
+		if h == "" || strings.ContainsAny(h, " ") {
+			return false
+		}
+	}
+	return true
 }
 
 // actor is one Locker's sequence of calls.
@@ -1075,15 +1097,20 @@ func (m *model) report(t *testing.T, name string) {
 		}
 	}
 	// Replies the model could not read, against those it read, by source.
-	for _, src := range []struct{ unparsed, parsed string }{
-		{"unparsed: queued tries' replies", "queued tries' replies: "},
-		{"unparsed: release messages", "hand-overs published"},
-		{"unparsed: Redlock acquire replies", "Redlock acquire replies: "},
+	for _, src := range []struct {
+		unparsed string
+		parsed   []string // prefixes of the counts of those read
+	}{
+		{"unparsed: queued tries' replies", []string{"queued tries' replies: "}},
+		{"unparsed: release messages", []string{"hand-overs published", "queue announcements published", "wake-ups published"}},
+		{"unparsed: Redlock acquire replies", []string{"Redlock acquire replies: "}},
 	} {
 		bad, good := m.stat(src.unparsed), int64(0)
 		for _, k := range names {
-			if strings.HasPrefix(k, src.parsed) {
-				good += m.stat(k)
+			for _, p := range src.parsed {
+				if strings.HasPrefix(k, p) {
+					good += m.stat(k)
+				}
 			}
 		}
 		fmt.Fprintf(&j, "\n  %-40s %8d  of %d, at most 1 in %d", src.unparsed, bad, bad+good, unparsedShare)
