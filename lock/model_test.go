@@ -533,17 +533,16 @@ func (m *model) lostSince(a *grant) bool {
 // granted it, and a quorum holds token state at its token (issued it, or
 // confirmed the raise to it).
 func (m *model) checkQuorum(g *grant) {
-	m.rmu.Lock()
-	replies := m.nodeGrants[g.f.Holder]
-	raised := m.raised[g.f.Holder]
-	m.rmu.Unlock()
 	atToken := 0
-	for i, tok := range replies {
+	m.rmu.Lock()
+	raised := m.raised[g.f.Holder]
+	for i, tok := range m.nodeGrants[g.f.Holder] {
 		g.nodes = append(g.nodes, i)
 		if tok == int64(g.f.Token) || raised[i] >= int64(g.f.Token) {
 			atToken++
 		}
 	}
+	m.rmu.Unlock()
 	slices.Sort(g.nodes)
 	m.count("Redlock quorums checked", 1)
 	switch {
