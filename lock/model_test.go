@@ -643,6 +643,9 @@ func (a *actor) ttl() time.Duration {
 	if a.m.redlock {
 		ms += 60 // above drift and node timeouts
 	}
+	if a.m.cfg.longLeases {
+		ms *= 4
+	}
 	return time.Duration(ms * float64(time.Millisecond))
 }
 
@@ -899,6 +902,10 @@ type modelConfig struct {
 	// renewAtEnd replaces AutoRenew by the model's broken renewal, which
 	// extends a lease only once its validity has run out.
 	renewAtEnd bool
+	// longLeases makes every lease four times as long: the drift control's
+	// workload, where the drift allowance (1% of the lease, plus 2ms)
+	// outgrows the time a loaded machine takes to send a grant.
+	longLeases bool
 	// floors are the least the run must judge of each kind. A run goes on
 	// past its budget until it has, for at most modelExposureCap budgets
 	// (a loaded machine runs fewer leases in a budget), and fails if it
