@@ -91,9 +91,10 @@ const (
 
 // acquireReply is one of acquire.lua's replies, read by its shape.
 type acquireReply struct {
-	shape string
-	token int64 // granted, reentered, handed over
-	ref   int64 // queued: the entry's refresh, µs on the server's clock
+	shape  string
+	token  int64  // granted, reentered, handed over
+	ref    int64  // queued: the entry's refresh, µs on the server's clock
+	holder string // reentered: the holder of the grant re-entered
 }
 
 // parseAcquireReply reads a reply of acquire.lua; ok is false for a reply
@@ -123,10 +124,11 @@ func parseAcquireReply(v any) (r acquireReply, ok bool) {
 	case kind == 1 && (len(res) == 2 || len(res) == 3 && res[2] == int64(1)):
 		return acquireReply{shape: shapeGranted, token: n}, true
 	case kind == 2 && len(res) == 3:
-		if _, ok := res[2].(string); !ok {
+		h, ok := res[2].(string)
+		if !ok {
 			return r, false
 		}
-		return acquireReply{shape: shapeReentered, token: n}, true
+		return acquireReply{shape: shapeReentered, token: n, holder: h}, true
 	case kind == 3 && len(res) == 3:
 		if _, ok := res[2].(int64); !ok {
 			return r, false

@@ -45,6 +45,17 @@ func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		queues := ok && call.name == "acquire" && len(call.argv) >= 5 && call.argv[4] != ""
 		sent := time.Now()
 		err := next(ctx, cmd)
+		if ok && call.name == "acquire" && err == nil && !queues {
+			// An Owner's call that re-entered a grant: the lease it gets is
+			// that grant's, not a grant of its own.
+			if c, isCmd := cmd.(*redis.Cmd); isCmd {
+				if r, ok := parseAcquireReply(c.Val()); ok && r.shape == shapeReentered {
+					h.m.gmu.Lock()
+					h.m.reentered[r.holder] = true
+					h.m.gmu.Unlock()
+				}
+			}
+		}
 		if !queues || err != nil {
 			return err
 		}
@@ -74,6 +85,10 @@ func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if deadline.After(q.waiting) {
 				q.waiting = deadline
 			}
+			h.m.gmu.Unlock()
+		case shapeReentered:
+			h.m.gmu.Lock()
+			h.m.reentered[r.holder] = true
 			h.m.gmu.Unlock()
 		case shapeHandedOver, shapeGranted:
 			if r.token > 0 {
@@ -120,6 +135,25 @@ func (q *queued) liveAhead(start, end time.Time) bool {
 		}
 	}
 	return true
+}
+
+// waiterLive reports whether a waiter other than holder is provably in
+// the queue and waiting now.
+func (m *model) waiterLive(holder string) bool {
+	now := time.Now()
+	m.gmu.Lock()
+	defer m.gmu.Unlock()
+	for y, q := range m.queue {
+		if y == holder || q.waiting.Before(now.Add(queueMargin)) || len(q.tries) == 0 {
+			continue
+		}
+		if last := q.tries[len(q.tries)-1]; last.reply.Before(now) && now.Sub(last.sent) < modelQueueLife-queueMargin {
+			if _, served := m.served[y]; !served {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkQueue judges arrival order once the run is over: a waiter Y whose
@@ -201,10 +235,12 @@ func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		c.SetVal(redo.Val())
-		if _, granted := redo.Val().(string); granted {
-			h.m.exposed.Add(1)
-		} else if res, _ := redo.Val().([]any); len(res) >= 2 && res[0] == int64(1) {
-			h.m.exposed.Add(1)
+		_, granted := redo.Val().(string)
+		if res, _ := redo.Val().([]any); len(res) >= 2 && res[0] == int64(1) {
+			granted = true
+		}
+		if granted && h.m.waiterLive(call.argv[0]) {
+			h.m.exposed.Add(1) // the grant jumped a waiter that was live and waiting
 		}
 		return nil
 	}

@@ -191,6 +191,9 @@ type model struct {
 	// registered holds every holder a grant was registered for: a later
 	// grant to one of them is a re-entry of that grant.
 	registered map[string]bool
+	// reentered holds every holder whose grant an Owner's call re-entered,
+	// as the actors' clients saw the replies.
+	reentered map[string]bool
 	// nodeGrants and raised are, by holder, the Redlock nodes whose
 	// acquire replied with a grant (and its token), and those that
 	// confirmed a raise to a token, as the actors' clients saw.
@@ -474,9 +477,10 @@ func (m *model) clockFloor(start time.Time) (floor int64, ok bool) {
 func (m *model) granted(g *grant) {
 	m.gmu.Lock()
 	defer m.gmu.Unlock()
-	if m.registered[g.f.Holder] && g.kind != "reentry" {
-		// An Owner's Acquire that found its own lock: a re-entry of the
-		// grant already registered, not a grant.
+	if (m.registered[g.f.Holder] || m.reentered[g.f.Holder]) && g.kind != "reentry" {
+		// An Owner's call that found its own lock: a re-entry of a grant
+		// made earlier (one registered, or one handed to an Owner's
+		// waiter that gave up), not a grant.
 		g.kind = "reentry"
 	}
 	m.registered[g.f.Holder] = true
@@ -1056,7 +1060,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, renewing: map[string]*held{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
