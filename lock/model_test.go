@@ -149,6 +149,10 @@ type held struct {
 	// extending says its actor's Extend is under way: an extension sent
 	// meanwhile may be that Extend's rather than a renewal.
 	extending atomic.Bool
+	// timely says a renewal was sent with a sixth of the lease or more left.
+	timely atomic.Bool
+	// startLeft is the lease's validity when it was registered.
+	startLeft time.Duration
 }
 
 type modelNode struct {
@@ -213,8 +217,11 @@ type model struct {
 	rmu      sync.Mutex // nodeGrants, raised
 	renewMu  sync.Mutex
 	renewing map[string]*held // self-renewing holds without Owner, by holder
-	renewals []float64        // each renewal's validity left when sent, as a share of its ttl
-	deadline time.Time
+	// earlyRenewal holds the holders whose lease had a renewal sent
+	// before the lease was registered.
+	earlyRenewal map[string]bool
+	renewals     []float64 // each renewal's validity left when sent, as a share of its ttl
+	deadline     time.Time
 }
 
 func (m *model) count(name string, n int64) {
@@ -673,7 +680,7 @@ func (a *actor) register(l *lock.Lease, kind string, ttl time.Duration, start ti
 	g := &grant{f: l.Fence(), kind: kind, opts: opts, ttl: ttl, start: start, end: time.Now(), epochs: epochs, actor: a.id}
 	ml := a.m.wrap(a.m, l, ttl)
 	g.f = ml.Fence()
-	h := &held{l: ml, g: g, owner: strings.Contains(opts, "+owner"), renew: strings.Contains(opts, "+renew")}
+	h := &held{l: ml, g: g, owner: strings.Contains(opts, "+owner"), renew: strings.Contains(opts, "+renew"), startLeft: l.Validity()}
 	a.m.granted(g)
 	if h.renew && a.m.cfg.renewAtEnd {
 		h.stop = make(chan struct{})
@@ -713,7 +720,7 @@ func renewAtEnd(l *lock.Lease, ttl time.Duration, stop <-chan struct{}) {
 
 // release gives a hold up, withdrawing its promise first.
 func (a *actor) release(h *held) {
-	a.m.judgeLapse(h)
+	a.m.judgeRenewal(h)
 	if h.stop != nil {
 		close(h.stop)
 	}
@@ -1060,7 +1067,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
