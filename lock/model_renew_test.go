@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,6 +102,9 @@ func (m *model) judgeRenewal(h *held) {
 	// the validity it started with.
 	if !h.renew || h.owner || m.redlock || h.g.ttl < renewMinTTL || h.startLeft < h.g.ttl/2 || time.Now().Before(h.g.end.Add(h.startLeft)) {
 		return
+	}
+	if strings.Contains(h.g.opts, "+closed") {
+		return // its Locker was closed, which stops renewal
 	}
 	if h.ext.Load() != 0 || h.extFailed.Load() != 0 {
 		return // its actor's Extend moved its expiry: renewal had no set moment

@@ -776,7 +776,9 @@ func (a *actor) run(ctx context.Context) {
 		case r < 25: // hold, sometimes past the lease
 			a.sleep(time.Duration(a.rng.Int64N(int64(a.ttl()*5/4) + 1)))
 			a.m.count("steps", 1)
-		case r < 45 && !a.m.plain:
+		case r < 45 && !a.m.plain && (!cur.renew || r < 30):
+			// A self-renewing lease is extended less often, so that the
+			// renewal check has leases whose expiry only renewal moved.
 			a.extend(cur, a.ttl())
 		case r < 60 && cur.owner:
 			a.reenter(ctx, cur)
@@ -814,6 +816,9 @@ func (a *actor) take(ctx context.Context) *held {
 			// process that starts.
 			locker = a.newLocker()
 			defer locker.Close()
+			// Its Locker closes when this call returns, which stops the
+			// lease's renewal: the renewal check passes it over.
+			names += "+closed"
 		}
 		l, err := locker.Acquire(gctx, a.m.resource, ttl, opts...)
 		cancel()
