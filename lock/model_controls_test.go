@@ -1,0 +1,181 @@
+package lock_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The model's floors: the least a run of each model must judge of each
+// kind, or it fails as having judged too little. They are set for the
+// default budget (3 s) on a loaded machine, well below what such a run
+// judges; CI's runs of 15 s judge far more (see .ci/fuzz's output). A run
+// goes on past its budget until it has judged them (modelConfig.floors).
+var (
+	lockModelFloors = []modelFloor{
+		{kind: "promise checks", min: 100},
+		{kind: "token pairs checked", min: 200},
+		{kind: "token anchor checks", min: 50},
+		{kind: "queue pairs judged", min: 20, after: true},
+		{kind: "renewals judged", min: 2},
+		{kind: "foreign grants", min: 5},
+	}
+	// A loaded machine runs few Redlock leases (under -race with the
+	// machine's cores busy: 3 in 12 s), so these floors only require that
+	// each kind judged something.
+	redlockModelFloors = []modelFloor{
+		{kind: "promise checks", min: 3},
+		{kind: "token pairs checked", min: 1},
+		{kind: "token anchor checks", min: 2},
+		{kind: "node token anchor checks", min: 5},
+		{kind: "Redlock quorums checked", min: 2},
+	}
+)
+
+// brokenLease is a lease that lies: about its validity (it reports a hold
+// past its expiry) or about its token (every grant gets the first one).
+type brokenLease struct {
+	*lock.Lease
+	late  time.Duration
+	token *atomic.Int64
+}
+
+func (b brokenLease) Validity() time.Duration {
+	v := b.Lease.Validity()
+	if v > 0 {
+		v += b.late
+	}
+	return v
+}
+
+func (b brokenLease) Fence() fence.Fence {
+	f := b.Lease.Fence()
+	if b.token != nil {
+		b.token.CompareAndSwap(0, int64(f.Token))
+		f.Token = fence.Token(b.token.Load())
+	}
+	return f
+}
+
+// unanchoredHook is the clock-anchor control's broken Locker: every
+// acquire.lua it sends issues counter+1 as the token, without the server
+// clock under it, so a node that lost its state starts its tokens again
+// from 1. Each grant whose token is below the clock counts as exposed.
+type unanchoredHook struct {
+	m   *model
+	src string
+}
+
+func (h unanchoredHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h unanchoredHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h unanchoredHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		call, ok := parseScriptCall(cmd.Args())
+		if !ok || call.name != "acquire" {
+			return next(ctx, cmd)
+		}
+		args := cmd.Args()
+		args[0], args[1] = "eval", h.src
+		sent := time.Now()
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.Cmd); ok && err == nil {
+			// Gone wrong: a grant whose token is below the clock.
+			if r, ok := parseAcquireReply(c.Val()); ok && r.shape == shapeGranted && r.token > 0 && r.token < sent.UnixMicro() {
+				h.m.exposed.Add(1)
+			}
+		}
+		return err
+	}
+}
+
+// unanchoredAcquire is acquire.lua with its tokens cut from the clock.
+func unanchoredAcquire(t *testing.T) string {
+	const anchored, cut = "local t = math.max(n + 1, now)", "local t = n + 1"
+	src := lock.ModelScriptSource("acquire")
+	if !strings.Contains(src, anchored) {
+		t.Fatalf("the token's clock anchor (%q) is no longer in the acquire script: update the control", anchored)
+	}
+	return strings.Replace(src, anchored, cut, 1)
+}
+
+// control runs one broken variant until it has gone wrong (bounded, see
+// modelConfig.control) and requires the model to reject it with a
+// violation of one of kinds.
+func control(t *testing.T, what string, run func(*testing.T, modelConfig) *model, cfg modelConfig, kinds ...string) {
+	t.Helper()
+	cfg.budget, cfg.seed, cfg.control = min(modelBudget(t), 3*time.Second), modelSeed(t), true
+	m := run(t, cfg)
+	n := 0
+	for _, k := range kinds {
+		n += m.violations(k)
+	}
+	if n == 0 {
+		m.report(t, "broken lease model")
+		t.Fatalf("the model accepted %s: no %s violation in %v, where the variant went wrong %d times (seed %d)",
+			what, strings.Join(kinds, "/"), m.ran.Round(time.Millisecond), m.exposed.Load(), m.seed)
+	}
+	t.Logf("rejected %s: %d %s violations in %v, where the variant went wrong %d times (seed %d)",
+		what, n, strings.Join(kinds, "/"), m.ran.Round(time.Millisecond), m.exposed.Load(), m.seed)
+}
+
+// TestLockModelRejectsBrokenLeases is the model's set of negative
+// controls: on a workload where today's leases keep their promises, each
+// broken variant, one per class of promise the model checks, is caught.
+// Each run goes on until its variant has gone wrong a few times.
+func TestLockModelRejectsBrokenLeases(t *testing.T) {
+	testenv.Slow(t)
+	t.Run("honest", func(t *testing.T) {
+		// The same workload with the real leases: no violation, so what
+		// the broken ones get caught for is theirs.
+		m := runModel(t, modelConfig{budget: min(modelBudget(t), 3*time.Second), seed: modelSeed(t), plain: true})
+		if len(m.viol) > 0 {
+			m.report(t, "plain lock model")
+		}
+	})
+	t.Run("past expiry", func(t *testing.T) {
+		control(t, "leases that claim 20ms past their expiry", runModel, modelConfig{plain: true,
+			wrap: func(m *model, l *lock.Lease, _ time.Duration) modelLease {
+				m.exposed.Add(1)
+				return brokenLease{Lease: l, late: 20 * time.Millisecond}
+			}}, "promise")
+	})
+	t.Run("reused token", func(t *testing.T) {
+		first := new(atomic.Int64)
+		control(t, "grants that reuse one token", runModel, modelConfig{plain: true,
+			wrap: func(m *model, l *lock.Lease, _ time.Duration) modelLease {
+				m.exposed.Add(1)
+				return brokenLease{Lease: l, token: first}
+			}}, "token")
+	})
+	t.Run("try skips the queue", func(t *testing.T) {
+		control(t, "a Locker whose tries ignore the queue", runModel,
+			modelConfig{plain: true, hook: func(m *model) redis.Hook { return skipQueueHook{m} }},
+			"queue", "queue-try", "queue-poll")
+	})
+	t.Run("renewal at the lease's end", func(t *testing.T) {
+		control(t, "a renewal scheduled at the lease's end", runModel,
+			modelConfig{plain: true, renewAtEnd: true}, "renewal")
+	})
+	t.Run("Redlock token without its clock anchor", func(t *testing.T) {
+		src := unanchoredAcquire(t)
+		control(t, "Redlock tokens issued without their clock anchor", runRedlockModel,
+			modelConfig{hook: func(m *model) redis.Hook { return unanchoredHook{m, src} }},
+			"anchor", "token")
+	})
+	t.Run("Redlock validity without drift", func(t *testing.T) {
+		control(t, "Redlock leases whose validity has no drift allowance", runRedlockModel, modelConfig{plain: true, longLeases: true,
+			wrap: func(m *model, l *lock.Lease, ttl time.Duration) modelLease {
+				m.exposed.Add(1)
+				return brokenLease{Lease: l, late: modelDrift(ttl)}
+			}}, "promise")
+	})
+}

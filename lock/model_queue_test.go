@@ -1,0 +1,247 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/redis/go-redis/v9"
+)
+
+// The model's queue-order check: what the actors' clients saw of each
+// waiter's queue entry, and the judgment of every grant against every
+// waiter that was live and ahead of it.
+
+// queueTry is one try that the server answered with a queued refusal: the
+// waiter's entry was made, or refreshed, between sent and reply.
+type queueTry struct {
+	sent, reply time.Time
+}
+
+// queued is what the actors' clients saw of one waiter's queue entry.
+type queued struct {
+	tries []queueTry // in the order they were sent
+	// waiting is the latest deadline a try of its Acquire was sent under:
+	// until then the waiter neither gave up nor began to leave the queue.
+	// Zero when a try had no deadline (then it is not judged).
+	waiting time.Time
+}
+
+// queueHook records, from an actor's client, every acquire.lua call that
+// joins the queue (it names a queue entry's life) and reads its reply by
+// shape. A reply of no known shape is counted as unparsed.
+type queueHook struct{ m *model }
+
+func (h queueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h queueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		call, ok := parseScriptCall(cmd.Args())
+		// ARGV[5], the entry's life, is given by a caller that queues.
+		queues := ok && call.name == "acquire" && len(call.argv) >= 5 && call.argv[4] != ""
+		sent := time.Now()
+		err := next(ctx, cmd)
+		if ok && call.name == "acquire" && err == nil && !queues {
+			// An Owner's call that re-entered a grant: the lease it gets is
+			// that grant's, not a grant of its own.
+			if c, isCmd := cmd.(*redis.Cmd); isCmd {
+				if r, ok := parseAcquireReply(c.Val()); ok && r.shape == shapeReentered {
+					h.m.gmu.Lock()
+					h.m.reentered[r.holder] = true
+					h.m.gmu.Unlock()
+				}
+			}
+		}
+		if !queues || err != nil {
+			return err
+		}
+		reply := time.Now()
+		c, isCmd := cmd.(*redis.Cmd)
+		if !isCmd {
+			return err
+		}
+		r, ok := parseAcquireReply(c.Val())
+		if !ok {
+			h.m.count("unparsed: queued tries' replies", 1)
+			h.m.note("a queued try's reply of no known shape: %v", c.Val())
+			return err
+		}
+		h.m.count("queued tries' replies: "+r.shape, 1)
+		holder := call.argv[0]
+		switch r.shape {
+		case shapeQueued:
+			deadline, _ := ctx.Deadline()
+			h.m.gmu.Lock()
+			q := h.m.queue[holder]
+			if q == nil {
+				q = &queued{}
+				h.m.queue[holder] = q
+			}
+			q.tries = append(q.tries, queueTry{sent: sent, reply: reply})
+			if deadline.After(q.waiting) {
+				q.waiting = deadline
+			}
+			h.m.gmu.Unlock()
+		case shapeReentered:
+			h.m.gmu.Lock()
+			h.m.reentered[r.holder] = true
+			h.m.gmu.Unlock()
+		case shapeHandedOver, shapeGranted:
+			if r.token > 0 {
+				h.m.gmu.Lock()
+				if old, ok := h.m.served[holder]; !ok || fence.Token(r.token) < old {
+					h.m.served[holder] = fence.Token(r.token)
+				}
+				h.m.gmu.Unlock()
+			}
+		}
+		return err
+	}
+}
+
+// queueMargin is how far short of its life a waiter's entry is taken as
+// live, for the clocks' reading between the client and the server.
+const queueMargin = 10 * time.Millisecond
+
+// liveAhead reports whether q's entry was in the queue, unbroken, from
+// before start until at least end: made by a try answered before start,
+// refreshed from then on before each refresh's life ran out, its last
+// refresh before start still live at end, and its waiter still waiting
+// at end.
+func (q *queued) liveAhead(start, end time.Time) bool {
+	if q.waiting.IsZero() || !end.Before(q.waiting) {
+		return false
+	}
+	j := -1
+	for i, t := range q.tries {
+		if t.reply.Before(start) {
+			j = i
+		}
+	}
+	if j < 0 || end.Sub(q.tries[j].sent) >= modelQueueLife-queueMargin {
+		return false
+	}
+	// Tries 0..j were sent in order; the entry is unbroken since try 0 if
+	// each refresh came before the one before it ran out. A break only
+	// moves the entry's place later, past start at worst: then it is not
+	// known to be ahead.
+	for i := j; i > 0; i-- {
+		if q.tries[i].reply.Sub(q.tries[i-1].sent) >= modelQueueLife-queueMargin {
+			return false
+		}
+	}
+	return true
+}
+
+// waiterLive reports whether a waiter other than holder is provably in
+// the queue and waiting now.
+func (m *model) waiterLive(holder string) bool {
+	now := time.Now()
+	m.gmu.Lock()
+	defer m.gmu.Unlock()
+	for y, q := range m.queue {
+		if y == holder || q.waiting.Before(now.Add(queueMargin)) || len(q.tries) == 0 {
+			continue
+		}
+		if last := q.tries[len(q.tries)-1]; last.reply.Before(now) && now.Sub(last.sent) < modelQueueLife-queueMargin {
+			if _, served := m.served[y]; !served {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkQueue judges arrival order once the run is over: a waiter Y whose
+// entry was live and ahead of grant X (queued before X was asked for, live
+// and still waiting when X returned) must have been served before X. If
+// it was served after X, or never, X jumped the queue.
+func (m *model) checkQueue() {
+	if m.chanGap.Load() {
+		m.t.Log("model: the release channel's subscription broke; queue order not checked")
+		m.count("queue checks skipped (the release channel broke)", 1)
+		return
+	}
+	m.gmu.Lock()
+	defer m.gmu.Unlock()
+	waiters := make([]string, 0, len(m.queue))
+	for y := range m.queue {
+		waiters = append(waiters, y)
+	}
+	sort.Strings(waiters)
+	for _, y := range waiters {
+		q := m.queue[y]
+		sort.Slice(q.tries, func(i, j int) bool { return q.tries[i].sent.Before(q.tries[j].sent) })
+		ty, servedY := m.served[y]
+		for _, x := range m.grants {
+			if x.kind == "reentry" || x.f.Holder == y || !q.liveAhead(x.start, x.end) {
+				continue
+			}
+			m.count("queue pairs judged", 1)
+			if servedY && ty < x.f.Token {
+				continue // served first
+			}
+			// DESIGN 4c: every try that can take a free lock respects the
+			// queue, polling Acquire (WithWait) and TryAcquire included.
+			kind := "queue"
+			switch x.kind {
+			case "poll":
+				kind = "queue-poll"
+			case "try":
+				kind = "queue-try"
+			}
+			fate := "never served"
+			if servedY {
+				fate = fmt.Sprintf("served token %d", ty)
+			}
+			m.violation(kind, [2]string{y, x.f.Holder}, "waiter %s, queued %s and waiting until %s, %s; %s%s grant token %d (actor %d), asked for %s, returned %s",
+				fence.HolderMark(y), q.tries[0].reply.Format("15:04:05.000"), q.waiting.Format("15:04:05.000"), fate,
+				x.kind, x.opts, x.f.Token, x.actor, x.start.Format("15:04:05.000"), x.end.Format("15:04:05.000"))
+		}
+	}
+}
+
+// skipQueueHook is the queue control's broken Locker: a try that finds
+// the lock free with waiters queued ({4} from try.lua) is sent again
+// without the queue's key, as a try that ignores the queue would be, and
+// takes the lock. Each grant it takes so counts as exposed.
+type skipQueueHook struct{ m *model }
+
+func (h skipQueueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h skipQueueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		call, ok := parseScriptCall(cmd.Args())
+		c, isCmd := cmd.(*redis.Cmd)
+		if err != nil || !ok || !isCmd || call.name != "try" || len(call.keys) != 3 {
+			return err
+		}
+		if res, _ := c.Val().([]any); len(res) != 1 || res[0] != int64(4) {
+			return err
+		}
+		args := cmd.Args()
+		again := []any{args[0], args[1], 2, args[3], args[4]}
+		again = append(again, args[6:]...)
+		redo := redis.NewCmd(ctx, again...)
+		if err := next(ctx, redo); err != nil {
+			c.SetErr(err)
+			return err
+		}
+		c.SetVal(redo.Val())
+		_, granted := redo.Val().(string)
+		if res, _ := redo.Val().([]any); len(res) >= 2 && res[0] == int64(1) {
+			granted = true
+		}
+		if granted && h.m.waiterLive(call.argv[0]) {
+			h.m.exposed.Add(1) // the grant jumped a waiter that was live and waiting
+		}
+		return nil
+	}
+}
