@@ -307,12 +307,11 @@ type attempt struct {
 	// and TryAcquire does.
 	ordered bool
 	queue   bool // a refused try queues the holder (or refreshes its entry)
-	// head says the last refused try left the holder first in the queue:
-	// only the head has a reason to try again when the current lease ends.
+	// head says the last refused try left the holder first in the queue.
 	head bool
 	// place is the holder's place in the queue as of the last refused try
-	// (0: the head; -1: unknown), counted down as grants to waiters ahead
-	// of it are heard of: the waiter that reaches 0 tries at once.
+	// (0: the head; -1: unknown): only the first few have a reason to try
+	// again when the current lease ends (see wait.go).
 	place int64
 	// ref and sent name the holder's queue entry as of the last refused
 	// try: the server clock (µs) the entry was refreshed at, and when that

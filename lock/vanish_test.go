@@ -1,0 +1,175 @@
+package lock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiters that leave the queue, or vanish from it, and what that costs the
+// waiters behind them. The figures are logged (go test -run
+// 'TestWaiterThatGivesUp|TestVanishedWaiters' -v ./lock); the bounds are
+// generous for a loaded machine and far below the second that a waiter's
+// refresh takes.
+
+// leaveBound is how long after the moment the lock became free (a lease's
+// end, a release) the live waiter may take to get it in these tests: what
+// the vanished waiters ahead of it may cost, plus room for a loaded
+// machine.
+const leaveBound = 400 * time.Millisecond
+
+// cutOff returns a Locker whose client reaches srv through a proxy the
+// test can cut, with short timeouts so that its calls, once cut, fail fast.
+func cutOff(t *testing.T, srv *testenv.RedisServer, prefix string) (*lock.Locker, *testenv.Proxy) {
+	t.Helper()
+	p := testenv.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := lock.New(c, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, p
+}
+
+// TestWaiterThatGivesUpCostsNothing: the head of the queue gives up (its
+// context ends) 200ms before a lease that nobody releases runs out; the
+// next waiter is told at once that it is the head, and tries when the lease
+// ends, not at its next refresh.
+func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const resource = "givesup"
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	const ttl = 1300 * time.Millisecond
+	gone := mustAcquire(t, l, resource, ttl) // never released nor renewed
+	end := time.Now().Add(gone.Validity())
+
+	hctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	head := make(chan acquired, 1)
+	startWaiter(hctx, l, "head", resource, time.Second, head)
+	waitQueued(t, c, l, resource, 1)
+	next := make(chan acquired, 1)
+	startWaiter(ctx, l, "next", resource, time.Second, next)
+	waitQueued(t, c, l, resource, 2)
+
+	time.Sleep(time.Until(end.Add(-200 * time.Millisecond)))
+	giveUp()
+	if a := <-head; a.err == nil {
+		t.Fatal("the head that gave up got the lock")
+	}
+	a := receive(t, next, 5*time.Second)
+	late := time.Since(end)
+	t.Logf("the head gave up 200ms before the lease's end; the next waiter got the lock %v after it", late.Round(time.Millisecond))
+	if late > leaveBound {
+		t.Errorf("the next waiter got the lock %v after the lease ended, want within %v", late, leaveBound)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVanishedHeadCostsAtMostItsLease: the head of the queue is cut off
+// from Redis 200ms before a lease that nobody releases runs out, its entry
+// still live. The waiter behind it tries soon after the lease's end, which
+// hands the lock to the vanished head (its entry says it is alive) for the
+// 100ms lease it asked for, and then takes the lock when that runs out.
+func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	const resource = "headcut"
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
+	prefix := testenv.Prefix(t)
+	l, err := lock.New(c, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	cl, p := cutOff(t, srv, prefix)
+
+	const ttl = 1300 * time.Millisecond
+	gone := mustAcquire(t, l, resource, ttl) // never released nor renewed
+	end := time.Now().Add(gone.Validity())
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	head := make(chan acquired, 1)
+	startWaiter(hctx, cl, "head", resource, 100*time.Millisecond, head)
+	waitQueued(t, c, l, resource, 1)
+	next := make(chan acquired, 1)
+	startWaiter(ctx, l, "next", resource, time.Second, next)
+	waitQueued(t, c, l, resource, 2)
+
+	time.Sleep(time.Until(end.Add(-200 * time.Millisecond)))
+	p.Block()
+	a := receive(t, next, 5*time.Second)
+	late := time.Since(end)
+	t.Logf("the head (100ms lease) was cut off 200ms before the lease's end; the next waiter got the lock %v after it", late.Round(time.Millisecond))
+	if late > leaveBound {
+		t.Errorf("the next waiter got the lock %v after the lease ended, want within %v", late, leaveBound)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+}
+
+// TestVanishedWaitersCostAtMostTheirLeases: two waiters at the head of the
+// queue are cut off from Redis (their entries still live), each having
+// asked for a 100ms lease, and the holder releases. The release hands the
+// lock to the first; the live third waiter behind them gets it once each
+// vanished waiter's lease has run out, about 2 x (100ms + a try), not at
+// its next refresh.
+func TestVanishedWaitersCostAtMostTheirLeases(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	const resource = "twocut"
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
+	prefix := testenv.Prefix(t)
+	l, err := lock.New(c, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	cl, p := cutOff(t, srv, prefix)
+
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	cut := make(chan acquired, 2)
+	startWaiter(cctx, cl, "cut1", resource, 100*time.Millisecond, cut)
+	waitQueued(t, c, l, resource, 1)
+	startWaiter(cctx, cl, "cut2", resource, 100*time.Millisecond, cut)
+	waitQueued(t, c, l, resource, 2)
+	live := make(chan acquired, 1)
+	startWaiter(ctx, l, "live", resource, time.Second, live)
+	waitQueued(t, c, l, resource, 3)
+
+	p.Block()
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, live, 5*time.Second)
+	late := time.Since(released)
+	t.Logf("two cut-off waiters (100ms leases) ahead: the live waiter got the lock %v after the release", late.Round(time.Millisecond))
+	if bound := leaveBound + 100*time.Millisecond; late > bound {
+		t.Errorf("the live waiter got the lock %v after the release, want within %v", late, bound)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+}
