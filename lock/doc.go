@@ -31,6 +31,36 @@
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
 //
+// # Waiting
+//
+// [Locker.Acquire] waits in the resource's queue, first come, first served
+// across processes: the release that frees the lock grants it to the first
+// live waiter in the same script and publishes the grant, so the waiter
+// holds the lock when the message arrives. A waiting Acquire does not sleep
+// past a holder that vanished: the first waiter of the queue tries when the
+// lease runs out, the second 20ms and the third 40ms later (in case those
+// ahead of them vanished too), and every script that changes who is first
+// names the first three waiters and the lease's remaining time on the
+// resource's channel, so each learns its place at once; the others only
+// refresh their entry, once a second.
+//
+// A waiter that gives up (its context ended) leaves the queue in one round
+// trip and costs the others nothing: the next one is told at once and
+// tries when the lease ends, at once if the lock is free. A waiter that
+// vanished (its process or its network died) stays queued until its entry
+// lapses, 3s after its last refresh, and may be handed the lock meanwhile:
+// it costs the first live waiter behind it at most the lease it asked for
+// plus 50ms, while no more than two vanished waiters stand ahead of that
+// one (three, when the lock was released rather than lost); past that,
+// each further one can cost up to a second more, until the live waiter's
+// refresh finds it. Measured on a loaded 2-core machine (go test -run
+// 'TestWaiterThatGivesUpCostsNothing|TestVanished' -v ./lock): a head that
+// gave up 200ms before an unreleased lease's end, the next waiter had the
+// lock 17-37ms after that end; a head cut off from Redis 200ms before it,
+// having asked for a 100ms lease, 125-133ms after it; two cut-off waiters
+// with 100ms leases at the head, the live third 223-227ms after the
+// release.
+//
 // Call [Locker.Close] when done with a Locker: it stops the subscription
 // that waiting calls share, and every renewal.
 //

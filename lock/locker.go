@@ -543,8 +543,8 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // including the first, made before the subscription: a free lock with live
 // waiters queued ahead goes to the first of them, and this try is refused.
 // A queued waiter tries again every second, which keeps its queue entry
-// alive; the head of the queue also when the current lease's remaining time
-// runs out (a holder that vanished). The
+// alive; the first three of the queue also when the current lease's
+// remaining time runs out (a holder that vanished), 20ms apart. The
 // Locker's waiters share one subscription connection (on a cluster, one per
 // hash slot with waiters). If the subscription fails, waiters retry on the
 // timed [Backoff] schedule, never sleeping past the current lease's
