@@ -38,10 +38,12 @@ func cutOff(t *testing.T, srv *testenv.RedisServer, prefix string) (*lock.Locker
 	return l, p
 }
 
-// TestWaiterThatGivesUpCostsNothing: the head of the queue gives up (its
-// context ends) 200ms before a lease that nobody releases runs out; the
-// next waiter is told at once that it is the head, and tries when the lease
-// ends, not at its next refresh.
+// TestWaiterThatGivesUpCostsNothing: the three waiters at the head of the
+// queue give up (their context ends) 200ms before a lease that nobody
+// releases runs out, just after the fourth refreshed its entry. The fourth,
+// which only refreshes (the first three try at the lease's end), is told at
+// once that it is now the head, and gets the lock when the lease ends, not
+// at its next refresh a second later.
 func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -49,27 +51,42 @@ func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
 	t.Cleanup(l.Close)
-	const ttl = 1300 * time.Millisecond
-	gone := mustAcquire(t, l, resource, ttl) // never released nor renewed
-	end := time.Now().Add(gone.Validity())
+	queue, waiting := queueKeys(l, resource)
+	mustAcquire(t, l, resource, time.Minute) // never released nor renewed
 
 	hctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
-	head := make(chan acquired, 1)
-	startWaiter(hctx, l, "head", resource, time.Second, head)
-	waitQueued(t, c, l, resource, 1)
+	ahead := make(chan acquired, 3)
+	for i := range 3 {
+		startWaiter(hctx, l, "ahead", resource, time.Second, ahead)
+		waitQueued(t, c, l, resource, int64(i+1))
+	}
 	next := make(chan acquired, 1)
 	startWaiter(ctx, l, "next", resource, time.Second, next)
-	waitQueued(t, c, l, resource, 2)
+	waitQueued(t, c, l, resource, 4)
 
-	time.Sleep(time.Until(end.Add(-200 * time.Millisecond)))
+	// Just after the fourth's refresh, the lease has 200ms left.
+	fourth := c.ZRange(ctx, queue, 3, 3).Val()
+	if len(fourth) != 1 {
+		t.Fatalf("queue %v", fourth)
+	}
+	entry := c.HGet(ctx, waiting, fourth[0]).Val()
+	eventually(t, "the fourth waiter did not refresh its entry", func() bool {
+		return c.HGet(ctx, waiting, fourth[0]).Val() != entry
+	})
+	end := time.Now().Add(200 * time.Millisecond)
+	if err := c.PExpire(ctx, l.LockKey(resource), 200*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
 	giveUp()
-	if a := <-head; a.err == nil {
-		t.Fatal("the head that gave up got the lock")
+	for range 3 {
+		if a := <-ahead; a.err == nil {
+			t.Fatal("a waiter that gave up got the lock")
+		}
 	}
 	a := receive(t, next, 5*time.Second)
 	late := time.Since(end)
-	t.Logf("the head gave up 200ms before the lease's end; the next waiter got the lock %v after it", late.Round(time.Millisecond))
+	t.Logf("three waiters ahead gave up 200ms before the lease's end; the next waiter got the lock %v after it", late.Round(time.Millisecond))
 	if late > leaveBound {
 		t.Errorf("the next waiter got the lock %v after the lease ended, want within %v", late, leaveBound)
 	}
