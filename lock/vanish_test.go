@@ -38,6 +38,29 @@ func cutOff(t *testing.T, srv *testenv.RedisServer, prefix string) (*lock.Locker
 	return l, p
 }
 
+// vanishBound is the same for the tests in which vanished waiters were
+// handed the lock for their 100ms leases: what they may cost (a lease and
+// a try each), plus room for a loaded machine, and well below the second
+// it took before (a refresh, then a lease).
+const vanishBound = 600 * time.Millisecond
+
+// afterRefresh returns once the waiter at rank in resource's queue has
+// refreshed its entry: its next refresh is about a second away, so a waiter
+// that learns what changed only from its refresh is late by that much.
+func afterRefresh(t *testing.T, c redis.UniversalClient, l *lock.Locker, resource string, rank int64) {
+	t.Helper()
+	ctx := context.Background()
+	queue, waiting := queueKeys(l, resource)
+	ids := c.ZRange(ctx, queue, rank, rank).Val()
+	if len(ids) != 1 {
+		t.Fatalf("no waiter at rank %d: %v", rank, ids)
+	}
+	entry := c.HGet(ctx, waiting, ids[0]).Val()
+	eventually(t, "the waiter did not refresh its entry", func() bool {
+		return c.HGet(ctx, waiting, ids[0]).Val() != entry
+	})
+}
+
 // TestWaiterThatGivesUpCostsNothing: the three waiters at the head of the
 // queue give up (their context ends) 200ms before a lease that nobody
 // releases runs out, just after the fourth refreshed its entry. The fourth,
@@ -51,7 +74,6 @@ func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
 	t.Cleanup(l.Close)
-	queue, waiting := queueKeys(l, resource)
 	mustAcquire(t, l, resource, time.Minute) // never released nor renewed
 
 	hctx, giveUp := context.WithCancel(ctx)
@@ -66,14 +88,7 @@ func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	waitQueued(t, c, l, resource, 4)
 
 	// Just after the fourth's refresh, the lease has 200ms left.
-	fourth := c.ZRange(ctx, queue, 3, 3).Val()
-	if len(fourth) != 1 {
-		t.Fatalf("queue %v", fourth)
-	}
-	entry := c.HGet(ctx, waiting, fourth[0]).Val()
-	eventually(t, "the fourth waiter did not refresh its entry", func() bool {
-		return c.HGet(ctx, waiting, fourth[0]).Val() != entry
-	})
+	afterRefresh(t, c, l, resource, 3)
 	end := time.Now().Add(200 * time.Millisecond)
 	if err := c.PExpire(ctx, l.LockKey(resource), 200*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
@@ -95,11 +110,12 @@ func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	}
 }
 
-// TestVanishedHeadCostsAtMostItsLease: the head of the queue is cut off
-// from Redis 200ms before a lease that nobody releases runs out, its entry
-// still live. The waiter behind it tries soon after the lease's end, which
-// hands the lock to the vanished head (its entry says it is alive) for the
-// 100ms lease it asked for, and then takes the lock when that runs out.
+// TestVanishedHeadCostsAtMostItsLease: a holder renewing a 300ms lease and
+// the head of the queue are both cut off from Redis (the head's entry still
+// live), just after the next waiter refreshed its entry. The next waiter
+// tries soon after the lease's end, which hands the lock to the vanished
+// head (its entry says it is alive) for the 100ms lease it asked for, and
+// takes the lock when that runs out, not at its next refresh.
 func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
@@ -113,11 +129,12 @@ func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
+	hl, hp := cutOff(t, srv, prefix)
 	cl, p := cutOff(t, srv, prefix)
 
-	const ttl = 1300 * time.Millisecond
-	gone := mustAcquire(t, l, resource, ttl) // never released nor renewed
-	end := time.Now().Add(gone.Validity())
+	if _, err := hl.TryAcquire(ctx, resource, 300*time.Millisecond, lock.AutoRenew()); err != nil {
+		t.Fatal(err)
+	}
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	head := make(chan acquired, 1)
@@ -127,13 +144,20 @@ func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
 	startWaiter(ctx, l, "next", resource, time.Second, next)
 	waitQueued(t, c, l, resource, 2)
 
-	time.Sleep(time.Until(end.Add(-200 * time.Millisecond)))
+	afterRefresh(t, c, l, resource, 1)
+	hp.Block()
 	p.Block()
+	asked := time.Now()
+	pttl, err := c.PTTL(ctx, l.LockKey(resource)).Result()
+	if err != nil || pttl < 0 {
+		t.Fatalf("the holder's lease: PTTL %v, %v", pttl, err)
+	}
+	end := asked.Add(pttl)
 	a := receive(t, next, 5*time.Second)
 	late := time.Since(end)
-	t.Logf("the head (100ms lease) was cut off 200ms before the lease's end; the next waiter got the lock %v after it", late.Round(time.Millisecond))
-	if late > leaveBound {
-		t.Errorf("the next waiter got the lock %v after the lease ended, want within %v", late, leaveBound)
+	t.Logf("the holder and the head (100ms lease) were cut off; the next waiter got the lock %v after the holder's lease ended", late.Round(time.Millisecond))
+	if late > vanishBound {
+		t.Errorf("the next waiter got the lock %v after the lease ended, want within %v", late, vanishBound)
 	}
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -146,7 +170,7 @@ func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
 // asked for a 100ms lease, and the holder releases. The release hands the
 // lock to the first; the live third waiter behind them gets it once each
 // vanished waiter's lease has run out, about 2 x (100ms + a try), not at
-// its next refresh.
+// its next refresh (the release comes just after its last one).
 func TestVanishedWaitersCostAtMostTheirLeases(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
@@ -174,6 +198,7 @@ func TestVanishedWaitersCostAtMostTheirLeases(t *testing.T) {
 	startWaiter(ctx, l, "live", resource, time.Second, live)
 	waitQueued(t, c, l, resource, 3)
 
+	afterRefresh(t, c, l, resource, 2)
 	p.Block()
 	released := time.Now()
 	if err := holder.Release(ctx); err != nil {
@@ -182,8 +207,8 @@ func TestVanishedWaitersCostAtMostTheirLeases(t *testing.T) {
 	a := receive(t, live, 5*time.Second)
 	late := time.Since(released)
 	t.Logf("two cut-off waiters (100ms leases) ahead: the live waiter got the lock %v after the release", late.Round(time.Millisecond))
-	if bound := leaveBound + 100*time.Millisecond; late > bound {
-		t.Errorf("the live waiter got the lock %v after the release, want within %v", late, bound)
+	if late > vanishBound {
+		t.Errorf("the live waiter got the lock %v after the release, want within %v", late, vanishBound)
 	}
 	if err := a.lease.Release(ctx); err != nil {
 		t.Fatal(err)
