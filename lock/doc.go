@@ -54,14 +54,15 @@
 // one (three, when the lock was released rather than lost); past that,
 // each further one can cost up to a second more, until the live waiter's
 // refresh finds it. A loaded machine adds its scheduling delays to these
-// bounds. Measured on a 2-core machine with a load average of 25-38 (go
-// test -run 'TestWaiterThatGivesUpCostsNothing|TestVanished' -v ./lock):
-// three waiters at the head gave up 200ms before an unreleased lease's
-// end, and the fourth had the lock 1-2ms after that end; a head cut off
-// from Redis 200ms before that end, having asked for a 100ms lease, the
-// next waiter had it 125-295ms after the end; two cut-off waiters with
-// 100ms leases at the head, the live third had it 223-319ms after the
-// release.
+// bounds. Measured on a 2-core machine with a load average of 25-40 (go
+// test -run 'TestWaiterThatGivesUpCostsNothing|TestVanished' -v ./lock,
+// ten runs): three waiters at the head gave up 200ms before an unreleased
+// lease's end, and the fourth had the lock 2-183ms after that end (half
+// the runs within 30ms); a holder renewing a 300ms lease and the head of
+// the queue, which had asked for a 100ms lease, were cut off from Redis,
+// and the next waiter had the lock 121-170ms after the lease's end; two
+// cut-off waiters with 100ms leases at the head, the live third had it
+// 223-322ms after the release.
 //
 // Call [Locker.Close] when done with a Locker: it stops the subscription
 // that waiting calls share, and every renewal.
