@@ -220,45 +220,70 @@ func netFaultRun(t *testing.T, f netFault, mode workload.Mode) workload.Result {
 	return run(t, cfg)
 }
 
+// Coverage guards: a run in which the fault happened not to bite (no lease
+// ran out under a holder that then wrote) proves nothing, and on a loaded
+// machine a run can go by without one. So the fault is driven, run after
+// run, until it has bitten, within faultRuns runs and faultBudget of
+// running: the guard fails only when the fault never bites in all that.
+const (
+	faultRuns   = 20
+	faultBudget = 60 * time.Second
+)
+
+// untilBitten runs the workload under f in mode until bitten says a run
+// showed the fault's effect, checking each run with check, and reports
+// how many runs that took, or fails t.
+func untilBitten(t *testing.T, f netFault, mode workload.Mode, check func(workload.Result), bitten func(workload.Result) bool, never string) {
+	t.Helper()
+	start := time.Now()
+	for run := 1; run <= faultRuns && time.Since(start) < faultBudget; run++ {
+		res := netFaultRun(t, f, mode)
+		check(res)
+		if bitten(res) {
+			t.Logf("the fault bit in run %d, %v in", run, time.Since(start).Round(time.Millisecond))
+			return
+		}
+	}
+	t.Fatalf("%s in %d runs or %v", never, faultRuns, faultBudget)
+}
+
 // TestFencedUnderNetworkFaults: under each network fault a holder behind
 // the proxy keeps working after its lease ran out; its fenced reads and
-// writes are refused and nothing acknowledged is lost. A run in which no
-// lease happened to run out under a holder proves nothing, so it runs again
-// (up to five times) until one did; every run must be safe.
+// writes are refused and nothing acknowledged is lost. Runs go on until one
+// refused a fence (see untilBitten); every run must be safe.
 func TestFencedUnderNetworkFaults(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
-			for range 5 {
-				res := netFaultRun(t, f, workload.Fenced)
-				if !res.Safe() || res.Acked == 0 {
-					t.Fatalf("fenced run lost updates or made no progress: %v", res)
+			var acked int64
+			untilBitten(t, f, workload.Fenced, func(res workload.Result) {
+				if !res.Safe() {
+					t.Fatalf("fenced run lost updates: %v", res)
 				}
-				if res.Stale > 0 {
-					return
-				}
+				acked += res.Acked
+			}, func(res workload.Result) bool {
+				return res.Stale > 0
+			}, "no fence was refused: the fault never left a holder working past its lease")
+			if acked == 0 {
+				t.Fatal("fenced runs made no progress")
 			}
-			t.Fatal("no fence was refused in five runs: the fault never left a holder working past its lease")
 		})
 	}
 }
 
 // TestNegativeControlsLoseUpdatesUnderNetworkFaults: the same faults with
 // the lock alone lose acknowledged increments, so the fenced runs above
-// could have seen a loss.
+// could have seen a loss. Runs go on until one lost an update (see
+// untilBitten).
 func TestNegativeControlsLoseUpdatesUnderNetworkFaults(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
 	for _, f := range netFaults {
 		t.Run(f.name, func(t *testing.T) {
-			for range 5 {
-				res := netFaultRun(t, f, workload.Plain)
-				if res.Lost > 0 || res.Regressions > 0 {
-					return
-				}
-			}
-			t.Fatal("no lost update seen with the lock alone: the fault does not do what the fenced test claims to survive")
+			untilBitten(t, f, workload.Plain, func(workload.Result) {}, func(res workload.Result) bool {
+				return res.Lost > 0 || res.Regressions > 0
+			}, "no lost update seen with the lock alone: the fault does not do what the fenced test claims to survive")
 		})
 	}
 }

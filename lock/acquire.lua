@@ -21,7 +21,8 @@
 -- a queued caller, {3, token, remaining ms} when the lock was already
 -- handed to it from the queue. Every grant and re-entry takes the caller's
 -- own queue entry out, so no release hands the lock to a waiter that
--- already has it.
+-- already has it, and a caller that was among the first three waiters
+-- tells the waiters now first where they stand (announce_queue).
 --
 -- The queue is a sorted set of holder ids, scored by the server clock (µs)
 -- of their first entry, so it is first come, first served; each holder's
@@ -64,11 +65,18 @@ local owner = ARGV[4]
 local life = ARGV[5] and ARGV[5] ~= '' and tonumber(ARGV[5])
 local ordered = ARGV[6] ~= nil
 
--- dequeue takes this holder's own entry out of the queue, if it has one.
+-- dequeue takes this holder's own entry out of the queue, if it has one,
+-- and tells the waiters now first when it was among them.
 local function dequeue()
   if ordered then
     redis.pcall('HDEL', KEYS[5], ARGV[1])
-    redis.pcall('ZREM', KEYS[4], ARGV[1])
+    local rank = redis.pcall('ZRANK', KEYS[4], ARGV[1])
+    if type(rank) == 'number' then
+      redis.pcall('ZREM', KEYS[4], ARGV[1])
+      if rank <= 2 then
+        announce_queue(ARGV[6], ARGV[7])
+      end
+    end
   end
 end
 if owner ~= '' then

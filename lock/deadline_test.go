@@ -15,12 +15,18 @@ import (
 // scheduling slack): cleanup that must outlive the call (the release after
 // an ambiguous grant, the release after Do's function) runs in the
 // background, and Close waits for it.
+//
+// What is measured is each call's own overrun: how long after its deadline
+// it returned, or, for Do, after the later of its deadline and the return
+// of its function (which kills the server, and on a loaded machine may
+// itself end past the deadline). Time spent before the deadline (dials,
+// a slow start) is the context's to bound, not a lateness.
 func TestCallsReturnByTheDeadlineWhenRedisIsDown(t *testing.T) {
 	const (
 		timeout = 500 * time.Millisecond
-		// Slack for a loaded machine; the cleanup the calls used to wait for
-		// took seconds.
-		slack = 250 * time.Millisecond
+		// Slack for a loaded machine (a goroutine woken late); the cleanup
+		// the calls used to wait for took seconds.
+		slack = 300 * time.Millisecond
 	)
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
@@ -31,19 +37,28 @@ func TestCallsReturnByTheDeadlineWhenRedisIsDown(t *testing.T) {
 			l.Close()
 		}
 	})
+	// fnDone is when Do's function returned, if it did.
+	var fnDone time.Time
 	within := func(name string, call func(ctx context.Context) error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
+		deadline, _ := ctx.Deadline()
 		start := time.Now()
+		fnDone = time.Time{}
 		err := call(ctx)
-		took := time.Since(start)
-		t.Logf("%s with a %v context and Redis down: %v (%v)", name, timeout, took.Round(time.Millisecond), err)
+		end := time.Now()
+		if fnDone.After(deadline) {
+			deadline = fnDone
+		}
+		over := end.Sub(deadline)
+		t.Logf("%s with a %v context and Redis down: returned after %v, %v past its deadline (%v)",
+			name, timeout, end.Sub(start).Round(time.Millisecond), max(over, 0).Round(time.Millisecond), err)
 		if err == nil {
 			t.Fatalf("%s succeeded with Redis down", name)
 		}
-		if took > timeout+slack {
-			t.Errorf("%s returned after %v, past its %v deadline", name, took, timeout)
+		if over > slack {
+			t.Errorf("%s returned %v past its %v deadline", name, over, timeout)
 		}
 	}
 
@@ -52,6 +67,7 @@ func TestCallsReturnByTheDeadlineWhenRedisIsDown(t *testing.T) {
 		return l.Do(ctx, "down", 10*time.Second, func(fctx context.Context, _ fence.Fence) error {
 			srv.Kill()
 			<-fctx.Done()
+			fnDone = time.Now()
 			return fctx.Err()
 		})
 	})

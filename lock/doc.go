@@ -31,6 +31,39 @@
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
 //
+// # Waiting
+//
+// [Locker.Acquire] waits in the resource's queue, first come, first served
+// across processes: the release that frees the lock grants it to the first
+// live waiter in the same script and publishes the grant, so the waiter
+// holds the lock when the message arrives. A waiting Acquire does not sleep
+// past a holder that vanished: the first waiter of the queue tries when the
+// lease runs out, the second 20ms and the third 40ms later (in case those
+// ahead of them vanished too), and every script that changes who is first
+// names the first three waiters and the lease's remaining time on the
+// resource's channel, so each learns its place at once; the others only
+// refresh their entry, once a second.
+//
+// A waiter that gives up (its context ended) leaves the queue in one round
+// trip and costs the others nothing: the next one is told at once and
+// tries when the lease ends, at once if the lock is free. A waiter that
+// vanished (its process or its network died) stays queued until its entry
+// lapses, 3s after its last refresh, and may be handed the lock meanwhile:
+// it costs the first live waiter behind it at most the lease it asked for
+// plus 50ms, while no more than two vanished waiters stand ahead of that
+// one (three, when the lock was released rather than lost); past that,
+// each further one can cost up to a second more, until the live waiter's
+// refresh finds it. A loaded machine adds its scheduling delays to these
+// bounds. Measured on a 2-core machine with a load average of 25-40 (go
+// test -run 'TestWaiterThatGivesUpCostsNothing|TestVanished' -v ./lock,
+// ten runs): three waiters at the head gave up 200ms before an unreleased
+// lease's end, and the fourth had the lock 2-183ms after that end (half
+// the runs within 30ms); a holder renewing a 300ms lease and the head of
+// the queue, which had asked for a 100ms lease, were cut off from Redis,
+// and the next waiter had the lock 121-170ms after the lease's end; two
+// cut-off waiters with 100ms leases at the head, the live third had it
+// 223-322ms after the release.
+//
 // Call [Locker.Close] when done with a Locker: it stops the subscription
 // that waiting calls share, and every renewal.
 //

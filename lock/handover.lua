@@ -13,13 +13,31 @@ local function publish(channel, sharded, msg)
   end
 end
 
+-- announce_queue tells the first waiters of the queue where they stand,
+-- after a script changed who is first (a grant to a waiter, a waiter that
+-- took the lock or left): "q:<remaining ms>:<first>[:<second>[:<third>]]",
+-- the remaining time being the lock's PTTL (-2: free, -1: no expiry). The
+-- first tries when that runs out, the others a little later each, so a
+-- waiter that vanished ahead of them costs them no more than the lease it
+-- was given (see wait.go). Nothing is published with nobody queued. One
+-- word, unlike a grant's four: a reader that knows only grants takes it for
+-- a wake-up.
+local function announce_queue(channel, sharded)
+  local first = redis.pcall('ZRANGE', KEYS[4], 0, 2)
+  if type(first) ~= 'table' or first.err or #first == 0 then
+    return
+  end
+  publish(channel, sharded, 'q:' .. redis.call('PTTL', KEYS[1]) .. ':' .. table.concat(first, ':'))
+end
+
 -- hand_over grants the lock to the first live queued waiter, overwriting
 -- the lock key, announces the grant on channel, and reports whether it
 -- did. Entries are taken first come, first served; one whose waiter
 -- stopped refreshing it (life passed) is dropped. The grant is made exactly
 -- as acquire.lua makes one (a new token, the waiter's lease, its hold
 -- record) and "<holder> <token> <refreshed µs> <age ms>" is published: the
--- waiter takes the grant from the message without another round trip.
+-- waiter takes the grant from the message without another round trip; the
+-- waiters now first are then told so (announce_queue).
 -- refreshed names the entry's last refresh (acquire.lua returned it to the
 -- waiter) and age is how long before the grant that was, rounded down, so
 -- the waiter can date its lease no later than the grant. When the token
@@ -66,6 +84,7 @@ local function hand_over(channel, sharded, retention)
       -- 0 when this server's clock is behind the one that wrote the entry
       -- (a failover), which still dates the lease no later than the grant.
       publish(channel, sharded, w .. ' ' .. ts .. ' ' .. ref .. ' ' .. tostring(math.max(0, math.floor((now - tonumber(ref)) / 1000))))
+      announce_queue(channel, sharded)
       return true
     end
     top = redis.call('ZPOPMIN', KEYS[4])

@@ -307,12 +307,11 @@ type attempt struct {
 	// and TryAcquire does.
 	ordered bool
 	queue   bool // a refused try queues the holder (or refreshes its entry)
-	// head says the last refused try left the holder first in the queue:
-	// only the head has a reason to try again when the current lease ends.
+	// head says the last refused try left the holder first in the queue.
 	head bool
 	// place is the holder's place in the queue as of the last refused try
-	// (0: the head; -1: unknown), counted down as grants to waiters ahead
-	// of it are heard of: the waiter that reaches 0 tries at once.
+	// (0: the head; -1: unknown): only the first few have a reason to try
+	// again when the current lease ends (see wait.go).
 	place int64
 	// ref and sent name the holder's queue entry as of the last refused
 	// try: the server clock (µs) the entry was refreshed at, and when that
@@ -544,8 +543,8 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // including the first, made before the subscription: a free lock with live
 // waiters queued ahead goes to the first of them, and this try is refused.
 // A queued waiter tries again every second, which keeps its queue entry
-// alive; the head of the queue also when the current lease's remaining time
-// runs out (a holder that vanished). The
+// alive; the first three of the queue also when the current lease's
+// remaining time runs out (a holder that vanished), 20ms apart. The
 // Locker's waiters share one subscription connection (on a cluster, one per
 // hash slot with waiters). If the subscription fails, waiters retry on the
 // timed [Backoff] schedule, never sleeping past the current lease's

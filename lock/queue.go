@@ -20,6 +20,18 @@ const (
 	queueLife    = 3 * queueRefresh
 )
 
+// The first waiters of the queue try when the current lease ends, each
+// a little after the one ahead of it: the head at the end, the next ones
+// nextInLine and twice that later, so that a waiter that vanished at the
+// head (it neither tries nor refreshes, but its entry is still live) holds
+// up the others for no more than the lease it is handed and nextInLine,
+// and a live head is rarely raced. The scripts name that many waiters
+// (announce_queue in handover.lua) whenever they change who is first.
+const (
+	nextInLine  = 20 * time.Millisecond
+	namedPlaces = 3
+)
+
 // queueLifeArg is queueLife as a script argument, converted once.
 var queueLifeArg any = queueLife.Milliseconds()
 
@@ -51,4 +63,45 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	}
 	g.age = time.Duration(ms) * time.Millisecond
 	return holder, g, true
+}
+
+// placeMsg tells a waiter its place among the first of the queue (0: the
+// head) and the current lease's remaining time when a script changed who
+// is first (rem -1: no expiry; -2 or less: the lock is free), as of at.
+type placeMsg struct {
+	place int
+	rem   time.Duration
+	at    time.Time
+}
+
+// tryAt is when the waiter at m's place tries, or ok false when it has no
+// reason to before its refresh (the lease has no expiry).
+func (m placeMsg) tryAt() (at time.Time, ok bool) {
+	switch {
+	case m.rem == -time.Millisecond:
+		return time.Time{}, false
+	case m.rem < 0:
+		return m.at.Add(time.Duration(m.place) * nextInLine), true
+	}
+	return m.at.Add(m.rem + time.Duration(m.place)*nextInLine), true
+}
+
+// parsePlaces reads a script's announcement of the first waiters,
+// "q:<remaining ms>:<first>[:<second>[:<third>]]"; ok is false for any
+// other message.
+func parsePlaces(payload string) (rem time.Duration, first []string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "q:")
+	if !ok {
+		return 0, nil, false
+	}
+	ms, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return 0, nil, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < -2 || n > math.MaxInt64/int64(time.Millisecond) {
+		return 0, nil, false
+	}
+	first = strings.SplitN(rest, ":", namedPlaces)
+	return time.Duration(n) * time.Millisecond, first, true
 }

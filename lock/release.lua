@@ -22,7 +22,8 @@
 -- of a hold that is still counted elsewhere returns 1 again.
 --
 -- Hand-over (handover.lua): the lock goes to the first live queued waiter,
--- and the grant is published. When waiters were queued but none is live,
+-- and the grant is published, followed by the names of the waiters now
+-- first and the new lease's length (announce_queue). When waiters were queued but none is live,
 -- an empty message says the lock is free. With nobody queued nothing is
 -- published: every waiter that relies on the channel is in the queue (a
 -- waiter joins it in the same try that is refused, once its subscription
@@ -31,6 +32,17 @@
 -- Hand-over never fails the release: when the token state cannot be read
 -- or the token space is spent, the lock is simply freed.
 
+local channel = string.sub(KEYS[1], 1, -5) .. 'released'
+local sharded = ''
+if string.sub(ARGV[3], 1, 1) == 's' then
+  sharded = '1'
+end
+
+-- not_held is the reply when this grant does not hold the lock; a waiter
+-- giving up leaves the queue then, and when it was among the first three
+-- the waiters now first are told at once where they stand (with the lock
+-- free, the new first tries at once), so leaving costs the others nothing.
+-- A retried run finds the entry gone and announces nothing again.
 local function not_held()
   if ARGV[4] == '1' and KEYS[5] then
     -- A waiter's queue id is its holder id, which is also its acquisition
@@ -40,7 +52,13 @@ local function not_held()
       me = ARGV[2]
     end
     redis.pcall('HDEL', KEYS[5], me)
-    redis.pcall('ZREM', KEYS[4], me)
+    local rank = redis.pcall('ZRANK', KEYS[4], me)
+    if type(rank) == 'number' then
+      redis.pcall('ZREM', KEYS[4], me)
+      if rank <= 2 then
+        announce_queue(channel, sharded)
+      end
+    end
   end
   return 0
 end
@@ -70,11 +88,6 @@ if acq ~= '' then
   redis.call('DEL', KEYS[3])
 elseif redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
-end
-local channel = string.sub(KEYS[1], 1, -5) .. 'released'
-local sharded = ''
-if string.sub(ARGV[3], 1, 1) == 's' then
-  sharded = '1'
 end
 local retention = tonumber(string.sub(ARGV[3], 2))
 -- Redlock passes the lock key alone and no retention: nothing to hand

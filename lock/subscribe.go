@@ -165,7 +165,7 @@ type waiter struct {
 	holder string        // the holder id it queues under
 	wake   chan struct{} // cap 1
 	grant  chan grantMsg // cap 1: a release granted it the lock
-	moved  chan struct{} // cap 1: a release granted the lock to another waiter
+	place  chan placeMsg // cap 1, the latest only: it is among the first of the queue
 	owes   bool          // took a wake-up and has not yet tried on it
 }
 
@@ -210,13 +210,26 @@ func (t *topic) deliver(holder string, g grantMsg) {
 			case w.grant <- g:
 			default:
 			}
-			continue
+			return
 		}
-		// Every other waiter moved one place up the queue: the one that
-		// becomes the head must learn it, to try when this lease ends.
-		select {
-		case w.moved <- struct{}{}:
-		default:
+	}
+}
+
+// place tells the waiters named first in the queue (by holder, head first)
+// their place and the lease's remaining time rem, replacing what they have
+// not read yet of an earlier announcement; the caller holds h.mu, so no
+// other send comes between the drain and the send.
+func (t *topic) place(first []string, rem time.Duration, at time.Time) {
+	for _, w := range t.waiters {
+		for i, h := range first {
+			if w.holder != h {
+				continue
+			}
+			select {
+			case <-w.place:
+			default:
+			}
+			w.place <- placeMsg{place: i, rem: rem, at: at}
 		}
 	}
 }
@@ -260,7 +273,7 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 		t.idle = time.Time{}
 		c.lingering--
 	}
-	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), moved: make(chan struct{}, 1)}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), place: make(chan placeMsg, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
 }
@@ -555,6 +568,10 @@ func (c *subConn) handle(msg any) (broken bool) {
 	case *redis.Message:
 		t := c.topics[m.Channel]
 		if t == nil {
+			break
+		}
+		if rem, first, ok := parsePlaces(m.Payload); ok {
+			t.place(first, rem, time.Now())
 			break
 		}
 		holder, g, ok := parseGrant(m.Payload)

@@ -33,13 +33,26 @@ import (
 // takes its entry out, and gives back (hands on) a grant it got meanwhile.
 // A queued waiter refreshes its entry every queueRefresh, by trying again,
 // and an entry not refreshed for queueLife is skipped, so a waiter that
-// vanished is passed over. Only the head of the queue (its last try says
-// so) also tries when the current lease is due to end; any other try would
-// find the lock handed to the head. Every try respects the queue, also one
-// made before the subscription is confirmed: a free lock with live waiters
-// queued ahead goes to the first of them. While the subscription is down, waiters retry on
-// the Locker's wait strategy, never sleeping past the current lease's
-// remaining time; a queued waiter's retry finds a grant made to it.
+// vanished is passed over.
+//
+// Only the first namedPlaces waiters of the queue also try when the
+// current lease is due to end: the head at its end, the next ones
+// nextInLine and twice that later, in case the waiters ahead vanished; any
+// other try would find the lock handed to one of them. A waiter learns its
+// place from its own tries and, at once, from every script that changes
+// who is first (a grant from the queue, a waiter ahead that took the lock
+// or left it): that script names the first waiters and the lease's
+// remaining time on the channel. So a waiter that gives up costs the
+// others nothing (the next one tries when the lease ends, at once if the
+// lock is free), and one that vanished with its entry live costs them the
+// lease it is handed plus nextInLine: the next waiter's try hands the lock
+// to it, and the next tries again when that lease ends.
+//
+// Every try respects the queue, also one made before the subscription is
+// confirmed: a free lock with live waiters queued ahead goes to the first
+// of them. While the subscription is down, waiters retry on the Locker's
+// wait strategy, never sleeping past the current lease's remaining time; a
+// queued waiter's retry finds a grant made to it.
 
 // acquireWaiting is Acquire: it tries, and after each refusal waits for a
 // grant or a release message, the current lease's end, the time to
@@ -106,13 +119,16 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		var d time.Duration
 		switch {
 		case confirmed:
-			// Only the head of the queue has a reason to try when the
-			// current lease ends (a holder that vanished): any other
-			// waiter's try would find the lock handed to the head. The
-			// others only refresh their entry, once a second.
+			// Only the first waiters of the queue have a reason to try
+			// when the current lease ends (a holder that vanished): the
+			// head at its end, the next ones a little later each, in case
+			// the head vanished too (their try hands the lock to it, if its
+			// entry is live, or passes it over). Any other waiter's try
+			// would find the lock handed to one of them; the others only
+			// refresh their entry, once a second.
 			d = queueRefresh
-			if a.head && na.Remaining >= 0 {
-				d = min(d, na.Remaining)
+			if a.place >= 0 && a.place < namedPlaces && na.Remaining >= 0 {
+				d = min(d, na.Remaining+time.Duration(a.place)*nextInLine)
 			}
 		default:
 			d = l.wait.Delay(fallbacks, na.Remaining)
@@ -122,17 +138,19 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			}
 		}
 		var (
-			wake, edge, moved <-chan struct{}
-			granted           <-chan grantMsg
+			wake, edge <-chan struct{}
+			granted    <-chan grantMsg
+			placed     <-chan placeMsg
 		)
 		if w != nil {
-			wake, granted, moved = w.wake, w.grant, w.moved
+			wake, granted, placed = w.wake, w.grant, w.place
 			if confirmed {
 				edge = lost // back to timed retries
 			} else {
 				edge = ready // registered from now on: try again
 			}
 		}
+		due := time.Now().Add(d)
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
@@ -151,17 +169,17 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 				if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
 					return lease, nil
 				}
-			case <-moved:
-				// The lock went to a waiter ahead: the one that was next in
-				// line is now the head and tries at once, to learn the new
-				// lease's end (one try per grant); the others keep waiting
-				// for their refresh.
-				if a.place > 0 {
-					a.place--
+			case m := <-placed:
+				// A script changed who is first in the queue (a grant, or a
+				// waiter ahead took the lock or left) and named this waiter
+				// among the first: it tries when the lease it names ends (at
+				// once if the lock is free), a little later behind the
+				// head, instead of at its refresh.
+				if at, ok := m.tryAt(); ok && at.Before(due) {
+					due = at
+					timer.Reset(time.Until(at))
 				}
-				if a.place != 0 {
-					continue wait
-				}
+				continue wait
 			}
 			break
 		}
