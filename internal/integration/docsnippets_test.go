@@ -80,6 +80,8 @@ var snippetImports = map[string]string{
 	"goredis":    "github.com/go-redsync/redsync/v4/redis/goredis/v9",
 	"redislock":  "github.com/bsm/redislock",
 	"mysql":      "github.com/fencekit/fencekit/storage/mysql",
+	"pgsql":      "github.com/fencekit/fencekit/storage/pgsql",
+	"election":   "github.com/fencekit/fencekit/election",
 	"gorm":       "gorm.io/gorm",
 	"sqlx":       "github.com/jmoiron/sqlx",
 }
