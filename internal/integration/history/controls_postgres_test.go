@@ -28,3 +28,38 @@ func TestPostgresControlReadOutside(t *testing.T) {
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
+
+// pgBrokenControl runs the PostgreSQL checker on a broken variant of the
+// guards: it must reject most runs.
+func pgBrokenControl(t *testing.T, name string, variant pgVariant) {
+	t.Parallel()
+	rejectsMost(t, name, func(t *testing.T, b Budget) controlRun {
+		res := runPostgres(t, b, variant)
+		reportPostgres(t, res)
+		res.judged.Require(t, "postgres control", nil)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
+	})
+}
+
+// TestPostgresControlTokenGE: the guards admit by token >= instead of >.
+func TestPostgresControlTokenGE(t *testing.T) {
+	pgBrokenControl(t, "guards admitting token >=", pgTokenGE)
+}
+
+// TestPostgresControlNoHolder: the guards admit the mark's token whatever
+// the holder.
+func TestPostgresControlNoHolder(t *testing.T) {
+	pgBrokenControl(t, "guards without the holder compare", pgNoHolder)
+}
+
+// TestPostgresControlNoRowLock: a guard that reads the mark without a row
+// lock, decides, then writes it.
+func TestPostgresControlNoRowLock(t *testing.T) {
+	pgBrokenControl(t, "guard without the row lock", pgNoRowLock)
+}
+
+// TestPostgresControlOnceAfter: a Once that runs the work, then records it
+// in a transaction of its own.
+func TestPostgresControlOnceAfter(t *testing.T) {
+	pgBrokenControl(t, "Once recording after the work", pgOnceAfter)
+}

@@ -77,6 +77,7 @@ const (
 	AttackOtherHolder = "same token, other holder" // the token of a live grant, with a holder that never had it
 	AttackOlderToken  = "older token, real holder" // a live grant's holder, with a token older than its own
 	AttackStolen      = "other grant's holder"     // a live grant's token, with the holder of another grant of the resource
+	AttackRacing      = "older grant racing"       // a live grant's fence, used while the next grant makes its first call
 	AttackAbove       = "version above"            // a compare-and-set at a version the key has not reached
 	AttackBelow       = "version below"            // a compare-and-set at a version the key has passed
 )
