@@ -2,15 +2,19 @@ package history
 
 import (
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
+
+// pgControlLeast is the least a run of a PostgreSQL control lasts.
+const pgControlLeast = 6 * time.Second
 
 // TestPostgresControlNoGuard runs the PostgreSQL checker on an Exec whose
 // write runs without the guard: it must reject most runs.
 func TestPostgresControlNoGuard(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "write without the guard", pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgNoGuard)
 		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
@@ -22,7 +26,7 @@ func TestPostgresControlNoGuard(t *testing.T) {
 // must reject most runs.
 func TestPostgresControlReadOutside(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "read outside the guarded transaction", pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgReadOutside)
 		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
@@ -33,7 +37,7 @@ func TestPostgresControlReadOutside(t *testing.T) {
 // guards: it must reject most runs.
 func pgBrokenControl(t *testing.T, name string, variant pgVariant) {
 	t.Parallel()
-	rejectsMost(t, name, func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, name, pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, variant)
 		reportPostgres(t, res)
 		res.judged.Require(t, "postgres control", nil)

@@ -224,3 +224,15 @@ ON CONFLICT (key) DO NOTHING RETURNING true`, key, f.Resource, int64(f.Token), f
 	})
 	return claimed, err
 }
+
+// brokenRan logs how many statements a SQL-changing variant sent broken,
+// and fails t when guarded calls were answered (guarded) but none of their
+// statements was changed: the guards then send other statements than the
+// variant changes, and it must be updated.
+func brokenRan(t testing.TB, swapped, guarded int64) {
+	t.Helper()
+	t.Logf("the broken variant changed %d statements; %d guarded calls were answered", swapped, guarded)
+	if swapped == 0 && guarded >= 5 {
+		t.Fatal("the broken variant's statements never ran: the guards send other statements, update the control")
+	}
+}

@@ -80,7 +80,7 @@ const (
 	pgKeyOps    = 150
 	pgKeyOpen   = 10
 	pgRows      = 20000 // rows created up front; each key is one
-	pgCallLimit = time.Second
+	pgCallLimit = 2 * time.Second
 	pgHold      = 300 * time.Millisecond
 )
 
@@ -216,7 +216,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 		cfg.ConnConfig.RuntimeParams["application_name"] = app
-		cfg.MaxConns = 2
+		cfg.MaxConns = 3 // a session and the older grant racing it, and one to spare
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -249,12 +249,12 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	wg.Wait()
 	took := time.Since(start)
 
-	if _, ok := pgBreaks[variant]; (ok || variant == pgNoRowLock) && r.swapped.Load() == 0 {
-		t.Fatal("the broken variant's statements never ran: the guards send other statements, update the control")
-	}
 	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
+	if _, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
+		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
+	}
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -346,13 +346,13 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 	f := lease.Fence()
 	prev, _ := r.fences.Swap(key, f)
 	r.holders.Store(key, f.Holder)
-	// Half the sessions start racing the previous grant of the resource:
+	// One session in four starts racing the previous grant of the resource:
 	// its holder, woken late, runs a read-modify-write under its fence
 	// while this one makes its first call. The guard must order them: one
 	// of the two is refused, or the older runs wholly first.
 	var race sync.WaitGroup
 	defer race.Wait()
-	if p, ok := prev.(fence.Fence); ok && rng.IntN(2) == 0 {
+	if p, ok := prev.(fence.Fence); ok && rng.IntN(4) == 0 {
 		d := data()
 		race.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
@@ -388,7 +388,7 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		if out.Status == Stale {
 			return
 		}
-		if out.Status == Ok && rng.IntN(3) == 0 {
+		if out.Status == Ok && rng.IntN(2) == 0 {
 			r.attack(w, rng, key, f, row, data())
 		}
 	}
@@ -674,7 +674,7 @@ func (r *pgRun) outcome(in PgIn, err error) PgOut {
 			msg = msg[i+2:]
 		}
 		r.mu.Lock()
-		r.errs[msg]++
+		r.errs[in.Op+": "+msg]++
 		r.mu.Unlock()
 	}
 	return out
