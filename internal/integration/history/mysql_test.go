@@ -327,9 +327,14 @@ func (r *myRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 	defer race.Wait()
 	if p, ok := prev.(fence.Fence); ok && rng.IntN(2) == 0 {
 		d := data()
+		all := rng.IntN(2) == 0
 		race.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), myCallLimit)
 			defer cancel()
+			if all {
+				r.guardAllRMW(ctx, w, key, p, d)
+				return
+			}
 			r.txRMW(ctx, w, key, p, d, AttackRacing)
 		})
 	}
@@ -390,6 +395,43 @@ func (r *myRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d, 
 		_, err := tx.ExecContext(ctx, myWriteSQL, d, key)
 		return err
 	})
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = old.Data, old.Version
+	}
+	return r.finish(c, out)
+}
+
+// guardAllRMW is txRMW guarded by GuardAll over two resources: a new one
+// (its guard row is inserted, and the mark read back, which takes the
+// transaction's snapshot), then the row's. The row's mark must then be
+// read as it is, not as the snapshot saw it, or an older fence whose mark
+// was replaced since the snapshot is admitted. The model sees the row's
+// resource only: the new one admits any fence.
+func (r *myRun) guardAllRMW(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: AttackRacing}
+	c := r.invoke(w, in)
+	first := f
+	first.Resource = fmt.Sprintf("a-%s-%d", key, rand.Uint64())
+	var old PgOut
+	tx, err := r.dbs[w].BeginTx(ctx, nil)
+	if err == nil {
+		err = mysql.GuardAll(ctx, tx, first, f)
+		if err == nil {
+			err = tx.QueryRowContext(ctx, myLockedReadSQL, key).Scan(&old.Data, &old.Version)
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, myWriteSQL, d, key)
+		}
+		if err == nil {
+			err = tx.Commit()
+			if err != nil {
+				err = fmt.Errorf("%w: commit: %w", fence.ErrOutcomeUnknown, err)
+			}
+		} else {
+			_ = tx.Rollback()
+		}
+	}
 	out := r.outcome(in, err)
 	if out.Status == Ok {
 		out.Data, out.Version = old.Data, old.Version
