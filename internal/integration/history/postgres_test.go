@@ -79,7 +79,7 @@ const (
 	pgKeySlots  = 2
 	pgKeyOps    = 150
 	pgKeyOpen   = 10
-	pgRows      = 1000  // rows created up front; each key is one (a run uses a few dozen at most)
+	pgRows      = 1000 // rows created up front; each key is one (a run uses a few dozen at most)
 	pgCallLimit = 2 * time.Second
 	pgHold      = 300 * time.Millisecond
 )
