@@ -9,6 +9,7 @@ import (
 // myBrokenControl runs the MySQL checker on a broken variant of the guard:
 // it must reject most runs.
 func myBrokenControl(t *testing.T, name string, variant myVariant) {
+	budgetedOnly(t)
 	t.Parallel()
 	rejectsMost(t, name, func(t *testing.T, b Budget) controlRun {
 		res := runMySQL(t, b, variant)

@@ -36,6 +36,7 @@ func TestPostgresControlReadOutside(t *testing.T) {
 // pgBrokenControl runs the PostgreSQL checker on a broken variant of the
 // guards: it must reject most runs.
 func pgBrokenControl(t *testing.T, name string, variant pgVariant) {
+	budgetedOnly(t)
 	t.Parallel()
 	rejectsMostIn(t, name, pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, variant)

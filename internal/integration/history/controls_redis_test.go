@@ -150,6 +150,7 @@ func TestRedisControlNoRecord(t *testing.T) {
 // redisScriptControl runs the Redis checker on the store with one line of
 // its fenced script broken (redisBreaks): it must reject most runs.
 func redisScriptControl(t *testing.T, name string, variant redisVariant) {
+	budgetedOnly(t)
 	t.Parallel()
 	rejectsMost(t, name, func(t *testing.T, b Budget) controlRun {
 		res := runRedis(t, b, variant)

@@ -95,3 +95,14 @@ func rejectsMostIn(t *testing.T, name string, least time.Duration, reject func(t
 		t.Fatal(msg)
 	}
 }
+
+// budgetedOnly skips a negative control in the plain test run: the
+// controls added with the attacking workloads run where a budget is set
+// (FENCEKIT_CHECK_TIME or FENCEKIT_CONTROL_TIME, as .ci/checkers sets),
+// which keeps the plain run, under -race in CI, within its time.
+func budgetedOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("FENCEKIT_CHECK_TIME") == "" && os.Getenv("FENCEKIT_CONTROL_TIME") == "" {
+		t.Skip("negative control: runs with FENCEKIT_CHECK_TIME or FENCEKIT_CONTROL_TIME set (.ci/checkers)")
+	}
+}
