@@ -125,7 +125,7 @@ type myResult struct {
 // makes under a load of 40.
 var myRates = Rates{
 	PgRead: 0.5, PgTxRMW: 0.5, PgTxRead: 0.1, PgRowUpd: 0.3, PgRowMark: 0.1, PgUV: 0.5, PgOnce: 0.5,
-	"stale refused": 0.2, "conflict": 0.1, "open placed": 0.2, "once ran": 0.2, "once done already": 0.05, "once unknown resolved": 0.05,
+	"stale refused": 0.2, "conflict": 0.1, "open placed": 0.2, "once ran": 0.05, "once done already": 0.05, "once unknown resolved": 0.05,
 	"attack " + AttackOtherHolder: 0.05, "attack " + AttackOlderToken: 0.05, "attack " + AttackStolen: 0.05, "attack " + AttackRacing: 0.1,
 }
 
@@ -356,7 +356,7 @@ func (r *myRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		case n < 66:
 			out, row = r.rowUpdate(cctx, w, key, f, "", ""), true
 		default:
-			out = r.once(cctx, w, rng, key, f, data())
+			out = r.once(w, rng, key, f, data())
 		}
 		cancel()
 		if out.Status == Stale {
@@ -504,12 +504,14 @@ func (r *myRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 // once runs Once, as the PostgreSQL checker's once does: half the first
 // tries lose COMMIT's reply or end their context while it is in flight;
 // a call whose outcome is unknown is retried with the same fence and work.
-func (r *myRun) once(ctx context.Context, w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+func (r *myRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
 	idx := 1 + rng.IntN(PgOnceKeys)
 	okey := fmt.Sprintf("%s/%d", key, idx)
 	var out PgOut
 	for try := range 4 {
-		cctx, cancel := context.WithCancel(ctx)
+		// Each try has a call's time of its own: a retry after a lost
+		// reply starts on a new connection.
+		cctx, cancel := context.WithTimeout(context.Background(), myCallLimit)
 		late := -1
 		if try == 0 {
 			late = rng.IntN(8)

@@ -23,7 +23,7 @@ const (
 
 // PgOnceKeys is how many keys of work a row has for Once: PgIn.Once is one
 // of 1 to PgOnceKeys.
-const PgOnceKeys = 8
+const PgOnceKeys = 15
 
 // Aborted is a call that PostgreSQL rolled back for a reason a retry may
 // cure (ErrRetryable): nothing changed.

@@ -144,8 +144,8 @@ type pgResult struct {
 // kind (see PgKinds) per second: a third or less of what a two-core machine
 // makes under a load of 40.
 var pgRates = Rates{
-	PgRead: 0.5, PgTxRMW: 0.5, PgTxRead: 0.1, PgQuery: 0.1, PgExec: 0.3, PgRowUpd: 0.3, PgRowMark: 0.1, PgUV: 0.5, PgOnce: 0.5,
-	"stale refused": 0.2, "conflict": 0.1, "open placed": 0.2, "once ran": 0.2, "once done already": 0.05, "once unknown resolved": 0.05,
+	PgRead: 0.5, PgTxRMW: 0.5, PgTxRead: 0.1, PgQuery: 0.05, PgExec: 0.3, PgRowUpd: 0.3, PgRowMark: 0.1, PgUV: 0.5, PgOnce: 0.5,
+	"stale refused": 0.2, "conflict": 0.1, "open placed": 0.2, "once ran": 0.05, "once done already": 0.05, "once unknown resolved": 0.05,
 	"attack " + AttackOtherHolder: 0.05, "attack " + AttackOlderToken: 0.05, "attack " + AttackStolen: 0.05, "attack " + AttackRacing: 0.1,
 }
 
@@ -382,7 +382,7 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		case n < 74:
 			out, row = r.rowUpdate(cctx, w, key, f, "", ""), true
 		default:
-			out = r.once(cctx, w, rng, key, f, data())
+			out = r.once(w, rng, key, f, data())
 		}
 		cancel()
 		if out.Status == Stale {
@@ -450,12 +450,14 @@ func (r *pgRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 // of a few milliseconds, to end it while COMMIT is in flight. A call whose
 // outcome is unknown is left open and retried with the same fence and
 // work, up to three times: the retry tells whether the first ran.
-func (r *pgRun) once(ctx context.Context, w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+func (r *pgRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
 	idx := 1 + rng.IntN(PgOnceKeys)
 	okey := fmt.Sprintf("%s/%s/%d", r.oncePrefix, key, idx)
 	var out PgOut
 	for try := range 4 {
-		cctx, cancel := context.WithCancel(ctx)
+		// Each try has a call's time of its own: a retry after a lost
+		// reply starts on a new connection.
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
 		// One first try in eight ends its context right after the work,
 		// while COMMIT is on its way; four in eight lose COMMIT's reply.
 		late := -1
