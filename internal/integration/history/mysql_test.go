@@ -77,15 +77,16 @@ const (
 var myTable = mysql.Table{Name: "kv", Key: "key"}
 
 type myRun struct {
-	t       testing.TB
-	b       Budget
-	variant myVariant
-	rec     *Recorder
-	locker  *lock.Locker
-	keys    *keyRing
-	holders sync.Map // key -> the holder of the latest grant a worker took on it
-	fences  sync.Map // key -> the fence of the latest grant a worker took on it
-	dbName  string
+	t        testing.TB
+	b        Budget
+	variant  myVariant
+	rec      *Recorder
+	locker   *lock.Locker
+	keys     *keyRing
+	holders  sync.Map // key -> the holder of the latest grant a worker took on it
+	fences   sync.Map // key -> the fence of the latest grant a worker took on it
+	onceLast sync.Map // key -> the key of work (1 to PgOnceKeys) of the latest Once on it
+	dbName   string
 
 	proxies []*testenv.Proxy
 	dbs     []*sql.DB
@@ -505,7 +506,13 @@ func (r *myRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 // tries lose COMMIT's reply or end their context while it is in flight;
 // a call whose outcome is unknown is retried with the same fence and work.
 func (r *myRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+	// Half the calls run a key of work that ran last on this row again:
+	// its record must make it change nothing (the run finds it done).
 	idx := 1 + rng.IntN(PgOnceKeys)
+	if last, ok := r.onceLast.Load(key); ok && rng.IntN(2) == 0 {
+		idx = last.(int)
+	}
+	r.onceLast.Store(key, idx)
 	okey := fmt.Sprintf("%s/%d", key, idx)
 	var out PgOut
 	for try := range 4 {

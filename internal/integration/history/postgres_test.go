@@ -95,14 +95,15 @@ FROM kv k LEFT JOIN fencekit_guard g ON g.resource = $2 WHERE k.key = $1`
 var pgTable = postgres.Table{Name: pgx.Identifier{"kv"}, Key: "key"}
 
 type pgRun struct {
-	t       testing.TB
-	b       Budget
-	variant pgVariant
-	rec     *Recorder
-	locker  *lock.Locker
-	keys    *keyRing
-	holders sync.Map // key -> the holder of the latest grant a worker took on it
-	fences  sync.Map // key -> the fence of the latest grant a worker took on it
+	t        testing.TB
+	b        Budget
+	variant  pgVariant
+	rec      *Recorder
+	locker   *lock.Locker
+	keys     *keyRing
+	holders  sync.Map // key -> the holder of the latest grant a worker took on it
+	fences   sync.Map // key -> the fence of the latest grant a worker took on it
+	onceLast sync.Map // key -> the key of work (1 to PgOnceKeys) of the latest Once on it
 
 	oncePrefix string // Once's keys of work of this run
 
@@ -458,7 +459,13 @@ func (r *pgRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 // outcome is unknown is left open and retried with the same fence and
 // work, up to three times: the retry tells whether the first ran.
 func (r *pgRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+	// Half the calls run a key of work that ran last on this row again:
+	// its record must make it change nothing (the run finds it done).
 	idx := 1 + rng.IntN(PgOnceKeys)
+	if last, ok := r.onceLast.Load(key); ok && rng.IntN(2) == 0 {
+		idx = last.(int)
+	}
+	r.onceLast.Store(key, idx)
 	okey := fmt.Sprintf("%s/%s/%d", r.oncePrefix, key, idx)
 	var out PgOut
 	for try := range 4 {
