@@ -174,10 +174,10 @@ func reportPostgres(t testing.TB, res pgResult) {
 		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
 }
 
-// pgSlot lets one PostgreSQL run at a time work the server: several at
-// once, each with its backends terminated every few hundred milliseconds,
-// starve one another of connections, and none makes enough calls.
-var pgSlot = make(chan struct{}, 1)
+// pgSlot lets two PostgreSQL runs at a time work the server: more at once,
+// each with its backends terminated every few hundred milliseconds, starve
+// one another of connections, and none makes enough calls.
+var pgSlot = make(chan struct{}, 2)
 
 func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Helper()
