@@ -20,8 +20,14 @@ import (
 // wraps the driver's (breakingConnector), and Once's order is replaced by
 // a broken version of its own (myOnceAfterRun).
 
-// myGuardPrefix starts the guard's upsert (storage/mysql's guardSQL).
-const myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
+// myGuardPrefix starts Guard's upsert (storage/mysql's guardSQL), whose
+// arguments begin with resource, token, holder; myAdmitPrefix starts the
+// admission of InTx and Once on an existing guard row (admitSQL), whose
+// arguments begin with holder, token, resource.
+const (
+	myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
+	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = admissions + 1"
+)
 
 // breakingConnector opens connections whose statements are changed by
 // breaks before they are prepared; with unlocked set, the guard's upsert
@@ -72,9 +78,9 @@ func (b *breakingConn) Prepare(q string) (driver.Stmt, error) {
 }
 
 func (b *breakingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	if b.c.unlocked && strings.HasPrefix(q, myGuardPrefix) {
+	if b.c.unlocked && (strings.HasPrefix(q, myGuardPrefix) || strings.HasPrefix(q, myAdmitPrefix)) {
 		b.c.swapped.Add(1)
-		return unlockedStmt{b}, nil
+		return unlockedStmt{b: b, admit: strings.HasPrefix(q, myAdmitPrefix)}, nil
 	}
 	return b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, b.c.rewrite(q))
 }
@@ -150,7 +156,10 @@ func named(args []any) []driver.NamedValue {
 // as the guard's upsert does: rows changed when admitted, none when stale
 // (the guard then reads the mark it lost to). It counts in exposed the
 // marks it overwrote that were newer than its fence.
-type unlockedStmt struct{ b *breakingConn }
+type unlockedStmt struct {
+	b     *breakingConn
+	admit bool // admitSQL's form: an existing row only, its count 1 when admitted
+}
 
 func (s unlockedStmt) Close() error  { return nil }
 func (s unlockedStmt) NumInput() int { return -1 }
@@ -167,9 +176,16 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 	res, _ := args[0].Value.(string)
 	tok, _ := args[1].Value.(int64)
 	holder, _ := args[2].Value.(string)
+	if s.admit {
+		holder, _ = args[0].Value.(string)
+		res, _ = args[2].Value.(string)
+	}
 	rows, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ?", res)
 	if err != nil {
 		return nil, err
+	}
+	if len(rows) == 0 && s.admit {
+		return driver.RowsAffected(0), nil // no row: the guard creates it and begins again
 	}
 	if len(rows) == 1 {
 		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
@@ -191,6 +207,10 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 		if mt > tok || (mt == tok && mh != holder) {
 			s.b.c.exposed.Add(1)
 		}
+	}
+	if s.admit {
+		return s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
+			holder, tok, res)
 	}
 	return s.b.exec(ctx, "INSERT INTO fencekit_guard (resource, token, holder, updated_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))\n"+
 		"ON DUPLICATE KEY UPDATE admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), token = ?, holder = ?", res, tok, holder, tok, holder)

@@ -49,7 +49,7 @@ const (
 // every placeholder, so that the arguments still line up.
 var myBreaks = map[myVariant][]sqlBreak{
 	myTokenGE: {
-		{"IF(? > token OR", "IF(? >= token OR"},
+		{"? > token OR", "? >= token OR"},
 		{"`fence_token` < ? OR", "`fence_token` <= ? OR"},
 	},
 	myNoHolder: {
