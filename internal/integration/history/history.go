@@ -262,7 +262,8 @@ func (r Rates) For(d time.Duration) Floors {
 // line that CI's summary shows, and fails t for every kind judged fewer
 // times than its floor: a run that judged nothing of a kind passes
 // otherwise, whatever the code does. Kinds without a floor are logged
-// only.
+// only. The floors bind a run with a budget (FENCEKIT_CHECK_TIME, as CI's
+// checkers set); the plain test run of a few seconds only logs a shortfall.
 func (j Judgments) Require(t testing.TB, name string, floors Floors) {
 	t.Helper()
 	kinds := make([]string, 0, len(j)+len(floors))
@@ -288,6 +289,12 @@ func (j Judgments) Require(t testing.TB, name string, floors Floors) {
 		}
 	}
 	t.Logf("%s judged:%s", name, strings.TrimSuffix(b.String(), ";"))
+	if low.Len() > 0 && os.Getenv("FENCEKIT_CHECK_TIME") == "" {
+		// The plain test run lasts a few seconds, too few for the rarer
+		// kinds on a loaded machine: the floors bind a run with a budget.
+		t.Logf("%s judged fewer than the floors of a budgeted run (FENCEKIT_CHECK_TIME) of:%s", name, strings.TrimSuffix(low.String(), ";"))
+		return
+	}
 	if low.Len() > 0 {
 		t.Errorf("%s judged too few:%s the run proves nothing about these kinds (a longer FENCEKIT_CHECK_TIME, or a workload that makes them)",
 			name, strings.TrimSuffix(low.String(), ";"))
