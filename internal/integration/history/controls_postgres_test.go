@@ -2,15 +2,19 @@ package history
 
 import (
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
+
+// pgControlLeast is the least a run of a PostgreSQL control lasts.
+const pgControlLeast = 6 * time.Second
 
 // TestPostgresControlNoGuard runs the PostgreSQL checker on an Exec whose
 // write runs without the guard: it must reject most runs.
 func TestPostgresControlNoGuard(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "write without the guard", func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "write without the guard", pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgNoGuard)
 		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
@@ -22,9 +26,45 @@ func TestPostgresControlNoGuard(t *testing.T) {
 // must reject most runs.
 func TestPostgresControlReadOutside(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "read outside the guarded transaction", pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, pgReadOutside)
 		reportPostgres(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
+}
+
+// pgBrokenControl runs the PostgreSQL checker on a broken variant of the
+// guards: it must reject most runs.
+func pgBrokenControl(t *testing.T, name string, variant pgVariant) {
+	budgetedOnly(t)
+	t.Parallel()
+	rejectsMostIn(t, name, pgControlLeast, func(t *testing.T, b Budget) controlRun {
+		res := runPostgres(t, b, variant)
+		reportPostgres(t, res)
+		res.judged.Require(t, "postgres control", nil)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
+	})
+}
+
+// TestPostgresControlTokenGE: the guards admit by token >= instead of >.
+func TestPostgresControlTokenGE(t *testing.T) {
+	pgBrokenControl(t, "guards admitting token >=", pgTokenGE)
+}
+
+// TestPostgresControlNoHolder: the guards admit the mark's token whatever
+// the holder.
+func TestPostgresControlNoHolder(t *testing.T) {
+	pgBrokenControl(t, "guards without the holder compare", pgNoHolder)
+}
+
+// TestPostgresControlNoRowLock: a guard that reads the mark without a row
+// lock, decides, then writes it.
+func TestPostgresControlNoRowLock(t *testing.T) {
+	pgBrokenControl(t, "guard without the row lock", pgNoRowLock)
+}
+
+// TestPostgresControlOnceAfter: a Once that runs the work, then records it
+// in a transaction of its own.
+func TestPostgresControlOnceAfter(t *testing.T) {
+	pgBrokenControl(t, "Once recording after the work", pgOnceAfter)
 }

@@ -146,3 +146,34 @@ func TestRedisControlNoRecord(t *testing.T) {
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
+
+// redisScriptControl runs the Redis checker on the store with one line of
+// its fenced script broken (redisBreaks): it must reject most runs.
+func redisScriptControl(t *testing.T, name string, variant redisVariant) {
+	budgetedOnly(t)
+	t.Parallel()
+	rejectsMost(t, name, func(t *testing.T, b Budget) controlRun {
+		res := runRedis(t, b, variant)
+		reportRedis(t, res)
+		res.judged.Require(t, "redis control", nil)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
+	})
+}
+
+// TestRedisControlTokenGE: the fence rule's token compared by >=, so that a
+// fence with the mark's token is admitted whatever its holder.
+func TestRedisControlTokenGE(t *testing.T) {
+	redisScriptControl(t, "token compared by >=", redisTokenGE)
+}
+
+// TestRedisControlFastNoHolder: the fenced script's fast path takes a fence
+// with the mark's token for the mark, whatever its holder.
+func TestRedisControlFastNoHolder(t *testing.T) {
+	redisScriptControl(t, "fast path without the holder compare", redisFastNoHolder)
+}
+
+// TestRedisControlFastNoToken: the fenced script's fast path takes a fence
+// with the mark's holder for the mark, whatever its token.
+func TestRedisControlFastNoToken(t *testing.T) {
+	redisScriptControl(t, "fast path without the token compare", redisFastNoToken)
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -219,4 +220,83 @@ func openOutput(out any) any {
 		return PgOut{Status: Unknown}
 	}
 	return out
+}
+
+// Judgments counts what a checker judged, by kind: the calls of each kind
+// that returned a definite answer (which the model must explain exactly),
+// the refusals it judged, the open calls it had to place, the attacks it
+// saw refused. A run that judged too little of a kind proves nothing about
+// it, whatever its verdict: see [Judgments.Require].
+type Judgments map[string]int64
+
+// Tally counts the kinds of every call in ops: kinds returns the kinds one
+// call counts for (none, one or several).
+func Tally(ops []porcupine.Operation, kinds func(op porcupine.Operation) []string) Judgments {
+	j := Judgments{}
+	for _, op := range ops {
+		for _, k := range kinds(op) {
+			j[k]++
+		}
+	}
+	return j
+}
+
+// Floors is the least a run must judge of each kind.
+type Floors map[string]int64
+
+// Rates is the least a run must judge of each kind per second of its
+// budget: what a loaded machine makes, with a wide margin.
+type Rates map[string]float64
+
+// For returns the floors of a run lasting d: each rate times d, and at
+// least one of each kind.
+func (r Rates) For(d time.Duration) Floors {
+	f := Floors{}
+	for k, per := range r {
+		f[k] = max(1, int64(math.Ceil(per*d.Seconds())))
+	}
+	return f
+}
+
+// Require logs the judgments of the run named name with their floors, one
+// line that CI's summary shows, and fails t for every kind judged fewer
+// times than its floor: a run that judged nothing of a kind passes
+// otherwise, whatever the code does. Kinds without a floor are logged
+// only. The floors bind a run with a budget (FENCEKIT_CHECK_TIME, as CI's
+// checkers set); the plain test run of a few seconds only logs a shortfall.
+func (j Judgments) Require(t testing.TB, name string, floors Floors) {
+	t.Helper()
+	kinds := make([]string, 0, len(j)+len(floors))
+	for k := range j {
+		kinds = append(kinds, k)
+	}
+	for k := range floors {
+		if _, ok := j[k]; !ok {
+			kinds = append(kinds, k)
+		}
+	}
+	slices.Sort(kinds)
+	var b, low strings.Builder
+	for _, k := range kinds {
+		fl, ok := floors[k]
+		if !ok {
+			fmt.Fprintf(&b, " %s=%d;", k, j[k])
+			continue
+		}
+		fmt.Fprintf(&b, " %s=%d (floor %d);", k, j[k], fl)
+		if j[k] < fl {
+			fmt.Fprintf(&low, " %s: %d < %d;", k, j[k], fl)
+		}
+	}
+	t.Logf("%s judged:%s", name, strings.TrimSuffix(b.String(), ";"))
+	if low.Len() > 0 && os.Getenv("FENCEKIT_CHECK_TIME") == "" {
+		// The plain test run lasts a few seconds, too few for the rarer
+		// kinds on a loaded machine: the floors bind a run with a budget.
+		t.Logf("%s judged fewer than the floors of a budgeted run (FENCEKIT_CHECK_TIME) of:%s", name, strings.TrimSuffix(low.String(), ";"))
+		return
+	}
+	if low.Len() > 0 {
+		t.Errorf("%s judged too few:%s the run proves nothing about these kinds (a longer FENCEKIT_CHECK_TIME, or a workload that makes them)",
+			name, strings.TrimSuffix(low.String(), ";"))
+	}
 }

@@ -18,7 +18,12 @@ const (
 	PgRowUpd  = "rowupd"  // Table.Update: the row's own mark admits, then sets the value (not the version)
 	PgRowMark = "rowmark" // Table.Update without values: raises the row's own mark
 	PgUV      = "uv"      // Table.UpdateVersion: sets the value if the version is as read, and bumps it
+	PgOnce    = "once"    // Once: guard, then, unless the work's key is done, the work (as exec) and its record
 )
+
+// PgOnceKeys is how many keys of work a row has for Once: PgIn.Once is one
+// of 1 to PgOnceKeys.
+const PgOnceKeys = 15
 
 // Aborted is a call that PostgreSQL rolled back for a reason a retry may
 // cure (ErrRetryable): nothing changed.
@@ -31,6 +36,8 @@ type PgIn struct {
 	Fence    Mark
 	Expected int64 // uv
 	Data     string
+	Once     int    // once: the key of the work, 1 to PgOnceKeys
+	Attack   string // an adversarial call: what it offers (the Attack constants), "" for an honest one
 }
 
 // PgOut is what a call returned.
@@ -40,6 +47,7 @@ type PgOut struct {
 	Version int64  // ok of read, txrmw (the version it read), txread, query, uv (the new version); conflict: the version found
 	Guard   Mark   // read: the guard mark; stale of a guarded call: the mark it lost to
 	Row     Mark   // read: the row's mark; stale of rowupd and rowmark: the mark it lost to
+	Ran     bool   // ok of once: whether the work ran (false: its key was done already)
 }
 
 // PgState is one row and its resource's guard mark.
@@ -48,6 +56,7 @@ type PgState struct {
 	Version int64
 	Guard   Mark
 	Row     Mark
+	Done    uint16 // bit i: Once's key i is done
 }
 
 func pgApply(s PgState, in PgIn) (PgState, PgOut) {
@@ -84,6 +93,13 @@ func pgApply(s PgState, in PgIn) (PgState, PgOut) {
 	case PgExec:
 		n.Data, n.Version = in.Data, s.Version+1
 		return n, PgOut{Status: Ok}
+	case PgOnce:
+		bit := uint16(1) << in.Once
+		if s.Done&bit != 0 {
+			return n, PgOut{Status: Ok}
+		}
+		n.Data, n.Version, n.Done = in.Data, s.Version+1, s.Done|bit
+		return n, PgOut{Status: Ok, Ran: true}
 	}
 	panic("history: unknown PostgreSQL operation " + in.Op)
 }
@@ -122,11 +138,19 @@ var PgModel = porcupine.NondeterministicModel{
 			call += fmt.Sprintf("(v%d, %s)", in.Expected, in.Data)
 		case PgTxRead, PgQuery, PgRowMark:
 			call += fmt.Sprintf("[%v]()", in.Fence)
+		case PgOnce:
+			call += fmt.Sprintf("[%v](#%d, %s)", in.Fence, in.Once, in.Data)
 		default:
 			call += fmt.Sprintf("[%v](%s)", in.Fence, in.Data)
 		}
+		if in.Attack != "" {
+			call += " {" + in.Attack + "}"
+		}
 		switch out.Status {
 		case Ok:
+			if in.Op == PgOnce {
+				return call + fmt.Sprintf(" -> ok, ran %v", out.Ran)
+			}
 			return call + fmt.Sprintf(" -> ok %q v%d guard %v row %v", out.Data, out.Version, out.Guard, out.Row)
 		case Stale:
 			return call + fmt.Sprintf(" -> stale, guard %v row %v", out.Guard, out.Row)
@@ -137,6 +161,36 @@ var PgModel = porcupine.NondeterministicModel{
 	},
 	DescribeState: func(state any) string {
 		s := state.(PgState)
-		return fmt.Sprintf("%q v%d guard %v row %v", s.Data, s.Version, s.Guard, s.Row)
+		return fmt.Sprintf("%q v%d guard %v row %v done %b", s.Data, s.Version, s.Guard, s.Row, s.Done)
 	},
+}
+
+// PgKinds is what one call of a PostgreSQL (or other SQL guard) history
+// counts for: its operation, when it returned a definite answer; its
+// refusal, conflict or abort; an open call, which the checker places; what
+// a Once found; an attack, when it was answered.
+func PgKinds(op porcupine.Operation) []string {
+	in, out := op.Input.(PgIn), op.Output.(PgOut)
+	if out.Status == Unknown {
+		return []string{"open placed"}
+	}
+	k := []string{in.Op}
+	switch out.Status {
+	case Stale:
+		k = append(k, "stale refused")
+	case Conflict:
+		k = append(k, "conflict")
+	case Aborted:
+		k = append(k, "aborted")
+	case Ok:
+		if in.Op == PgOnce && out.Ran {
+			k = append(k, "once ran")
+		} else if in.Op == PgOnce {
+			k = append(k, "once done already")
+		}
+	}
+	if in.Attack != "" {
+		k = append(k, "attack "+in.Attack)
+	}
+	return k
 }

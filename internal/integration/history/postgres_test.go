@@ -37,15 +37,50 @@ const (
 	// pgReadOutside reads the row for InTx's read-modify-write before the
 	// guarded transaction, not in it.
 	pgReadOutside
+	// pgTokenGE admits by token >= instead of >, in the guard, the batch
+	// guard's function and the row-level admission.
+	pgTokenGE
+	// pgNoHolder admits a fence with the mark's token whatever its holder,
+	// in the same three places.
+	pgNoHolder
+	// pgNoRowLock guards a transaction by reading the mark without a lock,
+	// deciding in the client, then writing the mark (unlockedGuard).
+	pgNoRowLock
+	// pgOnceAfter runs Once's work first and records its completion after,
+	// in a transaction of its own (onceAfter).
+	pgOnceAfter
 )
+
+// pgBreaks is the statement changes of each SQL-changing variant: the
+// guard's upsert and its function share their text; the row-level
+// admission is Table's.
+var pgBreaks = map[pgVariant][]sqlBreak{
+	pgTokenGE: {
+		{"WHERE EXCLUDED.token > g.token", "WHERE EXCLUDED.token >= g.token"},
+		{`"fence_token" < $2 OR`, `"fence_token" <= $2 OR`},
+	},
+	pgNoHolder: {
+		{"(EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)", "(EXCLUDED.token = g.token)"},
+		{`("fence_token" = $2 AND "fence_holder" = $3)`, `("fence_token" = $2)`},
+	},
+}
+
+// pgDB is what the workers' guarded calls take: a pool, or a pool that
+// breaks the guards' statements (breakingDB).
+type pgDB interface {
+	postgres.Querier
+	postgres.Beginner
+	postgres.TxBeginner
+	postgres.Batcher
+}
 
 const (
 	pgWorkers   = 6
 	pgKeySlots  = 2
 	pgKeyOps    = 150
 	pgKeyOpen   = 10
-	pgRows      = 20000 // rows created up front; each key is one
-	pgCallLimit = time.Second
+	pgRows      = 1000 // rows created up front; each key is one (a run uses a few dozen at most)
+	pgCallLimit = 2 * time.Second
 	pgHold      = 300 * time.Millisecond
 )
 
@@ -60,15 +95,21 @@ FROM kv k LEFT JOIN fencekit_guard g ON g.resource = $2 WHERE k.key = $1`
 var pgTable = postgres.Table{Name: pgx.Identifier{"kv"}, Key: "key"}
 
 type pgRun struct {
-	t       testing.TB
-	b       Budget
-	variant pgVariant
-	rec     *Recorder
-	locker  *lock.Locker
-	keys    *keyRing
+	t        testing.TB
+	b        Budget
+	variant  pgVariant
+	rec      *Recorder
+	locker   *lock.Locker
+	keys     *keyRing
+	holders  sync.Map // key -> the holder of the latest grant a worker took on it
+	fences   sync.Map // key -> the fence of the latest grant a worker took on it
+	onceLast sync.Map // key -> the key of work (1 to PgOnceKeys) of the latest Once on it
+
+	oncePrefix string // Once's keys of work of this run
 
 	proxies []*testenv.Proxy
 	pools   []*pgxpool.Pool
+	dbs     []pgDB // the pools, or for a broken variant the pools that break the guards
 	admin   *pgxpool.Pool
 
 	kills    atomic.Int64
@@ -80,6 +121,8 @@ type pgRun struct {
 	latency  atomic.Int64
 	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
 	exposed  atomic.Int64 // broken variants: writes that went wrong (see minExposed)
+	swapped  atomic.Int64 // SQL-changing variants: statements sent broken
+	resolved atomic.Int64 // Once calls whose outcome was unknown, then told by a retry
 
 	mu   sync.Mutex
 	errs map[string]int
@@ -95,6 +138,16 @@ type pgResult struct {
 	exposed int64
 	took    time.Duration // how long the workers ran: the budget, or longer for a control (see runContext)
 	verdict Verdict
+	judged  Judgments
+}
+
+// pgRates is the least a run of the PostgreSQL checker must judge of each
+// kind (see PgKinds) per second: a third or less of what a two-core machine
+// makes under a load of 40 (about eight calls a second).
+var pgRates = Rates{
+	PgRead: 0.25, PgTxRMW: 0.3, PgTxRead: 0.05, PgQuery: 0.05, PgExec: 0.2, PgRowUpd: 0.2, PgRowMark: 0.05, PgUV: 0.25, PgOnce: 0.3,
+	"stale refused": 0.1, "conflict": 0.05, "open placed": 0.1, "once ran": 0.03, "once done already": 0.03, "once unknown resolved": 0.03,
+	"attack " + AttackOtherHolder: 0.03, "attack " + AttackOlderToken: 0.03, "attack " + AttackStolen: 0.03, "attack " + AttackRacing: 0.05,
 }
 
 func TestPostgresLinearizable(t *testing.T) {
@@ -102,6 +155,7 @@ func TestPostgresLinearizable(t *testing.T) {
 	b := BudgetFor(t)
 	res := runPostgres(t, b, pgSound)
 	reportPostgres(t, res)
+	res.judged.Require(t, "postgres", pgRates.For(b.Duration))
 	if res.faults.Lost+res.faults.Held+res.faults.Cut+int(res.kills) == 0 {
 		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
 	}
@@ -120,8 +174,15 @@ func reportPostgres(t testing.TB, res pgResult) {
 		res.calls, res.keys, res.took.Round(time.Millisecond), res.open, res.kills, res.faults.Lost, res.faults.Held, pgHold, res.faults.Cut, res.verdict.Took.Round(time.Millisecond), res.verdict.Result)
 }
 
+// pgSlot lets two PostgreSQL runs at a time work the server: more at once,
+// each with its backends terminated every few hundred milliseconds, starve
+// one another of connections, and none makes enough calls.
+var pgSlot = make(chan struct{}, 2)
+
 func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Helper()
+	pgSlot <- struct{}{}
+	defer func() { <-pgSlot }()
 	ctx := context.Background()
 	url := testenv.PostgresURL(t)
 	admin, err := pgxpool.New(ctx, url)
@@ -150,7 +211,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Cleanup(locker.Close)
 
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
-	r := &pgRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin,
+	r := &pgRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
 		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
 	for range pgWorkers {
 		cfg, err := pgxpool.ParseConfig(url)
@@ -163,13 +224,21 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 		cfg.ConnConfig.RuntimeParams["application_name"] = app
-		cfg.MaxConns = 2
+		cfg.MaxConns = 3 // a session and the older grant racing it, and one to spare
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
 		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
+		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
+			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, swapped: &r.swapped, exposed: &r.exposed})
+		} else {
+			r.dbs = append(r.dbs, pool)
+		}
+	}
+	if br, ok := pgBreaks[variant]; ok {
+		breakAdmitFunction(t, admin, br[:1])
 	}
 
 	var exposed *atomic.Int64
@@ -189,6 +258,11 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	took := time.Since(start)
 
 	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
+	res.judged = Tally(res.ops, PgKinds)
+	res.judged["once unknown resolved"] = r.resolved.Load()
+	if _, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
+		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
+	}
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -278,6 +352,22 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		cancel()
 	}()
 	f := lease.Fence()
+	prev, _ := r.fences.Swap(key, f)
+	r.holders.Store(key, f.Holder)
+	// One session in four starts racing the previous grant of the resource:
+	// its holder, woken late, runs a read-modify-write under its fence
+	// while this one makes its first call. The guard must order them: one
+	// of the two is refused, or the older runs wholly first.
+	var race sync.WaitGroup
+	defer race.Wait()
+	if p, ok := prev.(fence.Fence); ok && rng.IntN(4) == 0 {
+		d := data()
+		race.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+			defer cancel()
+			r.txRMW(ctx, w, key, p, d, AttackRacing)
+		})
+	}
 	for range 1 + rng.IntN(4) {
 		if rng.IntN(5) == 0 {
 			r.pauses.Add(1)
@@ -285,31 +375,151 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
 		var out PgOut
+		row := false // the call's mark is the row's, not the guard's
 		switch n := rng.IntN(100); {
-		case n < 25:
-			out = r.txRMW(cctx, w, key, f, data())
-		case n < 35:
+		case n < 20:
+			out = r.txRMW(cctx, w, key, f, data(), "")
+		case n < 27:
 			out = r.txRead(cctx, w, key, f)
-		case n < 45:
+		case n < 34:
 			out = r.query(cctx, w, key, f)
-		case n < 65:
-			out = r.exec(cctx, w, key, f, data())
-		case n < 85:
-			in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: data()}
-			c := r.invoke(w, in)
-			err := pgTable.Update(cctx, r.pools[w], f, key, postgres.Set("val", in.Data))
-			out = r.finish(c, r.outcome(in, err))
+		case n < 50:
+			out = r.exec(cctx, w, key, f, data(), "")
+		case n < 66:
+			out, row = r.rowUpdate(cctx, w, key, f, data(), ""), true
+		case n < 74:
+			out, row = r.rowUpdate(cctx, w, key, f, "", ""), true
 		default:
-			in := PgIn{Key: key, Op: PgRowMark, Fence: markOf(f)}
-			c := r.invoke(w, in)
-			err := pgTable.Update(cctx, r.pools[w], f, key)
-			out = r.finish(c, r.outcome(in, err))
+			out = r.once(w, rng, key, f, data())
 		}
 		cancel()
 		if out.Status == Stale {
 			return
 		}
+		if out.Status == Ok && rng.IntN(2) == 0 {
+			r.attack(w, rng, key, f, row, data())
+		}
 	}
+}
+
+// rowUpdate is Table.Update: with d, a write of the value under the row's
+// own mark; without, a raise of the mark alone.
+func (r *pgRun) rowUpdate(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: d, Attack: attack}
+	var values []postgres.Assignment
+	if d == "" {
+		in.Op = PgRowMark
+	} else {
+		values = append(values, postgres.Set("val", d))
+	}
+	c := r.invoke(w, in)
+	err := pgTable.Update(ctx, r.dbs[w], f, key, values...)
+	return r.finish(c, r.outcome(in, err))
+}
+
+// attack offers, right after f was admitted on key (by the row's own mark
+// when row is set, else by the guard), a fence that no lock issued (see
+// the Attack constants): a sound guard refuses each, since the mark is f
+// or newer. One that is admitted counts as gone wrong.
+func (r *pgRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row bool, d string) {
+	forged := f
+	var kind string
+	switch rng.IntN(3) {
+	case 0:
+		kind, forged.Holder = AttackOtherHolder, fmt.Sprintf("forged-w%d-%d", w, rng.Uint32())
+	case 1:
+		kind, forged.Token = AttackOlderToken, f.Token-1-fence.Token(rng.IntN(3))
+	default:
+		kind = AttackStolen
+		if h, ok := r.holders.Load(key); ok && h.(string) != f.Holder {
+			forged.Holder = h.(string)
+		} else {
+			forged.Holder = fmt.Sprintf("other-w%d-%d", w, rng.Uint32())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+	defer cancel()
+	var out PgOut
+	switch {
+	case row:
+		out = r.rowUpdate(ctx, w, key, forged, d, kind)
+	case rng.IntN(2) == 0:
+		out = r.exec(ctx, w, key, forged, d, kind)
+	default:
+		out = r.txRMW(ctx, w, key, forged, d, kind)
+	}
+	if out.Status == Ok {
+		r.exposed.Add(1)
+	}
+}
+
+// once runs Once on one of the row's keys of work (1 to PgOnceKeys) with
+// work that writes the row, as exec does. One call in four has a deadline
+// of a few milliseconds, to end it while COMMIT is in flight. A call whose
+// outcome is unknown is left open and retried with the same fence and
+// work, up to three times: the retry tells whether the first ran.
+func (r *pgRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+	// Half the calls run a key of work that ran last on this row again:
+	// its record must make it change nothing (the run finds it done).
+	idx := 1 + rng.IntN(PgOnceKeys)
+	if last, ok := r.onceLast.Load(key); ok && rng.IntN(2) == 0 {
+		idx = last.(int)
+	}
+	r.onceLast.Store(key, idx)
+	okey := fmt.Sprintf("%s/%s/%d", r.oncePrefix, key, idx)
+	var out PgOut
+	for try := range 4 {
+		// Each try has a call's time of its own: a retry after a lost
+		// reply starts on a new connection.
+		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		// One first try in eight ends its context right after the work,
+		// while COMMIT is on its way; four in eight lose COMMIT's reply.
+		late := -1
+		if try == 0 {
+			late = rng.IntN(8)
+		}
+		in := PgIn{Key: key, Op: PgOnce, Fence: markOf(f), Once: idx, Data: d}
+		c := r.invoke(w, in)
+		work := func(ctx context.Context, tx pgx.Tx) error {
+			var was string
+			if err := tx.QueryRow(ctx, pgLockedReadSQL, key).Scan(&was, new(int64)); err != nil {
+				return err
+			}
+			if was == d {
+				// An earlier try of this call ran the work already: it
+				// runs again (only a broken Once lets it).
+				r.exposed.Add(1)
+			}
+			_, err := tx.Exec(ctx, pgWriteSQL, key, d)
+			switch late {
+			case 0:
+				time.AfterFunc(time.Duration(rng.IntN(2000))*time.Microsecond, cancel)
+			case 1, 2, 3, 4:
+				r.proxies[w].LoseNextReply(nil)
+			}
+			return err
+		}
+		var ran bool
+		var err error
+		if r.variant == pgOnceAfter {
+			ran, err = onceAfter(cctx, r.dbs[w], f, okey, work, &r.exposed)
+		} else {
+			ran, err = postgres.Once(cctx, r.dbs[w], f, okey, work)
+		}
+		cancel()
+		out = r.outcome(in, err)
+		if out.Status == Ok {
+			out.Ran = ran
+		}
+		r.finish(c, out)
+		if out.Status != Unknown {
+			if try > 0 {
+				r.resolved.Add(1)
+			}
+			return out
+		}
+	}
+	return out
 }
 
 func (r *pgRun) read(ctx context.Context, w int, key string) PgOut {
@@ -328,8 +538,8 @@ func (r *pgRun) read(ctx context.Context, w int, key string) PgOut {
 	return r.finish(c, out)
 }
 
-func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
-	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d}
+func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: attack}
 	c := r.invoke(w, in)
 	var old PgOut
 	var err error
@@ -358,7 +568,7 @@ func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d s
 			r.exposed.Add(1)
 		}
 	} else {
-		err = postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		err = postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
 				return err
 			}
@@ -377,7 +587,7 @@ func (r *pgRun) txRead(ctx context.Context, w int, key string, f fence.Fence) Pg
 	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
 	c := r.invoke(w, in)
 	var got PgOut
-	err := postgres.InTx(ctx, r.pools[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+	err := postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, pgSharedReadSQL, key).Scan(&got.Data, &got.Version)
 	})
 	out := r.outcome(in, err)
@@ -392,7 +602,7 @@ func (r *pgRun) query(ctx context.Context, w int, key string, f fence.Fence) PgO
 	c := r.invoke(w, in)
 	var got PgOut
 	rows := 0
-	err := postgres.Query(ctx, r.pools[w], f, postgres.Statement{SQL: pgSharedReadSQL, Args: []any{key}}, func(rs pgx.Rows) error {
+	err := postgres.Query(ctx, r.dbs[w], f, postgres.Statement{SQL: pgSharedReadSQL, Args: []any{key}}, func(rs pgx.Rows) error {
 		for rs.Next() {
 			rows++
 			if err := rs.Scan(&got.Data, &got.Version); err != nil {
@@ -411,8 +621,8 @@ func (r *pgRun) query(ctx context.Context, w int, key string, f fence.Fence) PgO
 	return r.finish(c, out)
 }
 
-func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
-	in := PgIn{Key: key, Op: PgExec, Fence: markOf(f), Data: d}
+func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgExec, Fence: markOf(f), Data: d, Attack: attack}
 	c := r.invoke(w, in)
 	var err error
 	if r.variant == pgNoGuard {
@@ -425,7 +635,7 @@ func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d st
 			r.exposed.Add(1)
 		}
 	} else {
-		_, err = postgres.Exec(ctx, r.pools[w], f, postgres.Statement{SQL: pgWriteSQL, Args: []any{key, d}})
+		_, err = postgres.Exec(ctx, r.dbs[w], f, postgres.Statement{SQL: pgWriteSQL, Args: []any{key, d}})
 	}
 	return r.finish(c, r.outcome(in, err))
 }
@@ -480,7 +690,7 @@ func (r *pgRun) outcome(in PgIn, err error) PgOut {
 			msg = msg[i+2:]
 		}
 		r.mu.Lock()
-		r.errs[msg]++
+		r.errs[in.Op+": "+msg]++
 		r.mu.Unlock()
 	}
 	return out

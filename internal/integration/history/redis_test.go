@@ -34,7 +34,24 @@ const (
 	// redisNoRecord retries writes whose reply was lost as new writes, as a
 	// store without the retry record would run them.
 	redisNoRecord
+	// redisTokenGE runs the fenced script with the token compared by >=
+	// instead of >: a fence with the mark's token is admitted whatever its
+	// holder.
+	redisTokenGE
+	// redisFastNoHolder runs the fenced script with its fast path (a fence
+	// that is already the key's mark) not comparing the holder.
+	redisFastNoHolder
+	// redisFastNoToken runs the fenced script with its fast path not
+	// comparing the token.
+	redisFastNoToken
 )
+
+// redisBreaks is the line each script-changing variant breaks, and how.
+var redisBreaks = map[redisVariant][2]string{
+	redisTokenGE:      {"local stale = c < 0 or (c == 0 and hold ~= s.hold)", "local stale = c < 0"},
+	redisFastNoHolder: {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[3] == ARGV[3] and"},
+	redisFastNoToken:  {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[4] == ARGV[4] and"},
+}
 
 const (
 	redisWorkers   = 6
@@ -69,6 +86,8 @@ type redisRun struct {
 	unmarked atomic.Int64 // open calls that may have written, whose error does not match fence.ErrOutcomeUnknown
 	exposed  atomic.Int64 // broken variants: writes that went wrong (see minExposed)
 	resent   atomic.Int64 // redisNoRecord: commands resent as new writes
+	swapped  atomic.Int64 // script-changing variants: commands that ran the broken script
+	holders  sync.Map     // key -> the holder of the latest grant a worker took on it
 
 	mu   sync.Mutex
 	errs map[string]int // errors that left calls open, by text
@@ -86,6 +105,7 @@ type redisResult struct {
 	took    time.Duration // how long the workers ran: the budget, or longer for a control (see runContext)
 	resent  int64
 	verdict Verdict
+	judged  Judgments
 }
 
 func TestRedisLinearizable(t *testing.T) {
@@ -93,6 +113,7 @@ func TestRedisLinearizable(t *testing.T) {
 	b := BudgetFor(t)
 	res := runRedis(t, b, redisSound)
 	reportRedis(t, res)
+	res.judged.Require(t, "redis", redisRates.For(b.Duration))
 	if res.faults.Lost+res.faults.Held+res.faults.Cut == 0 {
 		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
 	}
@@ -103,6 +124,37 @@ func TestRedisLinearizable(t *testing.T) {
 	case porcupine.Unknown:
 		t.Fatalf("the checker ran out of time on the history (seed %d)", b.Seed)
 	}
+}
+
+// redisRates is the least a run of the Redis checker must judge of each
+// kind (see redisKinds) per second: a third or less of what a two-core
+// machine makes under a load of 30 in a three-minute run.
+var redisRates = Rates{
+	OpGet: 2, OpSet: 0.7, OpSetV: 0.7, OpDel: 0.2, OpLoad: 1, OpCAS: 1, OpCAD: 0.15,
+	"stale refused": 1, "conflict": 0.7, "open placed": 0.2,
+	"attack " + AttackOtherHolder: 0.15, "attack " + AttackOlderToken: 0.15, "attack " + AttackStolen: 0.15,
+	"attack " + AttackAbove: 0.1, "attack " + AttackBelow: 0.05,
+}
+
+// redisKinds is what one call of a Redis history counts for: its operation,
+// when it returned a definite answer; its refusal or conflict; an open
+// call, which the checker places; an attack, when it was answered.
+func redisKinds(op porcupine.Operation) []string {
+	in, out := op.Input.(RedisIn), op.Output.(RedisOut)
+	if out.Status == Unknown {
+		return []string{"open placed"}
+	}
+	k := []string{in.Op}
+	switch out.Status {
+	case Stale:
+		k = append(k, "stale refused")
+	case Conflict:
+		k = append(k, "conflict")
+	}
+	if in.Attack != "" {
+		k = append(k, "attack "+in.Attack)
+	}
+	return k
 }
 
 func reportRedis(t testing.TB, res redisResult) {
@@ -134,6 +186,9 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 		if variant == redisNoRecord {
 			c.AddHook(freshIDRetries{direct: direct, resent: &r.resent, exposed: &r.exposed})
 		}
+		if br, ok := redisBreaks[variant]; ok {
+			c.AddHook(scriptSwap{broken: breakScript(t, fencedFiles, br[0], br[1]), swapped: &r.swapped})
+		}
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := fkredis.New(c, fkredis.WithPrefix(r.dataPrefix))
 		if err != nil {
@@ -157,7 +212,11 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 	wg.Wait()
 	took := time.Since(start)
 
+	if _, ok := redisBreaks[variant]; ok && r.swapped.Load() == 0 {
+		t.Fatalf("the broken variant's script never ran: the store sends its script otherwise, update scriptSwap")
+	}
 	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), resent: r.resent.Load(), took: took}
+	res.judged = Tally(res.ops, redisKinds)
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -215,6 +274,7 @@ func (r *redisRun) session(ctx context.Context, w int, rng *rand.Rand, key strin
 		cancel()
 	}()
 	f := lease.Fence()
+	r.holders.Store(key, f.Holder)
 	for range 1 + rng.IntN(4) {
 		if rng.IntN(5) == 0 {
 			// Wake up just past the lease, when the next holder is likely
@@ -238,7 +298,57 @@ func (r *redisRun) session(ctx context.Context, w int, rng *rand.Rand, key strin
 		if out.Status == Stale {
 			return
 		}
+		if (out.Status == Ok || out.Status == NotFound) && rng.IntN(3) == 0 {
+			r.attack(w, rng, key, f, data)
+		}
 	}
+}
+
+// attack offers, right after f was admitted on key, a fence that no lock
+// issued (see the Attack constants): a sound store refuses each, since the
+// key's mark is f or newer. One that is admitted counts as gone wrong.
+// A get or a set without a version, the calls that the fenced script's
+// fast path answers when the fence is the key's mark.
+func (r *redisRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, data func() string) {
+	forged := f
+	var kind string
+	switch rng.IntN(3) {
+	case 0:
+		kind, forged.Holder = AttackOtherHolder, fmt.Sprintf("forged-w%d-%d", w, rng.Uint32())
+	case 1:
+		kind, forged.Token = AttackOlderToken, f.Token-1-fence.Token(rng.IntN(3))
+	default:
+		kind = AttackStolen
+		if h, ok := r.holders.Load(key); ok && h.(string) != f.Holder {
+			forged.Holder = h.(string)
+		} else {
+			forged.Holder = fmt.Sprintf("other-w%d-%d", w, rng.Uint32())
+		}
+	}
+	in := RedisIn{Key: key, Op: OpGet, Fence: markOf(forged), Attack: kind}
+	if rng.IntN(2) == 0 {
+		in.Op, in.Data = OpSet, data()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	c := r.invoke(w, in)
+	var v fkredis.Value
+	var err error
+	if in.Op == OpGet {
+		v, err = r.stores[w].Get(ctx, forged, key)
+	} else {
+		v.Version, err = r.stores[w].Set(ctx, forged, key, []byte(in.Data))
+	}
+	out := r.outcome(w, c, err)
+	switch out.Status {
+	case Ok, NotFound:
+		r.exposed.Add(1)
+		if in.Op == OpGet {
+			out.Data = string(v.Data)
+		}
+		out.Version = v.Version
+	}
+	r.finish(c, out)
 }
 
 func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() string, lastVersion map[string]int64) {
@@ -259,6 +369,14 @@ func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() strin
 	case n < 55:
 		d := data()
 		in := RedisIn{Key: key, Op: OpCAS, Expected: lastVersion[key], Data: d}
+		// Half of them offer a version the key has not reached, or one it
+		// has passed.
+		switch m := rng.IntN(4); {
+		case m == 0 || (m == 1 && in.Expected == 0):
+			in.Expected, in.Attack = in.Expected+1+int64(rng.IntN(3)), AttackAbove
+		case m == 1:
+			in.Expected, in.Attack = in.Expected-1-int64(rng.IntN(int(min(in.Expected, 3)))), AttackBelow
+		}
 		c := r.invoke(w, in)
 		v, err := s.CompareAndSet(ctx, key, in.Expected, []byte(d))
 		out := r.outcome(w, c, err)

@@ -65,7 +65,22 @@ type RedisIn struct {
 	Fence    Mark   // fenced calls
 	Expected int64  // cas, cad, setv
 	Data     string // cas, set, setv
+	// Attack names what an adversarial call offers that no honest client
+	// would (see the Attack constants), "" for an honest call. The model
+	// judges it like any other; the name is for counting and reading.
+	Attack string
 }
+
+// Adversarial calls: fences that no lock issued, and versions a key never
+// had or no longer has.
+const (
+	AttackOtherHolder = "same token, other holder" // the token of a live grant, with a holder that never had it
+	AttackOlderToken  = "older token, real holder" // a live grant's holder, with a token older than its own
+	AttackStolen      = "other grant's holder"     // a live grant's token, with the holder of another grant of the resource
+	AttackRacing      = "older grant racing"       // a live grant's fence, used while the next grant makes its first call
+	AttackAbove       = "version above"            // a compare-and-set at a version the key has not reached
+	AttackBelow       = "version below"            // a compare-and-set at a version the key has passed
+)
 
 // RedisOut is what a call returned.
 type RedisOut struct {
@@ -173,6 +188,9 @@ var RedisModel = porcupine.NondeterministicModel{
 			call = fmt.Sprintf("set[%v](%s)", in.Fence, in.Data)
 		case OpSetV:
 			call = fmt.Sprintf("setv[%v](v%d, %s)", in.Fence, in.Expected, in.Data)
+		}
+		if in.Attack != "" {
+			call += " {" + in.Attack + "}"
 		}
 		return call + " -> " + describeOut(out.Status, out.Data, out.Version, out.Mark)
 	},

@@ -1,0 +1,276 @@
+package history
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/storage/mysql"
+)
+
+// The broken variants of the MySQL guard are built here, in test code: the
+// statements the guard sends are changed in a database/sql connector that
+// wraps the driver's (breakingConnector), and Once's order is replaced by
+// a broken version of its own (myOnceAfterRun).
+
+// myGuardPrefix starts Guard's upsert (storage/mysql's guardSQL), whose
+// arguments begin with resource, token, holder; myAdmitPrefix starts the
+// admission of InTx and Once on an existing guard row (admitSQL), whose
+// arguments begin with holder, token, resource.
+const (
+	myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
+	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = admissions + 1"
+)
+
+// breakingConnector opens connections whose statements are changed by
+// breaks before they are prepared; with unlocked set, the guard's upsert
+// runs as unlockedStmt. It counts the statements it changed in swapped.
+// Its connections offer no direct Exec or Query, so that database/sql
+// prepares every statement and each passes here.
+type breakingConnector struct {
+	driver.Connector
+	breaks           []sqlBreak
+	unlocked         bool
+	swapped, exposed *atomic.Int64
+}
+
+func (c breakingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &breakingConn{conn: conn, c: c}, nil
+}
+
+func (c breakingConnector) rewrite(q string) string {
+	for _, b := range c.breaks {
+		if strings.Contains(q, b.old) {
+			q = strings.ReplaceAll(q, b.old, b.new)
+			c.swapped.Add(1)
+		}
+	}
+	return q
+}
+
+type breakingConn struct {
+	conn driver.Conn
+	c    breakingConnector
+}
+
+var (
+	_ driver.ConnPrepareContext = (*breakingConn)(nil)
+	_ driver.ConnBeginTx        = (*breakingConn)(nil)
+	_ driver.SessionResetter    = (*breakingConn)(nil)
+	_ driver.Validator          = (*breakingConn)(nil)
+	_ driver.NamedValueChecker  = (*breakingConn)(nil)
+	_ driver.Pinger             = (*breakingConn)(nil)
+)
+
+func (b *breakingConn) Prepare(q string) (driver.Stmt, error) {
+	return b.PrepareContext(context.Background(), q)
+}
+
+func (b *breakingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	if b.c.unlocked && (strings.HasPrefix(q, myGuardPrefix) || strings.HasPrefix(q, myAdmitPrefix)) {
+		b.c.swapped.Add(1)
+		return unlockedStmt{b: b, admit: strings.HasPrefix(q, myAdmitPrefix)}, nil
+	}
+	return b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, b.c.rewrite(q))
+}
+
+func (b *breakingConn) Close() error { return b.conn.Close() }
+
+//nolint:staticcheck // driver.Conn requires Begin.
+func (b *breakingConn) Begin() (driver.Tx, error) {
+	return b.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (b *breakingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return b.conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (b *breakingConn) Ping(ctx context.Context) error { return b.conn.(driver.Pinger).Ping(ctx) }
+
+func (b *breakingConn) ResetSession(ctx context.Context) error {
+	return b.conn.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (b *breakingConn) IsValid() bool { return b.conn.(driver.Validator).IsValid() }
+
+func (b *breakingConn) CheckNamedValue(v *driver.NamedValue) error {
+	return b.conn.(driver.NamedValueChecker).CheckNamedValue(v)
+}
+
+// query runs q on the wrapped connection and returns its rows.
+func (b *breakingConn) query(ctx context.Context, q string, args ...any) ([][]driver.Value, error) {
+	st, err := b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, named(args))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]driver.Value
+	for {
+		row := make([]driver.Value, len(rows.Columns()))
+		if err := rows.Next(row); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+}
+
+func (b *breakingConn) exec(ctx context.Context, q string, args ...any) (driver.Result, error) {
+	st, err := b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.(driver.StmtExecContext).ExecContext(ctx, named(args))
+}
+
+func named(args []any) []driver.NamedValue {
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	return nv
+}
+
+// unlockedStmt is the broken guard of the row-lock control: it reads the
+// mark without locking it, decides by the fence rule in the client, and
+// then writes the mark unconditionally. Another holder can be admitted
+// between the read and the write, which then lowers the mark. It answers
+// as the guard's upsert does: rows changed when admitted, none when stale
+// (the guard then reads the mark it lost to). It counts in exposed the
+// marks it overwrote that were newer than its fence.
+type unlockedStmt struct {
+	b     *breakingConn
+	admit bool // admitSQL's form: an existing row only, its count 1 when admitted
+}
+
+func (s unlockedStmt) Close() error  { return nil }
+func (s unlockedStmt) NumInput() int { return -1 }
+
+func (s unlockedStmt) Exec(args []driver.Value) (driver.Result, error) {
+	return nil, errors.New("history: unlockedStmt needs ExecContext")
+}
+
+func (s unlockedStmt) Query(args []driver.Value) (driver.Rows, error) {
+	return nil, errors.New("history: unlockedStmt does not query")
+}
+
+func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	res, _ := args[0].Value.(string)
+	tok, _ := args[1].Value.(int64)
+	holder, _ := args[2].Value.(string)
+	if s.admit {
+		holder, _ = args[0].Value.(string)
+		res, _ = args[2].Value.(string)
+	}
+	rows, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ?", res)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 && s.admit {
+		return driver.RowsAffected(0), nil // no row: the guard creates it and begins again
+	}
+	if len(rows) == 1 {
+		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
+		if !(tok > mt || (tok == mt && holder == mh)) {
+			return driver.RowsAffected(0), nil
+		}
+	}
+	// A client pays a round trip between its read and its write, and may
+	// be slow to send the write: up to 20 ms here.
+	time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
+	// The test looks (locking, as the write would) to count a write that
+	// goes wrong; the write does not use it.
+	rows, err = s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 1 {
+		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
+		if mt > tok || (mt == tok && mh != holder) {
+			s.b.c.exposed.Add(1)
+		}
+	}
+	if s.admit {
+		return s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
+			holder, tok, res)
+	}
+	return s.b.exec(ctx, "INSERT INTO fencekit_guard (resource, token, holder, updated_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))\n"+
+		"ON DUPLICATE KEY UPDATE admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), token = ?, holder = ?", res, tok, holder, tok, holder)
+}
+
+func asInt(v driver.Value) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case []byte:
+		var n int64
+		for _, c := range x {
+			n = n*10 + int64(c-'0')
+		}
+		return n
+	}
+	return 0
+}
+
+func asString(v driver.Value) string {
+	switch x := v.(type) {
+	case []byte:
+		return string(x)
+	case string:
+		return x
+	}
+	return ""
+}
+
+// myOnceAfterRun is the broken Once of its control, as onceAfter is for
+// PostgreSQL: the work in one guarded transaction, its record after, in
+// another. It counts in exposed the runs whose record was found taken
+// after the work had committed.
+func myOnceAfterRun(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn mysql.TxFunc, exposed *atomic.Int64) (bool, error) {
+	var done bool
+	err := mysql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, "SELECT 1 FROM fencekit_once WHERE `key` = ?", key).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fn(ctx, tx)
+		}
+		done = err == nil
+		return err
+	})
+	if err != nil || done {
+		return false, err
+	}
+	claimed := false
+	err = mysql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "INSERT IGNORE INTO fencekit_once (`key`, resource, token, holder, done_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))",
+			key, f.Resource, int64(f.Token), f.Holder)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err == nil && n == 0 {
+			exposed.Add(1)
+		}
+		claimed = n > 0
+		return err
+	})
+	return claimed, err
+}

@@ -1,0 +1,238 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/storage/postgres"
+)
+
+// The broken variants of the PostgreSQL guards are built here, in test
+// code: the guard's statements are rewritten on their way to the server
+// (sqlBreak), the batch guard's function is replaced in the test's own
+// schema (breakAdmitFunction), and the row lock and Once's order are
+// replaced by broken versions of their own (unlockedGuard, onceAfter).
+
+// sqlBreak is one change to a statement the guards send: every statement
+// holding old is sent with old replaced by new.
+type sqlBreak struct{ old, new string }
+
+// breakingDB is a pool whose statements, and those of the transactions it
+// begins, are changed by breaks before they are sent; with unlocked set, a
+// transaction's guard statement runs as unlockedGuard. It counts the
+// statements it changed in swapped.
+type breakingDB struct {
+	*pgxpool.Pool
+	breaks   []sqlBreak
+	unlocked bool
+	swapped  *atomic.Int64
+	exposed  *atomic.Int64
+}
+
+func (d breakingDB) rewrite(sql string) string {
+	for _, b := range d.breaks {
+		if strings.Contains(sql, b.old) {
+			sql = strings.ReplaceAll(sql, b.old, b.new)
+			d.swapped.Add(1)
+		}
+	}
+	return sql
+}
+
+func (d breakingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.Pool.Exec(ctx, d.rewrite(sql), args...)
+}
+
+func (d breakingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return d.Pool.Query(ctx, d.rewrite(sql), args...)
+}
+
+func (d breakingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.Pool.QueryRow(ctx, d.rewrite(sql), args...)
+}
+
+func (d breakingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		q.SQL = d.rewrite(q.SQL)
+	}
+	return d.Pool.SendBatch(ctx, b)
+}
+
+func (d breakingDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return breakingTx{Tx: tx, db: d}, nil
+}
+
+func (d breakingDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := d.Pool.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return breakingTx{Tx: tx, db: d}, nil
+}
+
+type breakingTx struct {
+	pgx.Tx
+	db breakingDB
+}
+
+func (t breakingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.Tx.Exec(ctx, t.db.rewrite(sql), args...)
+}
+
+func (t breakingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.Tx.Query(ctx, t.db.rewrite(sql), args...)
+}
+
+func (t breakingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.db.unlocked && strings.HasPrefix(sql, pgGuardPrefix) && len(args) == 3 {
+		t.db.swapped.Add(1)
+		return unlockedGuard(ctx, t.Tx, args[0].(string), args[1].(int64), args[2].(string), t.db.exposed)
+	}
+	return t.Tx.QueryRow(ctx, t.db.rewrite(sql), args...)
+}
+
+func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		q.SQL = t.db.rewrite(q.SQL)
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+// pgGuardPrefix starts the guard's conditional upsert (storage/postgres's
+// guardSQL).
+const pgGuardPrefix = "INSERT INTO fencekit_guard AS g (resource, token, holder)"
+
+// unlockedGuard is the broken guard of the row-lock control: it reads the
+// mark without locking it, decides by the fence rule in the client, and
+// then writes the mark unconditionally. Another holder can be admitted
+// between the read and the write, which then lowers the mark. It answers
+// as the guard's upsert does: a row (true) when admitted, no row when
+// stale. It counts in exposed the marks it overwrote that were newer than
+// its fence (read, for counting only, as it writes).
+func unlockedGuard(ctx context.Context, tx pgx.Tx, res string, tok int64, holder string, exposed *atomic.Int64) pgx.Row {
+	var mt *int64
+	var mh *string
+	err := tx.QueryRow(ctx, `SELECT token, holder FROM fencekit_guard WHERE resource = $1`, res).Scan(&mt, &mh)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return errRow{err}
+	}
+	if mt != nil && !(tok > *mt || (tok == *mt && holder == *mh)) {
+		return errRow{pgx.ErrNoRows}
+	}
+	// A client pays a round trip between its read and its write, and may
+	// be slow to send the write: up to 20 ms here.
+	time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
+	var was *int64
+	var wasHolder *string
+	err = tx.QueryRow(ctx, `WITH old AS (SELECT token, holder FROM fencekit_guard WHERE resource = $1 FOR UPDATE)
+INSERT INTO fencekit_guard AS g (resource, token, holder) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder
+RETURNING (SELECT token FROM old), (SELECT holder FROM old)`, res, tok, holder).Scan(&was, &wasHolder)
+	if err != nil {
+		return errRow{err}
+	}
+	if was != nil && (*was > tok || (*was == tok && *wasHolder != holder)) {
+		exposed.Add(1)
+	}
+	return errRow{nil}
+}
+
+// errRow is a pgx.Row that scans true, or returns its error.
+type errRow struct{ err error }
+
+func (r errRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(dest) == 1 {
+		if b, ok := dest[0].(*bool); ok {
+			*b = true
+		}
+	}
+	return nil
+}
+
+// breakAdmitFunction replaces fencekit_guard_admit, in the test's own schema
+// (the connection's search_path), by the migration's function with breaks
+// applied: the batch guard then admits by the broken rule. It fails t if a
+// break is not found in the migration.
+func breakAdmitFunction(t testing.TB, admin *pgxpool.Pool, breaks []sqlBreak) {
+	t.Helper()
+	src, err := os.ReadFile("../../../migrations/00002_fencekit_guard_admit.sql")
+	if err != nil {
+		t.Fatalf("broken variant: %v", err)
+	}
+	s := string(src)
+	begin, end := strings.Index(s, "CREATE FUNCTION"), strings.Index(s, "$$;")
+	if begin < 0 || end < begin {
+		t.Fatal("broken variant: fencekit_guard_admit not found in its migration: update the control")
+	}
+	fn := "CREATE OR REPLACE FUNCTION" + s[begin+len("CREATE FUNCTION"):end+2]
+	for _, b := range breaks {
+		if !strings.Contains(fn, b.old) {
+			t.Fatalf("broken variant: %q not found in fencekit_guard_admit: update the control", b.old)
+		}
+		fn = strings.ReplaceAll(fn, b.old, b.new)
+	}
+	if _, err := admin.Exec(context.Background(), fn); err != nil {
+		t.Fatalf("broken variant: %v", err)
+	}
+}
+
+// onceAfter is the broken Once of its control: it runs the work in one
+// guarded transaction and records its completion afterwards, in another. A
+// second call that comes before the record, or after a lost reply of the
+// first, runs the work again. It counts in exposed the runs whose record
+// was found taken after the work had committed.
+func onceAfter(ctx context.Context, db postgres.Beginner, f fence.Fence, key string, fn postgres.TxFunc, exposed *atomic.Int64) (bool, error) {
+	var done bool
+	err := postgres.InTx(ctx, db, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT true FROM fencekit_once WHERE key = $1`, key).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			done = false
+			return fn(ctx, tx)
+		}
+		return err
+	})
+	if err != nil || done {
+		return false, err
+	}
+	var claimed bool
+	err = postgres.InTx(ctx, db, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO fencekit_once (key, resource, token, holder) VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO NOTHING RETURNING true`, key, f.Resource, int64(f.Token), f.Holder).Scan(&claimed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			exposed.Add(1)
+			return nil
+		}
+		return err
+	})
+	return claimed, err
+}
+
+// brokenRan logs how many statements a SQL-changing variant sent broken,
+// and fails t when guarded calls were answered (guarded) but none of their
+// statements was changed: the guards then send other statements than the
+// variant changes, and it must be updated.
+func brokenRan(t testing.TB, swapped, guarded int64) {
+	t.Helper()
+	t.Logf("the broken variant changed %d statements; %d guarded calls were answered", swapped, guarded)
+	if swapped == 0 && guarded >= 5 {
+		t.Fatal("the broken variant's statements never ran: the guards send other statements, update the control")
+	}
+}
