@@ -1,0 +1,42 @@
+package election
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+var (
+	// ErrNoLeader means nobody leads the election now: no term was won
+	// yet, the last leader resigned or lost its lease, or the lock has just
+	// been handed to a candidate that has not recorded itself yet.
+	ErrNoLeader = errors.New("election: no leader")
+
+	// ErrResigned is what [Term.Err] matches once the term ended by
+	// [Term.Resign] (or by [Run] when its function returned).
+	ErrResigned = errors.New("election: term resigned")
+
+	// ErrLost is what [Term.Err] matches once the term ended because its
+	// lease could no longer be known held: a renewal was refused (the lease
+	// expired during a pause, or Redis lost it), or renewals kept failing
+	// until the lease's validity, less the drift allowance, ran out. Such
+	// an error also matches [lock.ErrNotHeld].
+	ErrLost = errors.New("election: term lost")
+)
+
+// invalidError is a rejected argument: it names the call and the problem,
+// and matches [fence.ErrInvalid].
+type invalidError struct {
+	op, problem string
+}
+
+func invalid(op, format string, args ...any) error {
+	return &invalidError{op: op, problem: fmt.Sprintf(format, args...)}
+}
+
+func (e *invalidError) Error() string {
+	return "election: " + e.op + ": invalid argument: " + e.problem
+}
+
+func (e *invalidError) Unwrap() error { return fence.ErrInvalid }

@@ -1,0 +1,112 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// Run campaigns with value, runs fn with the term's fence while this
+// candidate leads, resigns when fn returns, and campaigns again, until ctx
+// ends, as client-go's elector loops. fn's ctx ends, with the term's
+// [Term.Err] as its cause (see context.Cause), when the term is lost, and
+// it ends before any other candidate can be elected (see [Term.Done]);
+// fn must still present the fence with every write it makes.
+//
+// A campaign that fails because Redis cannot be reached (or any error but
+// those below) is retried with backoff (from 10ms, doubling, to the TTL or
+// a second, whichever is less, with jitter), not returned. Run returns:
+//   - an error matching ctx.Err() once ctx ends;
+//   - fn's own error, unchanged, when fn returns one that is not the
+//     term's loss (an error matching [ErrLost] or, after the term was
+//     lost, context.Canceled);
+//   - an error matching [fence.ErrInvalid] for bad arguments,
+//     [fence.ErrWrongType] when a key of the election holds another type,
+//     and [lock.ErrTokensExhausted].
+//
+// When fn returns nil, Run resigns and campaigns again at the back of the
+// queue, so that queued candidates take turns. If fn panics, Run resigns
+// and lets the panic continue. The resignation is sent even after ctx has
+// ended, bounded by the TTL.
+func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Context, f fence.Fence) error) error {
+	switch {
+	case ctx == nil:
+		return invalid("Run", "nil context")
+	case e == nil:
+		return invalid("Run", "nil Election")
+	case fn == nil:
+		return invalid("Run", "nil function")
+	}
+	if err := checkValue("Run", value); err != nil {
+		return err
+	}
+	const first = 10 * time.Millisecond
+	limit := min(e.ttl, time.Second)
+	wait := first
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("election: Run %q: %w", e.name, err)
+		}
+		t, err := e.Campaign(ctx, value)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("election: Run %q: %w", e.name, ctx.Err())
+			}
+			if permanent(err) {
+				return err
+			}
+			sleep := wait/2 + rand.N(wait/2+1)
+			wait = min(2*wait, limit)
+			select {
+			case <-ctx.Done():
+			case <-time.After(sleep):
+			}
+			continue
+		}
+		wait = first
+		if err := runTerm(ctx, e, t, fn); err != nil {
+			return err
+		}
+	}
+}
+
+// permanent reports whether a campaign's error would come back on every
+// retry.
+func permanent(err error) bool {
+	return errors.Is(err, fence.ErrInvalid) || errors.Is(err, fence.ErrWrongType) || errors.Is(err, lock.ErrTokensExhausted)
+}
+
+// runTerm runs fn for term t and resigns it, and returns fn's error unless
+// it only reports the term's loss.
+func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context, fence.Fence) error) error {
+	tctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-t.Done():
+			cancel(t.Err())
+		case <-tctx.Done():
+		}
+	}()
+	defer func() {
+		cancel(context.Canceled)
+		rctx, done := context.WithTimeout(context.WithoutCancel(ctx), e.ttl)
+		defer done()
+		_ = t.Resign(rctx)
+	}()
+	err := fn(tctx, t.Fence())
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLost) || (t.Err() != nil && errors.Is(err, context.Canceled)) {
+		return nil // the term's loss, not fn's failure: campaign again
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("election: Run %q: %w", e.name, err)
+	}
+	return err
+}
