@@ -1,0 +1,120 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/election"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// cutRound is one leader cut off from Redis while a candidate waits.
+type cutRound struct {
+	a, b        *election.Term
+	cutToDone   time.Duration // from the cut to the old term's Done
+	cutToLeader time.Duration // from the cut to the new leader's election
+}
+
+// cutLeader elects a through a fault proxy and queues b (connected
+// directly), cuts a off (every byte held, as a partition does) at a random
+// point of its renewal cycle, and waits for a's term to end and b's to
+// begin. It checks that a stepped down first.
+func cutLeader(t *testing.T, srv *testenv.RedisServer, name string) cutRound {
+	t.Helper()
+	ctx := context.Background()
+	proxy := testenv.StartProxy(t, srv.Addr())
+	// ContextTimeoutEnabled: a call to a silent server ends at its context's
+	// deadline (the renewal's), not at the 3s read timeout.
+	ca := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = ca.Close() })
+	const prefix = "el:"
+	la := newLocker(t, ca, prefix)
+	ea := newElection(t, la, name)
+	eb := newElection(t, newLocker(t, srv.Client(), prefix), name)
+
+	a := mustCampaign(t, ea, "a")
+	bc := campaignAsync(ctx, eb, "b")
+	waitQueued(t, srv.Client(), la, name, 1)
+	time.Sleep(rand.N(testTTL / 3))
+	cut := time.Now()
+	proxy.Block()
+	t.Cleanup(proxy.Unblock)
+
+	var r cutRound
+	r.a = a
+	select {
+	case <-a.Done():
+		r.cutToDone = time.Since(cut)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cut-off leader's term did not end within 10s")
+	}
+	var o outcome
+	select {
+	case o = <-bc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no new leader 10s after the cut")
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	r.b, r.cutToLeader = o.term, o.at.Sub(cut)
+	t.Cleanup(func() { _ = r.b.Resign(context.Background()) })
+	if !errors.Is(a.Err(), election.ErrLost) || !errors.Is(a.Err(), lock.ErrNotHeld) {
+		t.Errorf("cut-off term's Err = %v, want ErrLost and lock.ErrNotHeld", a.Err())
+	}
+	if a.Leading() {
+		t.Error("cut-off term still Leading")
+	}
+	// The promise: the old leader stepped down before the new one was
+	// elected. Both instants are taken in this process, on one clock.
+	if r.cutToDone >= r.cutToLeader {
+		t.Errorf("old term ended %v after the cut, new leader elected %v after it: two leaders believed they led", r.cutToDone, r.cutToLeader)
+	}
+	if r.b.Fence().Token <= a.Fence().Token {
+		t.Errorf("new term's token %d not above the old one's %d", r.b.Fence().Token, a.Fence().Token)
+	}
+	return r
+}
+
+// TestCutLeaderStepsDownFirst cuts a leader off from Redis and checks that
+// its term ends before another candidate is elected; it logs how long each
+// took. FENCEKIT_ELECTION_ROUNDS sets the number of rounds (default 3) for a
+// measurement:
+//
+//	FENCEKIT_ELECTION_ROUNDS=40 go test -count=1 -run TestCutLeaderStepsDownFirst -v ./election
+func TestCutLeaderStepsDownFirst(t *testing.T) {
+	testenv.Slow(t)
+	srv := testenv.StartRedis(t)
+	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("FENCEKIT_ELECTION_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	var done, elected []time.Duration
+	for i := range rounds {
+		r := cutLeader(t, srv, fmt.Sprintf("cut%d", i))
+		done, elected = append(done, r.cutToDone), append(elected, r.cutToLeader)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("TTL %v, drift allowance %v, %d rounds: cut→old term Done p50 %v max %v; cut→new leader p50 %v max %v",
+		testTTL, election.Drift(testTTL), rounds, pct(done, 50), pct(done, 100), pct(elected, 50), pct(elected, 100))
+}
+
+// pct returns the p-th percentile of ds (nearest rank).
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := max((p*len(s)+99)/100-1, 0)
+	return s[min(i, len(s)-1)].Round(time.Millisecond)
+}
