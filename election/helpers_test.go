@@ -1,7 +1,9 @@
 package election_test
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +81,8 @@ func waitQueued(t testing.TB, c redis.UniversalClient, l *lock.Locker, name stri
 			t.Fatalf("fewer than %d candidates queued after 10s", n)
 		}
 	}
+}
+
+func sortByToken(ls []election.Leader) {
+	slices.SortFunc(ls, func(a, b election.Leader) int { return cmp.Compare(a.Token, b.Token) })
 }
