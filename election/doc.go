@@ -1,0 +1,108 @@
+// Package election elects one leader among candidates through a fencekit
+// lock, and hands the leader a fencing token that storage checks: a leader
+// steps down before another can be elected, and a deposed leader that acts
+// anyway (it paused, or its step-down came too late) has its writes refused
+// by every fencekit store once the new leader has written there.
+//
+// A term is a lease of the [lock.Locker]'s lock on the election's name,
+// renewed automatically while the leader lives and reaches Redis; its
+// [fence.Fence] carries a token above every earlier term's. It works on one
+// Redis server, a Redis Cluster (the election's keys share one hash slot)
+// and Redlock's nodes alike.
+//
+// # Ways to use it
+//
+//   - [Run] is the loop most services want (as client-go's leaderelection
+//     runs): campaign, run a func(ctx context.Context, f fence.Fence) error
+//     while leading, with a ctx that ends when the term is lost, resign when
+//     it returns, campaign again, until ctx ends. Redis being unreachable is
+//     retried, not returned.
+//   - [Election.Campaign] waits (in arrival order, through the lock's wait
+//     queue) until this candidate leads and returns its [Term]: [Term.Fence]
+//     for storage, [Term.Done] and [Term.Err] for its end, [Term.Resign] to
+//     hand over at once, as etcd's concurrency.Election does.
+//   - [Election.Leader] says who leads now (the value the leader campaigned
+//     with, and its token), and [Election.Observe] reports each new leader
+//     in order, with increasing tokens.
+//
+// # Why the leader steps down first
+//
+// No lease-based elector can promise alone that two leaders never act at
+// once: a leader that pauses (a GC pause, a stopped VM, SIGSTOP) acts when it
+// wakes, whatever it checked before the pause, and client-go's and etcd's
+// electors have split-brain reports for that reason. What an elector can
+// promise is the order of beliefs: the old leader stops believing it leads
+// before anyone else can start. Here a term ends ([Term.Done] closes, Run's
+// ctx is cancelled) as soon as its lease can no longer be known held: a
+// renewal was refused, or renewals kept failing until the lease's validity
+// ([lock.Lease.Validity]: the TTL less the time since the last successful
+// renewal was sent, on the local clock) came within the drift allowance
+// [Drift] (TTL/100 + 2ms, Redlock's allowance). Redis lets the lock go no
+// earlier than a TTL after it received that renewal, which is after it was
+// sent, and only then can another candidate be granted the lock; so the old
+// term has ended first.
+//
+// The assumption is about clocks: the leader's clock must not run slower
+// than the Redis server's by more than the drift allowance over one TTL
+// (1%, plus 2ms), and the leader's process must get to run (its timer must
+// fire) within that margin. A leader paused past its term breaks the second
+// half; a clock that runs slow breaks the first. That is what the fence is
+// for: whatever the clocks do, storage admits a fence only if it is not
+// older than the newest it has seen (see package fence), so once the new
+// leader has written, the old term's writes are refused as stale, and a
+// write made under a term is safe to make whether or not the term still
+// holds. [Term.Leading] checks the clock at the moment of the call, which
+// is a better check before acting than a look at Done after a pause, and
+// still no substitute for the fence.
+//
+// # Hand-over, crashes and lost data
+//
+// [Term.Resign] closes Done, then releases the lock, and the release grants
+// it to the candidate that has waited longest in the same script, so the
+// next leader is elected within a round trip or two, not a lease later. A
+// leader that crashed is replaced when its lease runs out: within the TTL,
+// plus the queue's bound (the head of the queue retries when the lease it
+// saw runs out, and every second in any case). The term's lease is the
+// failure-detection window: client-go's default is 15s, etcd's session TTL
+// 60s; pick the shortest your Redis latency allows (renewals go every third
+// of it).
+//
+// When Redis loses the lock (a restart without persistence, a failover to a
+// replica that had not seen it, FLUSHALL), a candidate can be elected before
+// the old leader's next renewal finds its lease gone, so for that moment two
+// candidates believe they lead. Tokens still increase (they are anchored to
+// the Redis server's clock; see package lock), so the new term's fence wins
+// in storage and the old one's is refused, and observers go on seeing terms
+// in order.
+//
+// # What is stored
+//
+// Besides the lock's keys, an election keeps its leader record
+// ([Election.RecordKey], a hash with the leader's value, token and holder
+// id, in the lock's hash slot), written when a term is won by a script that
+// admits only a token above the recorded one, so a deposed leader can never
+// write over a newer leader's record; it lives as long as the lock, plus the
+// TTL. Each new leader is announced on [Election.Channel] (sharded pub/sub
+// on a cluster). The holder id stays in Redis: it is what releases the lock,
+// and no call of this package returns it except the leader's own fence.
+//
+// # Operations
+//
+// An Election reports through OpenTelemetry's global providers unless
+// [WithMeterProvider] or [WithTracerProvider] say otherwise:
+// fencekit.election.leading (whether this process leads),
+// fencekit.election.terms (terms won, resigned and lost) and a span per
+// campaign. Alert on terms lost: each is a leader cut off or paused for a
+// TTL.
+package election
+
+// Where things are, for those who work on this package (not part of its
+// documentation):
+//
+//   - election.go: New, options, the keys, argument checks;
+//   - campaign.go: Campaign, the leader record's write, Term (its watcher,
+//     which ends it by the validity rule, and its record keeper);
+//   - leader.go: Leader and Observe;
+//   - run.go: Run;
+//   - telemetry.go, errors.go, scripts.go (set_leader.lua, refresh_leader.lua,
+//     leader.lua).
