@@ -85,6 +85,11 @@ func runMember(ctx context.Context, cfg memberConfig, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	// Connect now, as a service would have: the first heartbeat of a term
+	// should not wait for a new connection.
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
 	client := redis.NewClient(&cfg.Redis)
 	defer client.Close()
 	locker, err := lock.New(client, lock.WithPrefix(cfg.LockPrefix))
@@ -161,9 +166,11 @@ func runMember(ctx context.Context, cfg memberConfig, out io.Writer) error {
 					say(lineLost, cfg.Name, f.Token, err)
 					return nil
 				}
-				return err
-			}
-			if n == 0 {
+				// A failed heartbeat (the server ended a session that a stop
+				// left in a transaction, say) is tried again at the next beat.
+				say("%s: term %d: heartbeat failed: %v\n", cfg.Name, f.Token, err)
+				n--
+			} else if n == 0 {
 				say(lineFirst, cfg.Name, f.Token)
 			}
 			select {

@@ -40,7 +40,10 @@ type event struct {
 	at   time.Time
 }
 
-var firstBeat = regexp.MustCompile(`^(\S+): term (\d+): first heartbeat$`)
+var (
+	firstBeat = regexp.MustCompile(`^(\S+): term (\d+): first heartbeat$`)
+	leadsLine = regexp.MustCompile(`^(\S+): leads, term (\d+)$`)
+)
 
 // proc is a running member.
 type proc struct {
@@ -56,6 +59,68 @@ type parent struct {
 	procs   map[string]*proc
 	next    int
 	stopped string // the member stopped with SIGSTOP, until it is resumed
+
+	beatMu  sync.Mutex
+	beats   map[fence.Token]event     // each term's first heartbeat: its member, when it was read
+	elected map[fence.Token]time.Time // when each term's member said it leads
+}
+
+// firstBeatAfter returns the earliest first heartbeat of a term above
+// token, if any.
+func (p *parent) firstBeatAfter(token fence.Token) (fence.Token, event, bool) {
+	p.beatMu.Lock()
+	defer p.beatMu.Unlock()
+	var best fence.Token
+	var ev event
+	for t, e := range p.beats {
+		if t > token && (best == 0 || e.at.Before(ev.at)) {
+			best, ev = t, e
+		}
+	}
+	return best, ev, best != 0
+}
+
+// writingLeader waits until the election's leader has written its first
+// heartbeat, and returns it.
+func (p *parent) writingLeader(ctx context.Context, e *election.Election) (election.Leader, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := e.Leader(ctx)
+		if err == nil {
+			p.beatMu.Lock()
+			_, wrote := p.beats[l.Token]
+			p.beatMu.Unlock()
+			if wrote {
+				return l, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return election.Leader{}, fmt.Errorf("no leader wrote a heartbeat within 30s (last: %v, %v)", l, err)
+		}
+		select {
+		case <-ctx.Done():
+			return election.Leader{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitBeatAfter waits for the first heartbeat of a term above token.
+func (p *parent) waitBeatAfter(ctx context.Context, token fence.Token) (fence.Token, event, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if t, ev, ok := p.firstBeatAfter(token); ok {
+			return t, ev, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, event{}, fmt.Errorf("no heartbeat of a term after %d within 30s", token)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, event{}, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func (p *parent) say(format string, args ...any) {
@@ -97,13 +162,12 @@ func runParent(ctx context.Context, cfg parentConfig) error {
 	if err != nil {
 		return err
 	}
-	leaders := e.Observe(ctx)
 
 	mode := "fenced"
 	if cfg.member.Unfenced {
 		mode = "unfenced"
 	}
-	p := &parent{cfg: cfg, events: make(chan event, 256), procs: map[string]*proc{}}
+	p := &parent{cfg: cfg, events: make(chan event, 256), procs: map[string]*proc{}, beats: map[fence.Token]event{}, elected: map[fence.Token]time.Time{}}
 	p.say("election %s: %d members, TTL %v, heartbeat every %v, %s\n", cfg.member.Election, cfg.members, cfg.member.TTL, cfg.member.Beat, mode)
 	defer p.stopAll()
 	for range cfg.members {
@@ -112,9 +176,9 @@ func runParent(ctx context.Context, cfg parentConfig) error {
 		}
 	}
 	if cfg.failover > 0 {
-		return p.failovers(ctx, leaders)
+		return p.failovers(ctx, e)
 	}
-	return p.pauseLeader(ctx, leaders, pool)
+	return p.pauseLeader(ctx, e, e.Observe(ctx), pool)
 }
 
 // start starts one more member.
@@ -147,8 +211,20 @@ func (p *parent) start() error {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			at := time.Now()
-			if p.cfg.failover == 0 {
+			if p.cfg.failover == 0 || os.Getenv("LEADER_VERBOSE") != "" {
 				p.say("  %s\n", sc.Text())
+			}
+			if m := leadsLine.FindStringSubmatch(sc.Text()); m != nil {
+				t, _ := strconv.ParseUint(m[2], 10, 64)
+				p.beatMu.Lock()
+				p.elected[fence.Token(t)] = at
+				p.beatMu.Unlock()
+			}
+			if m := firstBeat.FindStringSubmatch(sc.Text()); m != nil {
+				t, _ := strconv.ParseUint(m[2], 10, 64)
+				p.beatMu.Lock()
+				p.beats[fence.Token(t)] = event{m[1], at}
+				p.beatMu.Unlock()
 			}
 			select {
 			case p.events <- event{sc.Text(), at}:
@@ -215,30 +291,14 @@ func (p *parent) waitLine(ctx context.Context, within time.Duration, what string
 	}
 }
 
-// firstBeatOf matches the first heartbeat of a term above after, and
-// reports its member.
-func firstBeatOf(after fence.Token) func(string) bool {
-	return func(line string) bool {
-		m := firstBeat.FindStringSubmatch(line)
-		if m == nil {
-			return false
-		}
-		t, _ := strconv.ParseUint(m[2], 10, 64)
-		return fence.Token(t) > after
-	}
-}
-
 // pauseLeader stops the leader with SIGSTOP until another member leads and
 // has written, resumes it, and reports what its late heartbeat did.
-func (p *parent) pauseLeader(ctx context.Context, leaders <-chan election.Leader, pool *pgxpool.Pool) error {
-	old, err := nextLeader(ctx, leaders, 0)
+func (p *parent) pauseLeader(ctx context.Context, e *election.Election, leaders <-chan election.Leader, pool *pgxpool.Pool) error {
+	time.Sleep(3 * p.cfg.member.Beat)
+	old, err := p.writingLeader(ctx, e)
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitLine(ctx, 30*time.Second, "first heartbeat", firstBeatOf(old.Token-1)); err != nil {
-		return err
-	}
-	time.Sleep(3 * p.cfg.member.Beat)
 	pr := p.procs[old.Value]
 	if pr == nil {
 		return fmt.Errorf("the leader %q is not a member of this run", old.Value)
@@ -254,7 +314,7 @@ func (p *parent) pauseLeader(ctx context.Context, leaders <-chan election.Leader
 		return err
 	}
 	p.say("%s elected (term %d) %v after the stop\n", nl.Value, nl.Token, time.Since(stopped).Round(time.Millisecond))
-	if _, err := p.waitLine(ctx, 30*time.Second, "heartbeat of the new leader", firstBeatOf(old.Token)); err != nil {
+	if _, _, err := p.waitBeatAfter(ctx, old.Token); err != nil {
 		return err
 	}
 	time.Sleep(time.Until(stopped.Add(p.cfg.pause)))
@@ -322,18 +382,14 @@ func (p *parent) summary(ctx context.Context, pool *pgxpool.Pool, resumed string
 
 // failovers kills the leader process (SIGKILL) cfg.failover times and
 // measures each time from the kill to the new leader's first heartbeat.
-func (p *parent) failovers(ctx context.Context, leaders <-chan election.Leader) error {
+func (p *parent) failovers(ctx context.Context, e *election.Election) error {
 	var took []time.Duration
-	var after fence.Token
 	for i := range p.cfg.failover {
-		l, err := nextLeader(ctx, leaders, after)
+		l, err := p.writingLeader(ctx, e)
 		if err != nil {
 			return err
 		}
-		if _, err := p.waitLine(ctx, 30*time.Second, "first heartbeat", firstBeatOf(l.Token-1)); err != nil {
-			return err
-		}
-		// Kill at a random point of the renewal cycle.
+		// Kill at a varying point of the renewal cycle.
 		time.Sleep(p.cfg.member.Beat + time.Duration(i*7919%100)*p.cfg.member.TTL/300)
 		pr := p.procs[l.Value]
 		if pr == nil {
@@ -343,19 +399,21 @@ func (p *parent) failovers(ctx context.Context, leaders <-chan election.Leader) 
 		if err := pr.cmd.Process.Kill(); err != nil {
 			return err
 		}
-		ev, err := p.waitLine(ctx, 30*time.Second, "first heartbeat after the kill", firstBeatOf(l.Token))
+		t, ev, err := p.waitBeatAfter(ctx, l.Token)
 		if err != nil {
 			return err
 		}
 		d := ev.at.Sub(killed)
 		took = append(took, d)
-		p.say("failover %d: killed %s (term %d); %s\n", i+1, l.Value, l.Token, ev.line[:len(ev.line)-len(": first heartbeat")]+" wrote "+d.Round(time.Millisecond).String()+" later")
+		p.beatMu.Lock()
+		el := p.elected[t].Sub(killed)
+		p.beatMu.Unlock()
+		p.say("failover %d: killed %s (term %d); %s (term %d) elected %v and wrote %v later\n", i+1, l.Value, l.Token, ev.line, t, el.Round(time.Millisecond), d.Round(time.Millisecond))
 		<-pr.done
 		delete(p.procs, l.Value)
 		if err := p.start(); err != nil {
 			return err
 		}
-		after = l.Token
 	}
 	slices.Sort(took)
 	at := func(q float64) time.Duration {
