@@ -101,8 +101,12 @@ func TestCutLeaderStepsDownFirst(t *testing.T) {
 	}
 	var done, elected []time.Duration
 	for i := range rounds {
-		r := cutLeader(t, srv, fmt.Sprintf("cut%d", i))
-		done, elected = append(done, r.cutToDone), append(elected, r.cutToLeader)
+		// A subtest per round, so that each round's proxy, clients and
+		// terms are cleaned up before the next.
+		t.Run(fmt.Sprintf("round%d", i), func(t *testing.T) {
+			r := cutLeader(t, srv, fmt.Sprintf("cut%d", i))
+			done, elected = append(done, r.cutToDone), append(elected, r.cutToLeader)
+		})
 		if t.Failed() {
 			return
 		}

@@ -174,6 +174,7 @@ func TestRunLossEndsContext(t *testing.T) {
 // campaigning rather than returning, and leads once Redis is back.
 func TestRunRetriesUnreachableRedis(t *testing.T) {
 	testenv.Slow(t)
+	redis.SetLogger(quietLogger{})
 	srv := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
