@@ -60,6 +60,13 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 		if err != nil {
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, err)
 		}
+		if lease.Validity() <= e.margin {
+			// The grant reached this candidate with no time left (a hand-over
+			// that arrived late, a pause): it would end at once. Queue again
+			// before announcing it.
+			_ = lease.Release(ctx)
+			continue
+		}
 		f := lease.Fence()
 		outcome, above, err := e.record(ctx, f, value)
 		switch {
@@ -75,8 +82,8 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 				return nil, fmt.Errorf("election: Campaign %q: advancing tokens past term %d: %w", e.name, above, err)
 			}
 			continue
-		case outcome == notHeld || lease.Validity() <= e.margin:
-			// The lease ran out between its grant and the record (a pause,
+		case outcome == notHeld:
+			// The lease was lost between its grant and the record (a pause,
 			// a slow network): this candidate never led. Queue again.
 			_ = lease.Release(ctx)
 			if err := ctx.Err(); err != nil {
