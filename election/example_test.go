@@ -42,8 +42,11 @@ func ExampleRun() {
 				_, err := tx.Exec(ctx, `UPDATE jobs SET owner = $1 WHERE due < now()`, "host-a")
 				return err
 			})
-			if errors.Is(err, fence.ErrStale) {
-				return err // a newer leader has written: this term is over
+			switch {
+			case errors.Is(err, fence.ErrStale):
+				return nil // a newer leader has written: this term is over; Run campaigns again
+			case err != nil && ctx.Err() == nil:
+				fmt.Println("heartbeat failed, trying again:", err)
 			}
 			select {
 			case <-ctx.Done():
