@@ -66,7 +66,6 @@ var snippetImports = map[string]string{
 	"time":       "time",
 	"fence":      "github.com/fencekit/fencekit/fence",
 	"lock":       "github.com/fencekit/fencekit/lock",
-	"election":   "github.com/fencekit/fencekit/election",
 	"migrations": "github.com/fencekit/fencekit/migrations",
 	"postgres":   "github.com/fencekit/fencekit/storage/postgres",
 	"fkredis":    "github.com/fencekit/fencekit/storage/redis",
