@@ -22,9 +22,9 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// TxBeginner starts a transaction with options such as the isolation level.
-// *pgxpool.Pool and *pgx.Conn satisfy it.
-type TxBeginner interface {
+// txBeginner starts a transaction with options such as the isolation level:
+// InTx with non-zero options needs it (*pgxpool.Pool and *pgx.Conn have it).
+type txBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
@@ -41,8 +41,8 @@ var (
 	_ Beginner   = (*pgxpool.Pool)(nil)
 	_ Beginner   = (*pgx.Conn)(nil)
 	_ Beginner   = pgx.Tx(nil)
-	_ TxBeginner = (*pgxpool.Pool)(nil)
-	_ TxBeginner = (*pgx.Conn)(nil)
+	_ txBeginner = (*pgxpool.Pool)(nil)
+	_ txBeginner = (*pgx.Conn)(nil)
 	_ Batcher    = (*pgxpool.Pool)(nil)
 	_ Batcher    = (*pgx.Conn)(nil)
 	_ Batcher    = pgx.Tx(nil)

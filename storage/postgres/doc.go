@@ -131,7 +131,7 @@
 //
 // Functions take the narrowest interface they need: [Querier], [Beginner]
 // and [Batcher] are satisfied by *pgxpool.Pool, *pgx.Conn and pgx.Tx alike;
-// [TxBeginner] (for isolation levels) by pools and connections. Table and
+// isolation levels ([InTx]'s opts) need a pool or a connection. Table and
 // column names are only ever quoted with pgx.Identifier.Sanitize and values
 // only ever sent as parameters, so any string without a NUL byte is safe as
 // a name. Every call refuses bad input (nil contexts and handles, invalid

@@ -12,8 +12,10 @@ import (
 )
 
 // TxFunc is the body of a fenced transaction. It runs after the guard
-// admitted the fence; whatever it reads and writes through tx is fenced.
-type TxFunc func(ctx context.Context, tx pgx.Tx) error
+// admitted the fence; whatever it reads and writes through tx is fenced. It
+// is an alias, as in storage/pgsql and storage/mysql: any func literal of
+// this shape is one.
+type TxFunc = func(ctx context.Context, tx pgx.Tx) error
 
 // InTx runs fn in a transaction fenced by f: it begins a transaction with
 // opts, guards f with [Guard], runs fn and commits. If the guard or fn fails,
@@ -28,8 +30,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // they are.
 //
 // The zero opts use the server's defaults (READ COMMITTED, read-write).
-// Non-zero opts need a db that implements [TxBeginner] (a pool or a
-// connection); on a pgx.Tx, InTx runs in a savepoint of that transaction and
+// Non-zero opts need a pool or a connection (a db with BeginTx); on a pgx.Tx, InTx runs in a savepoint of that transaction and
 // opts must be zero. ctx bounds the whole transaction, fn included; when it
 // ends before COMMIT is sent, the transaction is rolled back and the error
 // matches ctx.Err(). When it ends, or the connection breaks, while COMMIT
@@ -61,7 +62,7 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 	}
 	var tx pgx.Tx
 	if opts != (pgx.TxOptions{}) {
-		b, ok := db.(TxBeginner)
+		b, ok := db.(txBeginner)
 		if !ok {
 			return invalid("transaction options need a pool or a connection, not %T", db)
 		}

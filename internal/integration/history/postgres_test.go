@@ -70,7 +70,7 @@ var pgBreaks = map[pgVariant][]sqlBreak{
 type pgDB interface {
 	postgres.Querier
 	postgres.Beginner
-	postgres.TxBeginner
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	postgres.Batcher
 }
 
