@@ -110,3 +110,43 @@ func BenchmarkPairedFloor(b *testing.B) {
 	b.ReportMetric(float64(floorNs.Nanoseconds())/float64(b.N), "floor-ns/op")
 	b.ReportMetric(float64(lockNs)/float64(floorNs), "lock/floor")
 }
+
+// BenchmarkTryAcquireReleaseDeadline is BenchmarkTryAcquireRelease with a
+// context that has a deadline, on a client made with
+// ContextTimeoutEnabled: such a client ends its reads by the deadline
+// itself, so the calls go to it directly. The "default" case is a client
+// made with default options, whose calls each run in a goroutine so that
+// the caller can return by the deadline.
+func BenchmarkTryAcquireReleaseDeadline(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		honours bool
+	}{{"context_timeout", true}, {"default", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			opt, err := redis.ParseURL(testenv.RedisURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			opt.ContextTimeoutEnabled = tc.honours
+			c := redis.NewClient(opt)
+			b.Cleanup(func() { _ = c.Close() })
+			l, err := lock.New(c, lock.WithPrefix(testenv.Prefix(b)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(l.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			b.ReportAllocs()
+			for b.Loop() {
+				lease, err := l.TryAcquire(ctx, "bench", time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

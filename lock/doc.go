@@ -81,11 +81,29 @@
 //
 // # Deadlines
 //
-// Every call returns by its context's deadline; cleanup that must outlive it
-// runs in the background, bounded, and [Locker.Close] waits for it. go-redis
-// ends a read from a server that accepted the command and then went silent
-// at the context's deadline only when the client's ContextTimeoutEnabled
-// option is set, and otherwise at its ReadTimeout (3s by default).
+// Every call returns by its context's deadline, whatever the client's
+// options; cleanup that must outlive it runs in the background, bounded
+// (2 s), and [Locker.Close] waits for it within that bound.
+//
+// go-redis ends a read from a server that accepted the command and then
+// went silent at the context's deadline only when the client was made with
+// ContextTimeoutEnabled; otherwise (its default) at its ReadTimeout, 5 s by
+// default in go-redis v9, or never with ReadTimeout -1. A Locker on a client
+// made with ContextTimeoutEnabled (a *redis.Client, *redis.ClusterClient or
+// *redis.Ring, as the universal and failover constructors make them) hands
+// each call to it directly when the context has a deadline: that costs
+// nothing, and is the recommended setup. With any other client, or a
+// context that can be cancelled but has no deadline, each call runs in a
+// goroutine, and the caller returns when its context ends, with an error
+// matching ctx.Err(); the command may still reach Redis, and stays in the
+// client until the client gives up on it (one read timeout: go-redis
+// retries nothing once the context has ended) or is closed. An acquisition
+// cut short this way is released once its command has returned, so no lock
+// is left that nobody knows about; Close waits for such commands only
+// within its bound, and closing the client ends the rest. (With
+// ContextTimeoutEnabled, a context cancelled before its deadline still
+// holds a call until the deadline or the read timeout: go-redis watches
+// deadlines, not cancellation.)
 //
 // # Errors
 //

@@ -14,7 +14,7 @@ import (
 // Acquire a lease, hand its fence to storage with every write, release it.
 func ExampleLocker_Acquire() {
 	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	locker, err := lock.New(client)
 	if err != nil {
 		panic(err)

@@ -90,7 +90,7 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err
 	}
-	res, err := foreignScript.Run(ctx, l.client, []string{lockKey, l.FenceKey(lockKey)},
+	res, err := l.script(ctx, nil, foreignScript, []string{lockKey, l.FenceKey(lockKey)},
 		value, strconv.FormatInt(int64(floor), 10), l.retentionMS).Int64Slice()
 	if err == nil && (len(res) == 0 || res[0] == 1 && len(res) != 2) {
 		err = fmt.Errorf("unexpected reply %v", res)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/redis/go-redis/v9"
 )
 
 // Lease is one grant of a resource's lock. Its fence (resource, token,
@@ -102,8 +104,16 @@ func (s *Lease) release(ctx context.Context) error {
 		}
 		return err
 	}
-	n, err := runScript(ctx, s.l.client, releaseSrc, []any{"evalsha", releaseHash, numKeys, &s.keyBuf[0], &s.keyBuf[1], &s.keyBuf[2], &s.keyBuf[3], &s.keyBuf[4],
-		s.holderArg, &s.acq, s.l.releaseMode}).Int64()
+	args := []any{"evalsha", releaseHash, numKeys, &s.keyBuf[0], &s.keyBuf[1], &s.keyBuf[2], &s.keyBuf[3], &s.keyBuf[4],
+		s.holderArg, &s.acq, s.l.releaseMode}
+	var cmd *redis.Cmd
+	if s.l.calls.Direct(ctx) {
+		cmd = runScript(ctx, s.l.client, releaseSrc, args)
+	} else {
+		// Cut short, the release goes on in the background (see Release).
+		cmd = rediscall.Cmd(ctx, s.l.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, s.l.client, releaseSrc, args) }, nil)
+	}
+	n, err := cmd.Int64()
 	if err != nil {
 		if ctx.Err() != nil && !isReply(err) {
 			return fmt.Errorf("%w: %w", errReleaseUnknown, err)
@@ -177,7 +187,7 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if s.acq != "" {
 		keys = s.keys[:keyQueue] // with the hold record
 	}
-	ms, err := extendScript.Run(ctx, s.l.client, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
+	ms, err := s.l.script(ctx, nil, extendScript, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
 	if err != nil {
 		return translate(ctx, err, "extend", s.f.Resource)
 	}
@@ -201,7 +211,7 @@ func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if s.l.red != nil {
 		return s.redlockTTL(ctx)
 	}
-	ms, err := ttlScript.Run(ctx, s.l.client, s.keys[:keyToken], s.holderArg).Int64()
+	ms, err := s.l.script(ctx, nil, ttlScript, s.keys[:keyToken], s.holderArg).Int64()
 	if err != nil {
 		return 0, translate(ctx, err, "ttl", s.f.Resource)
 	}

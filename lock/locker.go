@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,6 +34,15 @@ type Locker struct {
 	releaseMode  any // release.lua's ARGV[3]: "p" or "s" (SPUBLISH), then retentionMS
 
 	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
+
+	// calls runs the calls to client so that each returns by its context's
+	// deadline whatever the client's options, and counts those it left
+	// running in the background (see package rediscall).
+	calls *rediscall.Calls
+	// stop ends with Close: renewals run under it, so that Close cuts a
+	// renewal call in flight short.
+	stop     context.Context
+	stopping context.CancelFunc
 
 	hub       *hub         // nil when Acquire polls (WithWait)
 	tel       *instruments // OpenTelemetry instruments; nil records nothing
@@ -75,7 +85,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel}
+	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
+		calls: rediscall.New(client)}
+	l.stop, l.stopping = context.WithCancel(context.Background())
 	l.retentionArg, l.sharded = l.retentionMS, ""
 	mode := "p"
 	if _, ok := client.(*redis.ClusterClient); ok {
@@ -93,30 +105,38 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // that calls left to the background when their context ended (a release
 // asked for with an ended context, a waiter leaving the queue, the release
 // of a grant whose reply was lost), each bounded by a short timeout of its
-// own. It does not release any lease: renewed leases run out their TTL
+// own (2 s). It does not release any lease: renewed leases run out their TTL
 // (their [Lease.Done] closes then), and a Lease can still be released. After Close the Locker still grants
 // leases; Acquire then waits by timed retries (and no longer queues). On
 // a Locker made by [NewRedlock], Close also waits for the calls to its
 // nodes that are still in flight (a node's late answer to an acquisition
-// is released from its own goroutine); each ends within the node timeout,
-// or the client's read timeout for a node that does not answer, since
-// go-redis ignores context deadlines on reads unless its
-// ContextTimeoutEnabled option is set. Calls started after Close are not
-// waited for. Close is idempotent.
+// is released from its own goroutine).
+//
+// Close returns within that bound (2 s) whatever the client's options.
+// With a client that ignores context deadlines (go-redis without
+// ContextTimeoutEnabled), a call to a server that went silent stays in the
+// client after fencekit's caller returned, until the client's read timeout
+// (5 s by default) or until the client is closed; Close waits for such
+// calls, and for the release that follows an acquisition among them, only
+// within the bound, and leaves the rest to the client. Calls started
+// after Close are not waited for. Close is idempotent.
 func (l *Locker) Close() {
 	l.closeOnce.Do(func() {
+		deadline := time.Now().Add(cleanupTimeout)
 		l.renewMu.Lock()
 		l.closed = true
 		l.renewMu.Unlock()
 		close(l.closing)
+		l.stopping()
 		if l.hub != nil {
 			l.hub.close()
 		}
-		l.renewers.Wait()
-		l.cleanups.Wait()
+		waitUntil(&l.renewers, deadline)
+		waitUntil(&l.cleanups, deadline)
 		if l.red != nil {
-			l.red.close() // after the renewals, whose extensions it waits for too
+			l.red.close(deadline) // after the renewals, whose extensions it waits for too
 		}
+		l.calls.Wait(deadline)
 	})
 }
 
@@ -346,6 +366,12 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	lease.f.Holder = holder
 	var holderArg any = &lease.f.Holder
 	lease.tryMS = [2]int64{ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
+	// A call cut short at ctx's end (see calls.go) may still take the lock:
+	// late releases it once the call has returned.
+	var late func(*redis.Cmd)
+	if !l.calls.Direct(ctx) {
+		late = l.lateCleanup(ctx, resource, a.holder, acq)
+	}
 	sent := time.Now()
 	var (
 		kind, n, third int64
@@ -366,7 +392,12 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 			args = []any{"evalsha", tryHash, 2, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken],
 				holderArg, &lease.tryMS[0], &lease.tryMS[1]}
 		}
-		cmd := runScript(ctx, l.client, trySrc, args)
+		var cmd *redis.Cmd
+		if late == nil {
+			cmd = runScript(ctx, l.client, trySrc, args)
+		} else {
+			cmd = rediscall.Cmd(ctx, l.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, l.client, trySrc, args) }, late)
+		}
 		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
 			// try_fast.lua's grant: the token as text, followed by " 0"
 			// when no token state was found.
@@ -381,7 +412,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 			var res []int64
 			res, err = cmd.Int64Slice()
 			if err == nil && len(res) == 1 && res[0] == 4 {
-				res, err = acquireScript.Run(ctx, l.client, keys,
+				res, err = l.script(ctx, late, acquireScript, keys,
 					holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
 			}
 			if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
@@ -398,13 +429,13 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		var raw []any
 		switch {
 		case a.queue:
-			raw, err = acquireScript.Run(ctx, l.client, keys,
+			raw, err = l.script(ctx, late, acquireScript, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
 		case a.ordered: // with an owner
-			raw, err = acquireScript.Run(ctx, l.client, keys,
+			raw, err = l.script(ctx, late, acquireScript, keys,
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, "", channel, l.sharded).Slice()
 		default:
-			raw, err = acquireScript.Run(ctx, l.client, keys[:keyQueue],
+			raw, err = l.script(ctx, late, acquireScript, keys[:keyQueue],
 				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
 		}
 		if err == nil {
@@ -419,8 +450,9 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		}
 	}
 	if err != nil {
-		if !isReply(err) {
-			// The script may have run even though its reply was lost.
+		if !isReply(err) && !rediscall.IsCut(err) {
+			// The script may have run even though its reply was lost. (A
+			// call cut short is cleaned up after by late, once it returns.)
 			l.cleanup(ctx, resource, a.holder, acq)
 		}
 		return nil, translate(ctx, err, "acquire", resource)
@@ -514,20 +546,22 @@ func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err e
 // cleanupTimeout, so the caller returns by its deadline and [Locker.Close]
 // waits for the rest.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
+	if ctx.Err() == nil {
+		if err := l.releaseAfter(ctx, resource, holder, acq); err == nil || isReply(err) {
+			return
+		}
+	}
+	l.background(ctx, func(ctx context.Context) { _ = l.releaseAfter(ctx, resource, holder, acq) })
+}
+
+// releaseAfter runs cleanup's release once, by ctx's end.
+func (l *Locker) releaseAfter(ctx context.Context, resource, holder, acq string) error {
 	var buf [numKeys]string
 	keys, _ := l.resourceKeys(&buf, resource)
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
-	run := func(ctx context.Context) error {
-		return releaseScript.Run(ctx, l.client, keys, holder, acq, l.releaseMode, "1").Err()
-	}
-	if ctx.Err() == nil {
-		if err := run(ctx); err == nil || isReply(err) {
-			return
-		}
-	}
-	l.background(ctx, func(ctx context.Context) { _ = run(ctx) })
+	return l.script(ctx, nil, releaseScript, keys, holder, acq, l.releaseMode, "1").Err()
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
@@ -593,6 +627,6 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	if l.red != nil {
 		return l.redlockAdvance(ctx, resource, atLeast)
 	}
-	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
+	err := l.script(ctx, nil, advanceScript, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
 	return translate(ctx, err, "advance", resource)
 }

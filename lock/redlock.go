@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -81,18 +82,23 @@ func (r *redlock) track(n int) bool {
 	return true
 }
 
-// close waits for every call to a node that started before it.
-func (r *redlock) close() {
+// close waits for every call to a node that started before it, and for
+// the calls to the nodes' clients that were cut short, until deadline.
+func (r *redlock) close(deadline time.Time) {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	r.calls.Wait()
+	waitUntil(&r.calls, deadline)
+	for _, n := range r.nodes {
+		n.calls.Wait(deadline)
+	}
 }
 
 type redlockNode struct {
 	client  redis.UniversalClient
-	publish string     // release.lua's ARGV[3]: "p", or "s" where releases publish with SPUBLISH
-	dials   *dialWatch // its latest failed dial, to explain a silence
+	calls   *rediscall.Calls // the node's calls, ended by their context (see calls.go)
+	publish string           // release.lua's ARGV[3]: "p", or "s" where releases publish with SPUBLISH
+	dials   *dialWatch       // its latest failed dial, to explain a silence
 }
 
 // NewRedlock returns a Locker that holds each lease on a quorum of
@@ -181,6 +187,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 			seen[id] = i
 		}
 		nodes[i].client = c
+		nodes[i].calls = rediscall.New(c)
 		nodes[i].dials = watchDials(c)
 		nodes[i].publish = "p"
 		if _, ok := c.(*redis.ClusterClient); ok {
@@ -203,10 +210,13 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{
+	l := &Locker{
 		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), retentionArg: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
-		red: &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
-	}, nil
+		red:   &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
+		calls: rediscall.New(nil), // unused: every call goes to a node's
+	}
+	l.stop, l.stopping = context.WithCancel(context.Background())
+	return l, nil
 }
 
 // nodeIDs names what makes two clients the same voter: the client itself,
@@ -336,17 +346,33 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 				defer r.calls.Done()
 			}
 			nctx, cancel := context.WithTimeout(ctx, r.timeout)
-			v, err := call(nctx, r.nodes[i])
+			n := r.nodes[i]
+			// A call the node's client does not end by nctx's deadline is
+			// cut short then; its answer goes to late once it comes.
+			var lateCall func(nodeReply[T])
+			if late != nil {
+				lateCall = func(rep nodeReply[T]) { late(i, rep.v, rep.err) }
+			}
+			rep, ok := rediscall.Run(nctx, n.calls, func(ctx context.Context) nodeReply[T] {
+				v, err := call(ctx, n)
+				return nodeReply[T]{v: v, err: err}
+			}, lateCall)
+			if !ok {
+				rep.err = errNodeTimeout
+				if err := ctx.Err(); err != nil {
+					rep.err = &rediscall.CutError{Err: err}
+				}
+			}
 			cancel()
 			mu.Lock()
 			if done {
 				mu.Unlock()
-				if late != nil {
-					late(i, v, err)
+				if late != nil && ok {
+					late(i, rep.v, rep.err)
 				}
 				return
 			}
-			out[i] = nodeReply[T]{v: v, err: err}
+			out[i] = rep
 			if pending--; pending == 0 {
 				close(all)
 			}
@@ -394,7 +420,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	releaseNode := func(n redlockNode) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = releaseScript.Run(rctx, n.client, []string{lockKey}, holder, "", n.publish).Err()
+		_ = callScript(rctx, n.calls, n.client, nil, releaseScript, []string{lockKey}, holder, "", n.publish).Err()
 	}
 	// releaseAll releases on every node, not only those that granted. It
 	// waits no longer than ctx allows: a release still under way goes on in

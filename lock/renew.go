@@ -19,7 +19,8 @@ func (s *Lease) startRenewal(ttl time.Duration) {
 		s.life.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Close cancels l.stop, and with it a renewal call in flight.
+	ctx, cancel := context.WithCancel(s.l.stop)
 	s.life.stop = make(chan struct{})
 	s.life.renewDone = make(chan struct{})
 	s.life.renewCancel = cancel

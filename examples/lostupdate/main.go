@@ -160,7 +160,7 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, func(), stri
 		}
 		done := make(chan struct{})
 		go advanceClock(mr, done) // the embedded Redis expires keys only when told time passed
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 		return c, func() { close(done); c.Close(); mr.Close() }, "embedded Redis (miniredis)", nil
 	}
 	// Dial first: a client of a server that is down logs each failed dial
@@ -170,7 +170,7 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, func(), stri
 		return nil, nil, "", fmt.Errorf("cannot reach Redis at %s: %v\nstart Redis there, pass another -redis host:port, or leave -redis out for the embedded Redis", addr, err)
 	}
 	conn.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {

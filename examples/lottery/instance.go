@@ -47,6 +47,7 @@ func (r *race) closeOthers() { r.closeOnce.Do(func() { close(r.othersDone) }) }
 func (r *race) run(ctx context.Context, id int) (Instance, error) {
 	inst := Instance{ID: id}
 	opt := r.cfg.Redis
+	opt.ContextTimeoutEnabled = true // reads end at the context's deadline
 	client := redis.NewClient(&opt)
 	defer client.Close()
 	var opts []lock.Option

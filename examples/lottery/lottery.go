@@ -301,6 +301,7 @@ func openStore(ctx context.Context, cfg Config) (store, error) {
 func pingRedis(ctx context.Context, opt redis.Options) error {
 	opt.DialTimeout = 2 * time.Second
 	opt.MaxRetries = -1
+	opt.ContextTimeoutEnabled = true
 	c := redis.NewClient(&opt)
 	defer c.Close()
 	if err := c.Ping(ctx).Err(); err != nil {

@@ -55,7 +55,7 @@ func main() {
 	} else {
 		conn.Close()
 	}
-	client := redis.NewClient(&redis.Options{Addr: *addr})
+	client := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
 	defer client.Close()
 	cleanup = func() { deleteRun(client) }
 	defer cleanup()

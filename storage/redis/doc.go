@@ -108,6 +108,15 @@
 // be reached, the context ended first), or whose only send got an error
 // reply, did not apply and says so with a plain error.
 //
+// Every call returns by its context's deadline, whatever the client's
+// options. A client made with ContextTimeoutEnabled ends its reads at the
+// deadline itself and gets the call directly. Any other client (go-redis's
+// default) would wait for a silent server until its ReadTimeout, 5 s by
+// default; the store then runs the call in a goroutine and returns when the
+// context ends, and a write cut short this way reports an unknown outcome,
+// since the client may still send it. The command stays in the client until
+// the client gives up on it (one read timeout) or is closed.
+//
 // What to do after an unknown outcome: read the key under the same fence
 // ([Store.Get]) and decide from what it holds, or run the work through an
 // exactly-once record so that a retry tells the truth. Do not blindly retry

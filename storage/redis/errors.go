@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/rediscall"
 )
 
 var (
@@ -79,6 +80,9 @@ func (e *ResourceError) Unwrap() error { return ErrResourceMismatch }
 // options could not be read may not write arguments through go-redis, so
 // its sends cannot be counted.
 func (s *Store) mayHaveRun(err error, sent *sendCount) bool {
+	if rediscall.IsCut(err) {
+		return true // the command may still be sent, after this count
+	}
 	switch n := sent.sends(); {
 	case n == 0:
 		return !s.knownClient

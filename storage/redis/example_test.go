@@ -18,7 +18,7 @@ import (
 // holder whose lease expired while a newer holder got in.
 func ExampleStore_Update() {
 	ctx := context.Background()
-	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	locker, err := lock.New(client)
 	if err != nil {
 		panic(err)

@@ -161,10 +161,10 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 		if data == nil {
 			data = []byte{}
 		}
-		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent,
+		cmd = s.run(ctx, fencedScript, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent,
 			exp, data, millis(cfg.ttl))
 	} else {
-		cmd = fencedScript.Run(ctx, s.client, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent)
+		cmd = s.run(ctx, fencedScript, keys, op, f.Resource, tok, f.Holder, millis(s.retention), sent)
 	}
 	r, err := s.decode(ctx, op, key, cmd, sent)
 	if err != nil {

@@ -52,7 +52,7 @@ func (s *Store) load(ctx context.Context, key string) (_ reply, err error) {
 	defer func() { s.tel.end(ctx, span, err) }()
 	// EVALSHA, not EVALSHA_RO: the read-only form needs Redis 7, and embedded
 	// test servers such as miniredis refuse TIME in it.
-	return s.decode(ctx, "load", key, loadScript.Run(ctx, s.client, []string{s.redisKey(key)}), nil)
+	return s.decode(ctx, "load", key, s.run(ctx, loadScript, []string{s.redisKey(key)}), nil)
 }
 
 // CompareAndSet stores data as key's value only if the key's version is
@@ -106,10 +106,10 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 	sent := newSendCount(millis(s.retryWindow), s.knownClient)
 	var cmd *goredis.Cmd
 	if op == "set" {
-		cmd = casScript.Run(ctx, s.client, []string{vkey, recordKey(vkey, s.callID())},
+		cmd = s.run(ctx, casScript, []string{vkey, recordKey(vkey, s.callID())},
 			op, strconv.FormatInt(expected, 10), millis(s.retention), sent, data, millis(cfg.ttl))
 	} else {
-		cmd = casScript.Run(ctx, s.client, []string{vkey, recordKey(vkey, s.callID())},
+		cmd = s.run(ctx, casScript, []string{vkey, recordKey(vkey, s.callID())},
 			op, strconv.FormatInt(expected, 10), millis(s.retention), sent)
 	}
 	r, err := s.decode(ctx, "compare-and-"+op, key, cmd, sent)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/rediscall"
 )
 
 const (
@@ -58,6 +59,9 @@ type Store struct {
 	// such a client is known to write script arguments through go-redis,
 	// which lets the store count a call's sends (see sendCount).
 	knownClient bool
+	// calls runs the scripts so that each call returns by its context's
+	// deadline whatever the client's options (see run).
+	calls *rediscall.Calls
 
 	// Every call that may change something names a retry record of its own
 	// (see recordKey): a client retry of a call whose reply was lost finds
@@ -229,7 +233,7 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if err := refuseRing(client); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID()}
+	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID(), calls: rediscall.New(client)}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", errInvalidOption)
@@ -303,7 +307,7 @@ func (s *Store) Preload(ctx context.Context) error {
 		return err
 	}
 	for _, sc := range []*goredis.Script{fencedScript, casScript, loadScript} {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
+		if err := s.loadScript(ctx, sc); err != nil {
 			return fmt.Errorf("storage/redis: load scripts: %w", err)
 		}
 	}

@@ -1,0 +1,68 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/redis/go-redis/v9"
+)
+
+// Every call to Redis returns by its context's deadline, whatever the
+// client's options. A client made with ContextTimeoutEnabled ends its reads
+// by the deadline itself, and gets the call directly; any other one would
+// hold the caller for its read timeout (5 s by default) when the server went
+// silent, so the call runs in a goroutine and the caller returns when its
+// context ends (see package rediscall). A call cut short may still reach
+// Redis; what it may have taken is released once it has returned (see
+// lateCleanup), and Close waits for those calls within its bound.
+
+// script runs sc on the Locker's client as sc.Run does, returning by ctx's
+// end; a call cut short has a *rediscall.CutError, and late, if not nil,
+// gets its result once it returns.
+func (l *Locker) script(ctx context.Context, late func(*redis.Cmd), sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return callScript(ctx, l.calls, l.client, late, sc, keys, args...)
+}
+
+// callScript is script on any client and its Calls.
+func callScript(ctx context.Context, calls *rediscall.Calls, c redis.Scripter, late func(*redis.Cmd), sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if calls.Direct(ctx) {
+		return sc.Run(ctx, c, keys, args...)
+	}
+	return rediscall.Cmd(ctx, calls, func(ctx context.Context) *redis.Cmd { return sc.Run(ctx, c, keys, args...) }, late)
+}
+
+// lateCleanup returns what a call of an acquisition that was cut short
+// does once it has returned: unless Redis refused it (then it changed
+// nothing), it releases whatever the acquisition may have taken, as
+// cleanup does, bounded by cleanupTimeout. It runs after the call, so the
+// release cannot reach Redis before the grant it undoes.
+func (l *Locker) lateCleanup(ctx context.Context, resource, holder, acq string) func(*redis.Cmd) {
+	values := context.WithoutCancel(ctx)
+	return func(cmd *redis.Cmd) {
+		if err := cmd.Err(); err != nil && isReply(err) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(values, cleanupTimeout)
+		defer cancel()
+		_ = l.releaseAfter(ctx, resource, holder, acq)
+	}
+}
+
+// waitUntil waits for wg, or until deadline; it reports whether wg is done.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -1,0 +1,230 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The deadline tests' figures: a 300 ms context, and a margin for a loaded
+// machine. go-redis's default read timeout (5 s), which calls used to wait
+// for, is far beyond both.
+const (
+	silentTimeout = 300 * time.Millisecond
+	silentMargin  = 250 * time.Millisecond
+	// closeBound is what Close may take with a silent server: the cleanup
+	// bound (2 s) and the margin.
+	closeBound = 2*time.Second + silentMargin
+)
+
+// silentClient returns a client made with go-redis's default options
+// (ContextTimeoutEnabled off, a 5 s read timeout, 3 retries), as most
+// users make it, that reaches the shared Redis through a proxy the test can
+// black-hole.
+func silentClient(t *testing.T) (*redis.Client, *testenv.Proxy) {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, opt.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: opt.DB})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, proxy
+}
+
+// returnsBy runs call with a silentTimeout context and fails t unless it
+// returns an error matching the context's within silentTimeout+silentMargin.
+func returnsBy(t *testing.T, name string, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), silentTimeout)
+	defer cancel()
+	start := time.Now()
+	err := call(ctx)
+	took := time.Since(start)
+	t.Logf("%s with a %v context and Redis silent: %v (%v)", name, silentTimeout, took.Round(time.Millisecond), err)
+	switch {
+	case err == nil:
+		t.Errorf("%s succeeded with Redis silent", name)
+	case !errors.Is(err, context.DeadlineExceeded):
+		t.Errorf("%s = %v, want an error matching context.DeadlineExceeded", name, err)
+	}
+	if took > silentTimeout+silentMargin {
+		t.Errorf("%s returned after %v, past its %v deadline", name, took.Round(time.Millisecond), silentTimeout)
+	}
+}
+
+// With a client made with default options (go-redis then ignores context
+// deadlines and waits for its read timeout), every call returns by its
+// context's deadline when Redis accepted the command and went silent, and
+// Close returns within the cleanup bound. Once Redis answers again, no lock
+// is left behind by the calls cut short.
+func TestCallsReturnByTheDeadlineWithDefaultClientOptions(t *testing.T) {
+	testenv.Slow(t)
+	c, proxy := silentClient(t)
+	l := newLocker(t, c)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			l.Close()
+		}
+	})
+	// Held leases to extend, ask about and release once Redis is silent;
+	// their grants load the scripts.
+	held := make([]*lock.Lease, 3)
+	for i := range held {
+		held[i] = mustAcquire(t, l, "held"+string(rune('a'+i)), 10*time.Second)
+	}
+	if _, err := l.FenceLock(context.Background(), "foreign-warm", "v"); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("FenceLock of a free key = %v", err)
+	}
+	if err := l.Advance(context.Background(), "warm", 1); err != nil {
+		t.Fatal(err)
+	}
+
+	returnsBy(t, "Do", func(ctx context.Context) error {
+		return l.Do(ctx, "silent-do", 10*time.Second, func(fctx context.Context, _ fence.Fence) error {
+			proxy.Block()
+			<-fctx.Done()
+			return fctx.Err()
+		})
+	})
+	returnsBy(t, "TryAcquire", func(ctx context.Context) error {
+		_, err := l.TryAcquire(ctx, "silent-try", 10*time.Second)
+		return err
+	})
+	returnsBy(t, "TryAcquire with an owner", func(ctx context.Context) error {
+		_, err := l.TryAcquire(ctx, "silent-owner", 10*time.Second, lock.Owner("o"))
+		return err
+	})
+	returnsBy(t, "Acquire", func(ctx context.Context) error {
+		_, err := l.Acquire(ctx, "silent-acquire", 10*time.Second)
+		return err
+	})
+	returnsBy(t, "FenceLock", func(ctx context.Context) error {
+		_, err := l.FenceLock(ctx, "foreign", "value")
+		return err
+	})
+	returnsBy(t, "Advance", func(ctx context.Context) error {
+		return l.Advance(ctx, "silent-advance", 5)
+	})
+	returnsBy(t, "Extend", func(ctx context.Context) error { return held[0].Extend(ctx, 20*time.Second) })
+	returnsBy(t, "TTL", func(ctx context.Context) error {
+		_, err := held[1].TTL(ctx)
+		return err
+	})
+	returnsBy(t, "Release", held[2].Release)
+
+	start := time.Now()
+	l.Close()
+	closed = true
+	took := time.Since(start)
+	t.Logf("Close took %v with Redis silent", took.Round(time.Millisecond))
+	if took > closeBound {
+		t.Errorf("Close took %v with Redis silent, past the %v cleanup bound", took.Round(time.Millisecond), closeBound-silentMargin)
+	}
+}
+
+// A call cut short at its deadline leaves no lock behind: the grant that
+// reaches Redis after the caller gave up is released once Redis answers,
+// and the next caller gets the lock at once.
+func TestACutShortAcquisitionLeavesNoLock(t *testing.T) {
+	testenv.Slow(t)
+	c, proxy := silentClient(t)
+	l := newLocker(t, c)
+	direct := testenv.Redis(t)
+	warm := mustAcquire(t, l, "cut", time.Minute) // loads the scripts
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"TryAcquire", "Acquire"} {
+		proxy.Block()
+		ctx, cancel := context.WithTimeout(context.Background(), silentTimeout)
+		var err error
+		if name == "TryAcquire" {
+			_, err = l.TryAcquire(ctx, "cut", time.Minute)
+		} else {
+			_, err = l.Acquire(ctx, "cut", time.Minute)
+		}
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s with Redis silent = %v, want context.DeadlineExceeded", name, err)
+		}
+		proxy.Unblock() // the grant reaches Redis now, after the caller gave up
+		// Whatever reached Redis is released by the cleanup, well inside
+		// its bound.
+		deadline := time.Now().Add(3 * time.Second)
+		for direct.Exists(context.Background(), l.LockKey("cut")).Val() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s cut short left the lock held: %v", name, direct.PTTL(context.Background(), l.LockKey("cut")).Val())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		lease, err := l.TryAcquire(context.Background(), "cut", time.Minute)
+		if err != nil {
+			t.Fatalf("after %s cut short: %v", name, err)
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Close on a Redlock Locker with one node silent (default client options)
+// returns within the cleanup bound, although the call to that node and the
+// release that follows it are stuck in the client for its read timeout.
+func TestRedlockCloseWithASilentNode(t *testing.T) {
+	testenv.Slow(t)
+	var clients []redis.UniversalClient
+	var proxy *testenv.Proxy
+	for i := range 3 {
+		addr := testenv.StartRedis(t).Addr()
+		if i == 2 {
+			proxy = testenv.StartProxy(t, addr)
+			addr = proxy.Addr()
+		}
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	// A node timeout far below the client's read timeout, and long enough
+	// for a loaded machine.
+	l, err := lock.NewRedlock(clients, lock.WithPrefix(testenv.Prefix(t)), lock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; ; i++ { // loads the scripts everywhere
+		warm, err := l.TryAcquire(ctx, "redlock-silent", time.Minute)
+		if err == nil {
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if i == 5 {
+			t.Fatal(err)
+		}
+	}
+	proxy.Block()
+	lease, err := l.TryAcquire(ctx, "redlock-silent", time.Minute)
+	if err != nil {
+		t.Fatalf("two of three nodes answer: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("two of three nodes answer: %v", err)
+	}
+	start := time.Now()
+	l.Close()
+	took := time.Since(start)
+	t.Logf("Redlock Close took %v with a node silent", took.Round(time.Millisecond))
+	if took > closeBound {
+		t.Errorf("Redlock Close took %v with a node silent, past the %v cleanup bound", took.Round(time.Millisecond), closeBound-silentMargin)
+	}
+}
