@@ -63,7 +63,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	_, err = store.Update(ctx, f, "invoice:42:total", func(old fkredis.Value) ([]byte, error) {
+	_, err = store.FencedUpdate(ctx, f, "invoice:42:total", func(old fkredis.Value) ([]byte, error) {
 		n, _ := strconv.Atoi(string(old.Data)) // a missing value reads as 0
 		return strconv.AppendInt(nil, int64(n+5), 10), nil
 	})

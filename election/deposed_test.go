@@ -35,10 +35,10 @@ func TestDeposedLeaderWritesRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Set(ctx, newF, "{deposed}:heartbeat", []byte("b")); err != nil {
+		if _, err := store.FencedSet(ctx, newF, "{deposed}:heartbeat", []byte("b")); err != nil {
 			t.Fatal(err)
 		}
-		_, err = store.Set(ctx, oldF, "{deposed}:heartbeat", []byte("a"))
+		_, err = store.FencedSet(ctx, oldF, "{deposed}:heartbeat", []byte("a"))
 		var stale *fence.StaleError
 		if !errors.Is(err, fence.ErrStale) || !errors.As(err, &stale) || stale.HighWater.Token != newF.Token {
 			t.Fatalf("deposed leader's Set: %v, want a stale refusal at the new term's token", err)

@@ -34,11 +34,6 @@ var (
 	// each naming the key.
 	ErrWrongType = errors.New("fence: key holds data of another kind")
 
-	// ErrInvalidFence means a fence cannot be presented to storage: empty
-	// resource, token below 1 or empty holder. Nothing was sent. It matches
-	// [ErrInvalid] too.
-	ErrInvalidFence error = &kindError{msg: "fence: invalid fence", kind: ErrInvalid}
-
 	// ErrOutcomeUnknown means a write may or may not have been applied: the
 	// call's context ended, or its connection broke, after the request was
 	// sent and before its reply arrived (while COMMIT or a script was in
@@ -135,3 +130,7 @@ func LostTo(err error) (Fence, bool) {
 	}
 	return Fence{}, false
 }
+
+// errInvalidFence is the kind of [Fence.Validate]'s errors: they match
+// [ErrInvalid], and their message says that the fence is what was refused.
+var errInvalidFence error = &kindError{msg: "fence: invalid fence", kind: ErrInvalid}

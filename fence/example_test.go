@@ -42,7 +42,7 @@ func ExampleLostTo() {
 func ExampleFence() {
 	f := fence.Fence{Resource: "nightly-report", Token: 12, Holder: fence.NewHolder()}
 	fmt.Println(f.Validate() == nil)
-	fmt.Println(errors.Is(fence.Fence{Resource: "nightly-report"}.Validate(), fence.ErrInvalidFence))
+	fmt.Println(errors.Is(fence.Fence{Resource: "nightly-report"}.Validate(), fence.ErrInvalid))
 	// Output:
 	// true
 	// true

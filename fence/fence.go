@@ -67,26 +67,26 @@ func HolderMark(holder string) string {
 // [MaxResourceLen] bytes, a token of at least 1 and a non-empty holder, both
 // strings valid UTF-8 without NUL bytes (every store must be able to keep
 // them; PostgreSQL's text type refuses NUL and invalid UTF-8). The error
-// matches [ErrInvalidFence].
+// matches [ErrInvalid].
 //
 // The zero Fence gets an error of its own: it is what a caller holds after
 // ignoring the error of the call that should have produced the fence.
 func (f Fence) Validate() error {
 	switch {
 	case f == Fence{}:
-		return fmt.Errorf("%w: zero Fence: was an error from Acquire or FenceLock ignored?", ErrInvalidFence)
+		return fmt.Errorf("%w: zero Fence: was an error from Acquire or FenceLock ignored?", errInvalidFence)
 	case f.Resource == "":
-		return fmt.Errorf("%w: empty resource", ErrInvalidFence)
+		return fmt.Errorf("%w: empty resource", errInvalidFence)
 	case len(f.Resource) > MaxResourceLen:
-		return fmt.Errorf("%w: resource of %d bytes is longer than %d", ErrInvalidFence, len(f.Resource), MaxResourceLen)
+		return fmt.Errorf("%w: resource of %d bytes is longer than %d", errInvalidFence, len(f.Resource), MaxResourceLen)
 	case !storable(f.Resource):
-		return fmt.Errorf("%w: resource %q is not valid UTF-8 or holds a NUL byte", ErrInvalidFence, f.Resource)
+		return fmt.Errorf("%w: resource %q is not valid UTF-8 or holds a NUL byte", errInvalidFence, f.Resource)
 	case !storable(f.Holder):
-		return fmt.Errorf("%w: holder %q for %q is not valid UTF-8 or holds a NUL byte", ErrInvalidFence, f.Holder, f.Resource)
+		return fmt.Errorf("%w: holder %q for %q is not valid UTF-8 or holds a NUL byte", errInvalidFence, f.Holder, f.Resource)
 	case f.Token < 1:
-		return fmt.Errorf("%w: token %d for %q is below 1", ErrInvalidFence, f.Token, f.Resource)
+		return fmt.Errorf("%w: token %d for %q is below 1", errInvalidFence, f.Token, f.Resource)
 	case f.Holder == "":
-		return fmt.Errorf("%w: empty holder for %q", ErrInvalidFence, f.Resource)
+		return fmt.Errorf("%w: empty holder for %q", errInvalidFence, f.Resource)
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func TestValidate(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("Validate(%v) = %v, want ok=%v", tt.f, err, tt.ok)
 		}
-		if err != nil && !errors.Is(err, ErrInvalidFence) {
-			t.Errorf("Validate(%v) = %v, does not match ErrInvalidFence", tt.f, err)
+		if err != nil && !errors.Is(err, errInvalidFence) {
+			t.Errorf("Validate(%v) = %v, does not match ErrInvalid", tt.f, err)
 		}
 	}
 }
@@ -114,8 +114,8 @@ func TestOutcomeUnknownMatchesSentinelAndCause(t *testing.T) {
 
 func TestInvalidFenceIsInvalid(t *testing.T) {
 	err := Fence{}.Validate()
-	if !errors.Is(err, ErrInvalidFence) || !errors.Is(err, ErrInvalid) {
-		t.Fatalf("%v: want a match for ErrInvalidFence and ErrInvalid", err)
+	if !errors.Is(err, errInvalidFence) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v: want a match for ErrInvalid", err)
 	}
 }
 
@@ -128,8 +128,8 @@ func TestZeroFenceSaysWhy(t *testing.T) {
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("Fence{}.Validate() = %v, want it to end %q", err, want)
 	}
-	if !errors.Is(err, ErrInvalidFence) || !errors.Is(err, ErrInvalid) {
-		t.Fatalf("%v: want a match for ErrInvalidFence and ErrInvalid", err)
+	if !errors.Is(err, errInvalidFence) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v: want a match for ErrInvalid", err)
 	}
 	if err := (Fence{Token: 3, Holder: "h"}).Validate(); err == nil || strings.Contains(err.Error(), "zero Fence") || !strings.Contains(err.Error(), "empty resource") {
 		t.Fatalf("Validate of a fence with no resource = %v, want it to name the empty resource", err)

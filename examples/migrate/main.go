@@ -152,12 +152,12 @@ func plainIncrement(ctx context.Context, client *redis.Client, key string) error
 // one. Both must be fenced: the read keeps an older holder from writing
 // between them.
 func increment(ctx context.Context, store *fkredis.Store, f fence.Fence, key string) error {
-	v, err := store.Get(ctx, f, key)
+	v, err := store.FencedGet(ctx, f, key)
 	if err != nil && !errors.Is(err, fence.ErrNotFound) {
 		return err
 	}
 	n, _ := strconv.Atoi(string(v.Data)) // a missing value counts as 0
-	_, err = store.Set(ctx, f, key, []byte(strconv.Itoa(n+1)))
+	_, err = store.FencedSet(ctx, f, key, []byte(strconv.Itoa(n+1)))
 	if err == nil {
 		fmt.Printf("  %s = %d: a fenced Get and Set with token %d, refused once a newer holder is admitted\n", key, n+1, f.Token)
 	}
@@ -176,7 +176,7 @@ func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker
 	if err != nil {
 		return err
 	}
-	if _, err := store.Get(ctx, fa, "paused-count"); err != nil && !errors.Is(err, fence.ErrNotFound) {
+	if _, err := store.FencedGet(ctx, fa, "paused-count"); err != nil && !errors.Is(err, fence.ErrNotFound) {
 		return err
 	}
 	time.Sleep(200 * time.Millisecond) // A pauses: a GC pause, a slow network
@@ -194,7 +194,7 @@ func pausedHolder(ctx context.Context, rl *redislock.Client, locker *lock.Locker
 	}
 	_ = b.Release(ctx)
 
-	_, err = store.Set(ctx, fa, "paused-count", []byte("stale"))
+	_, err = store.FencedSet(ctx, fa, "paused-count", []byte("stale"))
 	if !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("the paused holder's write was not refused: %v", err)
 	}

@@ -76,7 +76,7 @@ func run(ctx context.Context, redisAddr, postgresURL string) error {
 			return err // errors.Is(err, fence.ErrStale): a newer holder was admitted, so drop the work
 		}
 		fmt.Println("PostgreSQL: invoice 42 total is now", total)
-		v, err := store.Update(ctx, f, "invoice:42:total", func(old fkredis.Value) ([]byte, error) {
+		v, err := store.FencedUpdate(ctx, f, "invoice:42:total", func(old fkredis.Value) ([]byte, error) {
 			n, _ := strconv.ParseInt(string(old.Data), 10, 64) // a missing value reads as 0
 			return strconv.AppendInt(nil, n+5, 10), nil
 		})

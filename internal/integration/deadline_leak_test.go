@@ -59,7 +59,7 @@ func TestCallsCutShortLeaveNoGoroutines(t *testing.T) {
 	})
 	cut("Extend", func(ctx context.Context) error { return held.Extend(ctx, time.Minute) })
 	cut("Set", func(ctx context.Context) error {
-		_, err := s.Set(ctx, fence.Fence{Resource: "leak-cut", Token: 1, Holder: "h"}, "k", []byte("v"))
+		_, err := s.FencedSet(ctx, fence.Fence{Resource: "leak-cut", Token: 1, Holder: "h"}, "k", []byte("v"))
 		return err
 	})
 	cut("Release", held.Release)

@@ -214,7 +214,7 @@ func TestFenceLockHealsAfterRecordLoss(t *testing.T) {
 		if last, err = l.FenceLockAbove(ctx, lk.Key(), lk.Token(), last.Token+3_600_000_000); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Set(ctx, last, "acct", []byte("x")); err != nil {
+		if _, err := store.FencedSet(ctx, last, "acct", []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 		if err := lk.Release(ctx); err != nil {
@@ -234,7 +234,7 @@ func TestFenceLockHealsAfterRecordLoss(t *testing.T) {
 	if f.Token > last.Token {
 		t.Fatalf("restart kept the record (token %d); the test cannot see its loss", f.Token)
 	}
-	_, err = store.Set(ctx, f, "acct", []byte("y"))
+	_, err = store.FencedSet(ctx, f, "acct", []byte("y"))
 	hwm, ok := fence.LostTo(err)
 	if !ok {
 		t.Fatalf("low token after the loss was not refused: %v", err)
@@ -243,7 +243,7 @@ func TestFenceLockHealsAfterRecordLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Set(ctx, f, "acct", []byte("y")); err != nil {
+	if _, err := store.FencedSet(ctx, f, "acct", []byte("y")); err != nil {
 		t.Fatalf("write after FenceLockAbove: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func lostUpdateTimeline(t *testing.T, lib foreignLib, fenced bool) (acked, final
 	read := func(f fence.Fence) int {
 		var s string
 		if fenced {
-			v, err := store.Get(ctx, f, dataKey)
+			v, err := store.FencedGet(ctx, f, dataKey)
 			if err != nil {
 				t.Fatalf("fenced read: %v", err)
 			}
@@ -375,7 +375,7 @@ func lostUpdateTimeline(t *testing.T, lib foreignLib, fenced bool) (acked, final
 	}
 	write := func(f fence.Fence, n int) error {
 		if fenced {
-			_, err := store.Set(ctx, f, dataKey, []byte(strconv.Itoa(n)))
+			_, err := store.FencedSet(ctx, f, dataKey, []byte(strconv.Itoa(n)))
 			return err
 		}
 		return c.Set(ctx, plainKey, n, 0).Err()

@@ -9,7 +9,7 @@ import (
 // CheckFence validates f with validate (fence.Fence.Validate, or an
 // adapter's stricter rule) and names the refused call: the error reads
 // "<store>: <call>: invalid fence: ..." and still matches what validate's
-// error matches (fence.ErrInvalidFence and fence.ErrInvalid). A zero fence
+// error matches (fence.ErrInvalid). A zero fence
 // also says what to do about it.
 func (s *Store) CheckFence(call string, f fence.Fence, validate func(fence.Fence) error) error {
 	err := validate(f)

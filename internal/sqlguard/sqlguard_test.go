@@ -81,7 +81,7 @@ func TestSortFences(t *testing.T) {
 		want   error
 	}{
 		"none":    {nil, fence.ErrInvalid},
-		"invalid": {[]fence.Fence{{Resource: "a", Token: 1, Holder: "h"}, {Resource: "", Token: 1, Holder: "h"}}, fence.ErrInvalidFence},
+		"invalid": {[]fence.Fence{{Resource: "a", Token: 1, Holder: "h"}, {Resource: "", Token: 1, Holder: "h"}}, fence.ErrInvalid},
 		"twice":   {[]fence.Fence{{Resource: "a", Token: 1, Holder: "h"}, {Resource: "a", Token: 2, Holder: "h"}}, fence.ErrInvalid},
 	} {
 		if _, err := s.SortFences(c.fences, fence.Fence.Validate); !errors.Is(err, c.want) {

@@ -139,11 +139,11 @@ func guardChecked(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 
 // validate checks f as every store does, and its holder against the guard
 // table's column. op names the call in the error, which matches
-// fence.ErrInvalidFence.
+// fence.ErrInvalid.
 func validate(op string, f fence.Fence) error {
 	err := f.Validate()
 	if err == nil && len(f.Holder) > MaxHolderLen {
-		err = fmt.Errorf("%w: holder of %d bytes is longer than mysql.MaxHolderLen (%d)", fence.ErrInvalidFence, len(f.Holder), MaxHolderLen)
+		err = fmt.Errorf("%w: holder of %d bytes is longer than mysql.MaxHolderLen (%d)", fence.ErrInvalid, len(f.Holder), MaxHolderLen)
 	}
 	if err != nil {
 		return &fenceError{op: op, err: err}

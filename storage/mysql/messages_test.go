@@ -109,7 +109,7 @@ func TestTableWithoutItsColumnsSaysHowToAddThem(t *testing.T) {
 // TestZeroFenceNamesTheCall: a zero fence (what a caller holds after
 // ignoring the error of the call that should have made it) is refused
 // before anything is sent, by a message that names the package and the
-// call, and matches fence.ErrInvalidFence.
+// call, and matches fence.ErrInvalid.
 func TestZeroFenceNamesTheCall(t *testing.T) {
 	ctx, db := setup(t)
 	var zero fence.Fence
@@ -127,7 +127,7 @@ func TestZeroFenceNamesTheCall(t *testing.T) {
 	} {
 		err := run()
 		want := "mysql: " + call + ": " + reason
-		if !errors.Is(err, fence.ErrInvalidFence) || !errors.Is(err, fence.ErrInvalid) || err.Error() != want {
+		if !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) || err.Error() != want {
 			t.Errorf("%s with a zero fence:\n got %v\nwant %s", call, err, want)
 		}
 	}

@@ -138,7 +138,7 @@
 // fences, resources longer than [fence.MaxResourceLen], empty names, names
 // holding NUL bytes, a [Table] whose columns overlap, bad [Once] keys) before
 // sending anything, with an error matching [fence.ErrInvalid] or
-// [fence.ErrInvalidFence], both of which match [fence.ErrInvalid]. Every
+// [fence.ErrInvalid]. Every
 // call's ctx bounds its statements: a cancelled ctx returns an error
 // matching ctx.Err() (and, for a write cut off in flight,
 // [fence.ErrOutcomeUnknown]).

@@ -52,7 +52,7 @@ var (
 	// a resource for [HighWater] that no fence could carry; a key for [Once]
 	// or [LookupOnce] that is empty, longer than [MaxOnceKeyLen], not valid
 	// UTF-8 or holding a NUL byte. (Invalid fences,
-	// resources too long included, are refused with [fence.ErrInvalidFence].)
+	// resources too long included, are refused with [fence.ErrInvalid].)
 	// It matches [fence.ErrInvalid], as every invalid-argument error of this
 	// module does.
 	errInvalidArgument error = &invalidError{}

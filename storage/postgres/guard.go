@@ -109,7 +109,7 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 // applies). A resource that no fence could carry ([fence.Fence.Validate]'s
 // rule: empty, longer than [fence.MaxResourceLen], not valid UTF-8 or
 // holding a NUL byte) is refused with an error matching both
-// [fence.ErrInvalid] and [fence.ErrInvalidFence] before anything is sent:
+// [fence.ErrInvalid] before anything is sent:
 // the guard table cannot hold a mark for it. ctx bounds the query.
 func HighWater(ctx context.Context, db Querier, resource string) (fence.Fence, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {

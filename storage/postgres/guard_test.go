@@ -160,8 +160,8 @@ func TestGuardAllOrderAndDuplicates(t *testing.T) {
 	if err := postgres.GuardAll(ctx, tx); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("no fences: err = %v, want fence.ErrInvalid", err)
 	}
-	if err := postgres.GuardAll(ctx, tx, fenceOf("b", 1, "h"), fence.Fence{Resource: "a"}); !errors.Is(err, fence.ErrInvalidFence) {
-		t.Fatalf("invalid fence: err = %v, want ErrInvalidFence", err)
+	if err := postgres.GuardAll(ctx, tx, fenceOf("b", 1, "h"), fence.Fence{Resource: "a"}); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("invalid fence: err = %v, want ErrInvalid", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("bad input must send nothing, yet the transaction failed: %v", err)

@@ -232,7 +232,7 @@ func entryPoints(r string) map[string]func(ctx context.Context, db *recorder) er
 func TestResourceLengthLimit(t *testing.T) {
 	long := strings.Repeat("r", fence.MaxResourceLen+1)
 	for name, call := range entryPoints(long) {
-		refusedUnsent(t, name, fence.ErrInvalidFence, func(db *recorder) error { return call(context.Background(), db) })
+		refusedUnsent(t, name, fence.ErrInvalid, func(db *recorder) error { return call(context.Background(), db) })
 	}
 	refusedUnsent(t, "HighWater", fence.ErrInvalid, func(db *recorder) error {
 		_, err := postgres.HighWater(context.Background(), db, long)
@@ -288,7 +288,7 @@ func TestResourceLengthLimit(t *testing.T) {
 // type would refuse it with a server error (22021) after a round trip.
 func TestHighWaterRefusesResourcesNoFenceCarries(t *testing.T) {
 	for _, r := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("r", fence.MaxResourceLen+1)} {
-		for _, want := range []error{fence.ErrInvalid, fence.ErrInvalidFence} {
+		for _, want := range []error{fence.ErrInvalid, fence.ErrInvalid} {
 			refusedUnsent(t, "HighWater "+strconv.Quote(r[:min(len(r), 8)]), want, func(db *recorder) error {
 				_, err := postgres.HighWater(context.Background(), db, r)
 				return err

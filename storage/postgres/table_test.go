@@ -216,7 +216,7 @@ func TestTableBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v, want fence.ErrInvalid", name, err)
 		}
 	}
-	if err := tbl.Update(ctx, pool, fence.Fence{Resource: "acct", Token: 0, Holder: "a"}, "k"); !errors.Is(err, fence.ErrInvalidFence) {
+	if err := tbl.Update(ctx, pool, fence.Fence{Resource: "acct", Token: 0, Holder: "a"}, "k"); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("invalid fence: err = %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -118,11 +118,11 @@ func TestBadInputSendsNothing(t *testing.T) {
 		}
 	}
 	for _, bad := range []fence.Fence{{}, {Resource: "counter", Token: 0, Holder: "a"}, {Resource: "counter", Token: 1}} {
-		if err := postgres.InTx(ctx, pool, pgx.TxOptions{}, bad, nop); !errors.Is(err, fence.ErrInvalidFence) {
-			t.Errorf("InTx(%v) = %v, want ErrInvalidFence", bad, err)
+		if err := postgres.InTx(ctx, pool, pgx.TxOptions{}, bad, nop); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("InTx(%v) = %v, want ErrInvalid", bad, err)
 		}
-		if _, err := postgres.Exec(ctx, pool, bad); !errors.Is(err, fence.ErrInvalidFence) {
-			t.Errorf("Exec(%v) = %v, want ErrInvalidFence", bad, err)
+		if _, err := postgres.Exec(ctx, pool, bad); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("Exec(%v) = %v, want ErrInvalid", bad, err)
 		}
 	}
 	for name, err := range map[string]error{

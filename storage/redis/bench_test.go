@@ -36,12 +36,12 @@ func BenchmarkGetFenced(b *testing.B) {
 	if err := s.Preload(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.Set(ctx, f, "fenced", benchValue()); err != nil {
+	if _, err := s.FencedSet(ctx, f, "fenced", benchValue()); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Get(ctx, f, "fenced"); err != nil {
+		if _, err := s.FencedGet(ctx, f, "fenced"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -68,7 +68,7 @@ func BenchmarkSetFenced(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Set(ctx, f, "fenced", v); err != nil {
+		if _, err := s.FencedSet(ctx, f, "fenced", v); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func BenchmarkUpdateFenced(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Update(ctx, f, "counter", func(old Value) ([]byte, error) {
+		if _, err := s.FencedUpdate(ctx, f, "counter", func(old Value) ([]byte, error) {
 			n, _ := strconv.Atoi(string(old.Data))
 			return strconv.AppendInt(nil, int64(n+1), 10), nil
 		}); err != nil {
@@ -124,7 +124,7 @@ func BenchmarkSetFencedParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		key := "p" + strconv.FormatInt(next.Add(1), 10)
 		for pb.Next() {
-			if _, err := s.Set(ctx, f, key, v); err != nil {
+			if _, err := s.FencedSet(ctx, f, key, v); err != nil {
 				b.Error(err)
 				return
 			}
@@ -145,12 +145,12 @@ func BenchmarkGetPaired(b *testing.B) {
 	if err := c.Set(ctx, plainKey, benchValue(), 0).Err(); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.Set(ctx, f, "fenced", benchValue()); err != nil {
+	if _, err := s.FencedSet(ctx, f, "fenced", benchValue()); err != nil {
 		b.Fatal(err)
 	}
 	paired(b,
 		func() error { return c.Get(ctx, plainKey).Err() },
-		func() error { _, err := s.Get(ctx, f, "fenced"); return err })
+		func() error { _, err := s.FencedGet(ctx, f, "fenced"); return err })
 }
 
 func BenchmarkSetPaired(b *testing.B) {
@@ -162,7 +162,7 @@ func BenchmarkSetPaired(b *testing.B) {
 	}
 	paired(b,
 		func() error { return c.Set(ctx, plainKey, v, 0).Err() },
-		func() error { _, err := s.Set(ctx, f, "fenced", v); return err })
+		func() error { _, err := s.FencedSet(ctx, f, "fenced", v); return err })
 }
 
 func paired(b *testing.B, plain, fenced func() error) {

@@ -46,22 +46,22 @@ func clusterOps(t *testing.T, cc *redis.ClusterClient) {
 	if got := cc.ClusterKeySlot(ctx, s.Prefix()+key).Val(); got != want {
 		t.Fatalf("stored key in slot %d, want the caller's tag slot %d", got, want)
 	}
-	if _, err := s.Get(ctx, fen(1, "a"), key); !errors.Is(err, fence.ErrNotFound) {
+	if _, err := s.FencedGet(ctx, fen(1, "a"), key); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatal(err)
 	}
-	if _, err := s.Set(ctx, fen(1, "a"), key, []byte("1")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(1, "a"), key, []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Update(ctx, fen(2, "b"), key, func(old Value) ([]byte, error) { return append(old.Data, '+'), nil }); err != nil {
+	if _, err := s.FencedUpdate(ctx, fen(2, "b"), key, func(old Value) ([]byte, error) { return append(old.Data, '+'), nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Set(ctx, fen(1, "a"), key, []byte("late")); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.FencedSet(ctx, fen(1, "a"), key, []byte("late")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale write on the cluster: %v", err)
 	}
 	if _, err := s.CompareAndSet(ctx, key, 2, []byte("cas")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, fen(2, "b"), key); err != nil {
+	if err := s.FencedDelete(ctx, fen(2, "b"), key); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := s.Load(ctx, key); !errors.Is(err, fence.ErrNotFound) || v.Version != 4 {
@@ -73,7 +73,7 @@ func clusterOps(t *testing.T, cc *redis.ClusterClient) {
 	// Every call's record lies in its value's slot, whatever braces the
 	// caller's key holds: the cluster refuses a script whose keys do not.
 	for _, k := range []string{"plain", "a}b", "x{}y", "{}", "{{t}}", "open{", "}{", "{tag}rest"} {
-		if _, err := s.Set(ctx, fen(1, "a"), k, []byte("v")); err != nil {
+		if _, err := s.FencedSet(ctx, fen(1, "a"), k, []byte("v")); err != nil {
 			t.Fatalf("Set %q: %v", k, err)
 		}
 		if _, err := s.CompareAndSet(ctx, k, 1, []byte("w")); err != nil {

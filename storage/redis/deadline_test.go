@@ -47,7 +47,7 @@ func testCallsReturnByTheDeadline(t *testing.T, contextTimeout bool) {
 		t.Fatal(err)
 	}
 	f := fen(1, "h")
-	if _, err := s.Set(ctx, f, "k", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, f, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Block()
@@ -58,12 +58,15 @@ func testCallsReturnByTheDeadline(t *testing.T, contextTimeout bool) {
 		write bool
 		call  func(ctx context.Context) error
 	}{
-		{"Get", true, func(ctx context.Context) error { _, err := s.Get(ctx, f, "k"); return err }},
-		{"Set", true, func(ctx context.Context) error { _, err := s.Set(ctx, f, "k", []byte("w")); return err }},
-		{"SetIfVersion", true, func(ctx context.Context) error { _, err := s.SetIfVersion(ctx, f, "k", 1, []byte("w")); return err }},
-		{"Delete", true, func(ctx context.Context) error { return s.Delete(ctx, f, "k") }},
+		{"Get", true, func(ctx context.Context) error { _, err := s.FencedGet(ctx, f, "k"); return err }},
+		{"Set", true, func(ctx context.Context) error { _, err := s.FencedSet(ctx, f, "k", []byte("w")); return err }},
+		{"SetIfVersion", true, func(ctx context.Context) error {
+			_, err := s.FencedSetIfVersion(ctx, f, "k", 1, []byte("w"))
+			return err
+		}},
+		{"Delete", true, func(ctx context.Context) error { return s.FencedDelete(ctx, f, "k") }},
 		{"Update", false, func(ctx context.Context) error {
-			_, err := s.Update(ctx, f, "k", func(Value) ([]byte, error) { return []byte("u"), nil })
+			_, err := s.FencedUpdate(ctx, f, "k", func(Value) ([]byte, error) { return []byte("u"), nil })
 			return err
 		}},
 		{"Load", false, func(ctx context.Context) error { _, err := s.Load(ctx, "k"); return err }},

@@ -18,7 +18,7 @@
 //
 // # Fenced operations
 //
-// [Store.Get], [Store.Set], [Store.SetIfVersion] and [Store.Delete] take the
+// [Store.FencedGet], [Store.FencedSet], [Store.FencedSetIfVersion] and [Store.FencedDelete] take the
 // fence of a lock holder (from this module's lock package or any lock that
 // gives out strictly increasing tokens per resource). Each admits its fence
 // only if its token is above the key's mark, or equal to it and presented by
@@ -27,11 +27,11 @@
 // [*fence.StaleError] that carries the mark (so a lock that lost its counter
 // can advance past it) and changes nothing.
 //
-// Reads are fenced too: once [Store.Get] has admitted a holder, no older
+// Reads are fenced too: once [Store.FencedGet] has admitted a holder, no older
 // holder can write the key, even if its lease expired long ago and it only
-// now wakes up. Get raises the mark even when the key holds no value yet, and
+// now wakes up. FencedGet raises the mark even when the key holds no value yet, and
 // a delete keeps the mark, so the guarantee holds for missing and deleted
-// values as well. [Store.Update] bundles the usual pattern: fenced read, the
+// values as well. [Store.FencedUpdate] bundles the usual pattern: fenced read, the
 // caller's function, fenced write that also requires the version it read.
 //
 // The mark is kept per key, not per resource. The first fence to touch a key
@@ -55,7 +55,7 @@
 // balance under "{acct}:a" and writes a total under "{acct}:b") is checked
 // only on the key it writes; a newer holder's write to the key that was read
 // does not make it fail. Read every key the write depends on with a fenced
-// [Store.Get] under the same fence before writing, or keep what must change
+// [Store.FencedGet] under the same fence before writing, or keep what must change
 // together in one value.
 //
 // # Retries
@@ -68,12 +68,12 @@
 // its record is such a retry: before any fence or version check, it returns
 // the first run's reply, whatever other clients wrote in between. So a write
 // is never applied twice, and a write that was applied is never reported as
-// stale or as a conflict. [Store.Update] and [Store.Modify] never apply their
+// stale or as a conflict. [Store.FencedUpdate] and [Store.Modify] never apply their
 // function's change twice.
 //
-// A fenced [Store.Get] that raises the mark is recorded too; one that raises
+// A [Store.FencedGet] that raises the mark is recorded too; one that raises
 // nothing (its fence is already the mark) writes nothing and only looks for
-// the record of an earlier run of the same call. A retried Get whose first
+// the record of an earlier run of the same call. A retried FencedGet whose first
 // run was admitted is therefore never refused: it returns what that run read
 // while the value is unchanged, and an error matching [fence.ErrOutcomeUnknown]
 // once the value has changed, since what the first run read is gone.
@@ -118,7 +118,7 @@
 // the client gives up on it (one read timeout) or is closed.
 //
 // What to do after an unknown outcome: read the key under the same fence
-// ([Store.Get]) and decide from what it holds, or run the work through an
+// ([Store.FencedGet]) and decide from what it holds, or run the work through an
 // exactly-once record so that a retry tells the truth. Do not blindly retry
 // a write with the same fence: the fence that was admitted once is admitted
 // again, and the write may apply twice. A retry of [Store.CompareAndSet] with
@@ -161,8 +161,8 @@
 // # Errors
 //
 // Stale fences get [fence.ErrStale], version mismatches [fence.ErrConflict],
-// missing values [fence.ErrNotFound] (from Get and Load, which still return
-// the key's version), and invalid fences [fence.ErrInvalidFence] (an empty
+// missing values [fence.ErrNotFound] (from FencedGet and Load, which still return
+// the key's version), and invalid fences [fence.ErrInvalid] (an empty
 // resource or holder, a token below 1, a resource longer than
 // [fence.MaxResourceLen] bytes). A key that holds another type, or a hash
 // this store did not write (any hash whose fields and values are not exactly
@@ -180,6 +180,6 @@
 //
 // Each operation is one EVALSHA. The first call of a script on a server that
 // has not cached it sends EVAL as well; [Store.Preload] loads the scripts in
-// advance. [Store.Update] and [Store.Modify] are a read and a write: two
+// advance. [Store.FencedUpdate] and [Store.Modify] are a read and a write: two
 // round trips per attempt.
 package redis

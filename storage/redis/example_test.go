@@ -16,7 +16,7 @@ import (
 
 // Increment a counter under a lock: the fenced read and write refuse a
 // holder whose lease expired while a newer holder got in.
-func ExampleStore_Update() {
+func ExampleStore_FencedUpdate() {
 	ctx := context.Background()
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	locker, err := lock.New(client)
@@ -28,7 +28,7 @@ func ExampleStore_Update() {
 		panic(err)
 	}
 	err = locker.Do(ctx, "counter:visits", 5*time.Second, func(ctx context.Context, f fence.Fence) error {
-		_, err := store.Update(ctx, f, "counter:visits", func(old redis.Value) ([]byte, error) {
+		_, err := store.FencedUpdate(ctx, f, "counter:visits", func(old redis.Value) ([]byte, error) {
 			n, _ := strconv.Atoi(string(old.Data)) // a missing value counts as 0
 			return strconv.AppendInt(nil, int64(n+1), 10), nil
 		})
@@ -45,7 +45,7 @@ func ExampleStore_Update() {
 
 // Write under a fence and read back; an older fence is refused with the
 // mark it lost to.
-func ExampleStore_Set() {
+func ExampleStore_FencedSet() {
 	ctx := context.Background()
 	store, err := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}),
 		redis.WithPrefix("app:data:"))
@@ -55,10 +55,10 @@ func ExampleStore_Set() {
 	newer := fence.Fence{Resource: "profile:7", Token: 8, Holder: fence.NewHolder()}
 	older := fence.Fence{Resource: "profile:7", Token: 7, Holder: fence.NewHolder()}
 
-	if _, err := store.Set(ctx, newer, "profile:7", []byte(`{"name":"Ada"}`), redis.WithTTL(time.Hour)); err != nil {
+	if _, err := store.FencedSet(ctx, newer, "profile:7", []byte(`{"name":"Ada"}`), redis.WithTTL(time.Hour)); err != nil {
 		panic(err)
 	}
-	_, err = store.Set(ctx, older, "profile:7", []byte(`{"name":"stale"}`))
+	_, err = store.FencedSet(ctx, older, "profile:7", []byte(`{"name":"stale"}`))
 	switch {
 	case errors.Is(err, fence.ErrStale):
 		fmt.Println("refused: a newer fence was admitted")

@@ -83,7 +83,7 @@ func TestExpectedVersion(t *testing.T) {
 		}},
 		{"SetIfVersion", func(s *Store, key string, expected int64) (int64, error) {
 			// A newer fence each time: a conflict must not raise the mark.
-			return s.SetIfVersion(ctx, fen(fence.Token(10+expected), "w"), key, expected, []byte("new"))
+			return s.FencedSetIfVersion(ctx, fen(fence.Token(10+expected), "w"), key, expected, []byte("new"))
 		}},
 		{"CompareAndDelete", func(s *Store, key string, expected int64) (int64, error) {
 			return s.CompareAndDelete(ctx, key, expected)

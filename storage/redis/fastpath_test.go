@@ -40,13 +40,13 @@ func TestSetUnderTheMarkKeepsTheLongestRetention(t *testing.T) {
 		{"the write of a store that keeps marks for ever", forever, ""},
 		{"a 1h-retention store's write after it", hour, ""},
 	} {
-		if _, err := step.s.Set(ctx, f, "k", []byte(step.name)); err != nil {
+		if _, err := step.s.FencedSet(ctx, f, "k", []byte(step.name)); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		if got := rt(); got != step.want {
 			t.Fatalf("after %s the hash's retention is %q; want %q", step.name, got, step.want)
 		}
-		if v, err := step.s.Get(ctx, f, "k"); err != nil || string(v.Data) != step.name {
+		if v, err := step.s.FencedGet(ctx, f, "k"); err != nil || string(v.Data) != step.name {
 			t.Fatalf("after %s: read %q, %v", step.name, v.Data, err)
 		}
 	}
@@ -56,14 +56,14 @@ func TestReadUnderTheMarkSeesTheExpiry(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newShortStore(t)
 	f := fen(5, "a")
-	if _, err := s.Set(ctx, f, "k", []byte("v"), WithTTL(20*time.Millisecond)); err != nil {
+	if _, err := s.FencedSet(ctx, f, "k", []byte("v"), WithTTL(20*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "the value expired", func() bool {
-		_, err := s.Get(ctx, f, "k")
+		_, err := s.FencedGet(ctx, f, "k")
 		return errors.Is(err, fence.ErrNotFound)
 	})
-	v, err := s.Set(ctx, f, "k", []byte("w"))
+	v, err := s.FencedSet(ctx, f, "k", []byte("w"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,29 +10,29 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Get is a fenced read: it admits f by the fence rule (f's token above the
+// FencedGet is a fenced read: it admits f by the fence rule (f's token above the
 // key's high-water mark, or equal to it with the mark's holder), raises the
 // mark to f and returns the key's value, all in one script and one round
-// trip. Once Get has admitted f, no fence older than f can write or delete
+// trip. Once FencedGet has admitted f, no fence older than f can write or delete
 // the key.
 //
-// When the key holds no live value, Get still raises the mark and returns an
+// When the key holds no live value, FencedGet still raises the mark and returns an
 // error matching [fence.ErrNotFound], together with a Value whose Version is
 // the key's current version (for a later version-checked write).
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark, or a
 // [*ResourceError] when the key's mark was set for another resource; neither
 // changes anything but the retention of the mark (see [WithMarkRetention]).
-// A client retry of a Get whose reply was lost and whose first run raised
+// A client retry of a FencedGet whose reply was lost and whose first run raised
 // the mark is never refused: it returns what that run read, or an error
 // matching [fence.ErrOutcomeUnknown] when the value has changed since (see
 // the package doc's Retries). ctx bounds the call; a call that may have
 // raised the mark and cannot tell also gets such an error.
 //
-// Get fences key only: a later write to another key is not refused because
+// FencedGet fences key only: a later write to another key is not refused because
 // a newer holder has since written this one. A write that depends on several
-// keys must Get each of them with the same fence first (see the package doc).
-func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, error) {
+// keys must FencedGet each of them with the same fence first (see the package doc).
+func (s *Store) FencedGet(ctx context.Context, f fence.Fence, key string) (Value, error) {
 	r, err := s.fenced(ctx, "get", f, key, nil, writeConfig{}, -1)
 	if err != nil {
 		return Value{}, err
@@ -44,19 +44,19 @@ func (s *Store) Get(ctx context.Context, f fence.Fence, key string) (Value, erro
 	return v, nil
 }
 
-// Set is a fenced write: it admits f by the fence rule, raises the key's
+// FencedSet is a fenced write: it admits f by the fence rule, raises the key's
 // high-water mark to f and stores data as the key's value with the next
 // version, all in one script and one round trip. It returns the new version.
 // [WithTTL] makes the value expire; without it the value is kept.
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
-// [*ResourceError]) and changes nothing. A client retry of a Set whose reply
+// [*ResourceError]) and changes nothing. A client retry of a FencedSet whose reply
 // was lost reports the first run's outcome (see [WithRetryWindow]). ctx
 // bounds the call. When the call fails after its script may have run (ctx
 // ended or the connection broke with the script in flight), the error
 // matches [fence.ErrOutcomeUnknown] and its cause: read the key before
 // writing again (see the package doc's Outcomes).
-func (s *Store) Set(ctx context.Context, f fence.Fence, key string, data []byte, opts ...WriteOption) (int64, error) {
+func (s *Store) FencedSet(ctx context.Context, f fence.Fence, key string, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
 		return 0, err
@@ -68,11 +68,11 @@ func (s *Store) Set(ctx context.Context, f fence.Fence, key string, data []byte,
 	return r.version, nil
 }
 
-// SetIfVersion is [Store.Set] that also requires the key's version to be
-// expected, as read by [Store.Get]: fence and version are both checked before
+// FencedSetIfVersion is [Store.FencedSet] that also requires the key's version to be
+// expected, as read by [Store.FencedGet]: fence and version are both checked before
 // anything is written. A version mismatch gets a [*fence.ConflictError] and
 // changes nothing, not even the mark.
-func (s *Store) SetIfVersion(ctx context.Context, f fence.Fence, key string, expected int64, data []byte, opts ...WriteOption) (int64, error) {
+func (s *Store) FencedSetIfVersion(ctx context.Context, f fence.Fence, key string, expected int64, data []byte, opts ...WriteOption) (int64, error) {
 	cfg, err := writeOptions(opts)
 	if err != nil {
 		return 0, err
@@ -87,26 +87,26 @@ func (s *Store) SetIfVersion(ctx context.Context, f fence.Fence, key string, exp
 	return r.version, nil
 }
 
-// Delete is a fenced delete: it admits f by the fence rule, raises the key's
+// FencedDelete is a fenced delete: it admits f by the fence rule, raises the key's
 // high-water mark to f and removes the key's value, in one script and one
 // round trip. The mark itself stays (the key's hash keeps it, see
 // [WithMarkRetention]), so an older holder's later write is still refused.
 // Deleting a missing value is not an error; it still raises the mark.
 //
 // A refused fence gets a [*fence.StaleError] carrying the mark (or a
-// [*ResourceError]) and changes nothing. A client retry of a Delete whose
+// [*ResourceError]) and changes nothing. A client retry of a FencedDelete whose
 // reply was lost reports the first run's outcome, and deletes nothing written
 // since. ctx bounds the call; an outcome it cannot tell gets an error
-// matching [fence.ErrOutcomeUnknown], as for [Store.Set].
-func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
+// matching [fence.ErrOutcomeUnknown], as for [Store.FencedSet].
+func (s *Store) FencedDelete(ctx context.Context, f fence.Fence, key string) error {
 	_, err := s.fenced(ctx, "del", f, key, nil, writeConfig{}, -1)
 	return err
 }
 
-// Update is a fenced read-modify-write: a fenced read of key ([Store.Get]),
+// FencedUpdate is a fenced read-modify-write: a fenced read of key ([Store.FencedGet]),
 // fn applied to what it read (a Value with Exists false when the key holds
 // none), and a fenced write of fn's result that also requires the version
-// read ([Store.SetIfVersion]). It returns the value written.
+// read ([Store.FencedSetIfVersion]). It returns the value written.
 //
 // Between the two round trips no other holder can write the key: one with
 // an older fence is refused by the mark, and one with a newer fence makes
@@ -117,7 +117,7 @@ func (s *Store) Delete(ctx context.Context, f fence.Fence, key string) error {
 // the caller unchanged. An error matching [fence.ErrOutcomeUnknown] means
 // the read or the write may have applied: read again before deciding. ctx
 // bounds the whole call.
-func (s *Store) Update(ctx context.Context, f fence.Fence, key string, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
+func (s *Store) FencedUpdate(ctx context.Context, f fence.Fence, key string, fn func(old Value) ([]byte, error), opts ...WriteOption) (Value, error) {
 	if fn == nil {
 		return Value{}, fmt.Errorf("%w: nil update function", errInvalidOption)
 	}
@@ -125,7 +125,7 @@ func (s *Store) Update(ctx context.Context, f fence.Fence, key string, fn func(o
 	if err != nil {
 		return Value{}, err
 	}
-	old, err := s.Get(ctx, f, key)
+	old, err := s.FencedGet(ctx, f, key)
 	if err != nil && !errors.Is(err, fence.ErrNotFound) {
 		return Value{}, err
 	}

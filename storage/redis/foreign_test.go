@@ -127,26 +127,26 @@ func TestForeignKeysLeftAsTheyWere(t *testing.T) {
 		name string
 		run  func(s *Store, key string) error
 	}{
-		{"Get", func(s *Store, key string) error { _, err := s.Get(ctx, mark, key); return err }},
-		{"Get newer", func(s *Store, key string) error { _, err := s.Get(ctx, newer, key); return err }},
-		{"Set", func(s *Store, key string) error { _, err := s.Set(ctx, mark, key, []byte("w")); return err }},
-		{"Set newer", func(s *Store, key string) error { _, err := s.Set(ctx, newer, key, []byte("w")); return err }},
+		{"Get", func(s *Store, key string) error { _, err := s.FencedGet(ctx, mark, key); return err }},
+		{"Get newer", func(s *Store, key string) error { _, err := s.FencedGet(ctx, newer, key); return err }},
+		{"Set", func(s *Store, key string) error { _, err := s.FencedSet(ctx, mark, key, []byte("w")); return err }},
+		{"Set newer", func(s *Store, key string) error { _, err := s.FencedSet(ctx, newer, key, []byte("w")); return err }},
 		{"Set with TTL", func(s *Store, key string) error {
-			_, err := s.Set(ctx, mark, key, []byte("w"), WithTTL(time.Hour))
+			_, err := s.FencedSet(ctx, mark, key, []byte("w"), WithTTL(time.Hour))
 			return err
 		}},
 		{"SetIfVersion", func(s *Store, key string) error {
-			_, err := s.SetIfVersion(ctx, mark, key, 2, []byte("w"))
+			_, err := s.FencedSetIfVersion(ctx, mark, key, 2, []byte("w"))
 			return err
 		}},
 		{"SetIfVersion 3", func(s *Store, key string) error {
-			_, err := s.SetIfVersion(ctx, newer, key, 3, []byte("w"))
+			_, err := s.FencedSetIfVersion(ctx, newer, key, 3, []byte("w"))
 			return err
 		}},
-		{"Delete", func(s *Store, key string) error { return s.Delete(ctx, mark, key) }},
-		{"Delete newer", func(s *Store, key string) error { return s.Delete(ctx, newer, key) }},
+		{"Delete", func(s *Store, key string) error { return s.FencedDelete(ctx, mark, key) }},
+		{"Delete newer", func(s *Store, key string) error { return s.FencedDelete(ctx, newer, key) }},
 		{"Update", func(s *Store, key string) error {
-			_, err := s.Update(ctx, mark, key, func(Value) ([]byte, error) { return []byte("w"), nil })
+			_, err := s.FencedUpdate(ctx, mark, key, func(Value) ([]byte, error) { return []byte("w"), nil })
 			return err
 		}},
 		{"Load", func(s *Store, key string) error { _, err := s.Load(ctx, key); return err }},
@@ -235,13 +235,13 @@ func TestOwnShapesAccepted(t *testing.T) {
 			_, err := s.CompareAndDelete(ctx, key, 1)
 			return err
 		},
-		"fenced value": func(s *Store, key string) error { _, err := s.Set(ctx, f, key, []byte("x")); return err },
+		"fenced value": func(s *Store, key string) error { _, err := s.FencedSet(ctx, f, key, []byte("x")); return err },
 		"expiring value": func(s *Store, key string) error {
-			_, err := s.Set(ctx, f, key, []byte("x"), WithTTL(time.Hour))
+			_, err := s.FencedSet(ctx, f, key, []byte("x"), WithTTL(time.Hour))
 			return err
 		},
-		"mark only":     func(s *Store, key string) error { _, err := s.Get(ctx, f, key); return ignoreNotFound(err) },
-		"fenced delete": func(s *Store, key string) error { return s.Delete(ctx, f, key) },
+		"mark only":     func(s *Store, key string) error { _, err := s.FencedGet(ctx, f, key); return ignoreNotFound(err) },
+		"fenced delete": func(s *Store, key string) error { return s.FencedDelete(ctx, f, key) },
 	}
 	for name, mk := range shapes {
 		for _, st := range []*Store{s, plain} {
@@ -253,13 +253,13 @@ func TestOwnShapesAccepted(t *testing.T) {
 			if err = ignoreNotFound(err); err != nil {
 				t.Fatalf("%s: Load: %v", name, err)
 			}
-			if _, err := st.Get(ctx, f, key); ignoreNotFound(err) != nil {
+			if _, err := st.FencedGet(ctx, f, key); ignoreNotFound(err) != nil {
 				t.Fatalf("%s: Get: %v", name, err)
 			}
 			if _, err := st.CompareAndSet(ctx, key, v.Version, []byte("y")); err != nil {
 				t.Fatalf("%s: CompareAndSet: %v", name, err)
 			}
-			if _, err := st.Set(ctx, f, key, []byte("z")); err != nil {
+			if _, err := st.FencedSet(ctx, f, key, []byte("z")); err != nil {
 				t.Fatalf("%s: Set: %v (fields %v)", name, err, c.HGetAll(ctx, st.redisKey(key)).Val())
 			}
 		}

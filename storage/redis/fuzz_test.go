@@ -98,7 +98,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		defer cancel()
 		f1 := fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}
 
-		v1, err := s.Set(ctx, f1, key, data)
+		v1, err := s.FencedSet(ctx, f1, key, data)
 		switch {
 		case key == "":
 			if !errors.Is(err, errInvalidKey) {
@@ -106,7 +106,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 			}
 			return
 		case f1.Validate() != nil:
-			if !errors.Is(err, fence.ErrInvalidFence) {
+			if !errors.Is(err, fence.ErrInvalid) {
 				t.Fatalf("Set with invalid fence %v: %v", f1, err)
 			}
 			if n, _ := c.Exists(ctx, prefix+key).Result(); n != 0 {
@@ -131,12 +131,12 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		if v1 != 1 {
 			t.Fatalf("first Set: version %d", v1)
 		}
-		if got, err := s.Get(ctx, f1, key); err != nil || !bytes.Equal(got.Data, data) {
+		if got, err := s.FencedGet(ctx, f1, key); err != nil || !bytes.Equal(got.Data, data) {
 			t.Fatalf("Get: %q, %v", got.Data, err)
 		}
 		if token > 1 {
 			stale := fence.Fence{Resource: resource, Token: fence.Token(token - 1), Holder: holder + "x"}
-			if _, err := s.Set(ctx, stale, key, []byte("stale")); !errors.Is(err, fence.ErrStale) {
+			if _, err := s.FencedSet(ctx, stale, key, []byte("stale")); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Set: %v", err)
 			} else if hw, ok := fence.LostTo(err); !ok || hw != f1 {
 				t.Fatalf("stale Set: mark %v in %v, want %v", hw, err, f1)
@@ -144,7 +144,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 			want("a stale Set", data, 1, f1)
 		}
 		other := fence.Fence{Resource: otherResource(resource), Token: fence.Token(token), Holder: holder}
-		if _, err := s.Set(ctx, other, key, []byte("other")); !errors.Is(err, ErrResourceMismatch) {
+		if _, err := s.FencedSet(ctx, other, key, []byte("other")); !errors.Is(err, ErrResourceMismatch) {
 			t.Fatalf("Set for another resource: %v", err)
 		}
 		rev := slices.Clone(data)
@@ -157,7 +157,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		if _, err := s.CompareAndSet(ctx, key, 1, data); !errors.Is(err, fence.ErrConflict) {
 			t.Fatalf("CompareAndSet at an old version: %v", err)
 		}
-		v3, err := s.SetIfVersion(ctx, f1, key, 2, data, WithTTL(time.Hour))
+		v3, err := s.FencedSetIfVersion(ctx, f1, key, 2, data, WithTTL(time.Hour))
 		if err != nil || v3 != 3 {
 			t.Fatalf("SetIfVersion: %d, %v", v3, err)
 		}
@@ -166,7 +166,7 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		if token < 1<<62 {
 			f2 = fence.Fence{Resource: resource, Token: fence.Token(token + 1), Holder: holder + "2"}
 		}
-		up, err := s.Update(ctx, f2, key, func(old Value) ([]byte, error) {
+		up, err := s.FencedUpdate(ctx, f2, key, func(old Value) ([]byte, error) {
 			if !bytes.Equal(old.Data, data) {
 				t.Errorf("Update read %q, want %q", old.Data, data)
 			}
@@ -188,14 +188,14 @@ func FuzzStoreRoundTrip(f *testing.F) {
 		if v, err := s.Load(ctx, key); !errors.Is(err, fence.ErrNotFound) || v.Version != 6 {
 			t.Fatalf("Load after CompareAndDelete: version %d, %v", v.Version, err)
 		}
-		if _, err := s.Set(ctx, f2, key, rev); err != nil {
+		if _, err := s.FencedSet(ctx, f2, key, rev); err != nil {
 			t.Fatalf("Set after a delete: %v", err)
 		}
 		want("Set after a delete", rev, 7, f2)
-		if err := s.Delete(ctx, f2, key); err != nil {
+		if err := s.FencedDelete(ctx, f2, key); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
-		if _, err := s.Get(ctx, f2, key); !errors.Is(err, fence.ErrNotFound) {
+		if _, err := s.FencedGet(ctx, f2, key); !errors.Is(err, fence.ErrNotFound) {
 			t.Fatalf("Get after Delete: %v", err)
 		}
 		if hw, err := s.HighWater(ctx, key); err != nil || hw != f2 {

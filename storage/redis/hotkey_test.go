@@ -60,10 +60,10 @@ func TestHotKeyRecords(t *testing.T) {
 	}
 	f, v := fen(1, "hot"), benchValue()
 	key := s.Prefix() + "hot"
-	if _, err := s.Set(ctx, f, "hot", v); err != nil {
+	if _, err := s.FencedSet(ctx, f, "hot", v); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Set(ctx, f, "hot", v); err != nil { // the hash in its steady form
+	if _, err := s.FencedSet(ctx, f, "hot", v); err != nil { // the hash in its steady form
 		t.Fatal(err)
 	}
 	fieldsAlone := int(c.HLen(ctx, key).Val())
@@ -108,7 +108,7 @@ func TestHotKeyRecords(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				if _, err := s.Set(ctx, f, "hot", v); err != nil {
+				if _, err := s.FencedSet(ctx, f, "hot", v); err != nil {
 					t.Error(err)
 					return
 				}

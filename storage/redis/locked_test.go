@@ -108,7 +108,7 @@ func TestLockedIncrementsWithExpiringLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := newWorkload().run(t, locker, func(ctx context.Context, f fence.Fence, pause time.Duration) error {
-		_, err := s.Update(ctx, f, "n", func(old Value) ([]byte, error) {
+		_, err := s.FencedUpdate(ctx, f, "n", func(old Value) ([]byte, error) {
 			n, prevTok := 0, fence.Token(0)
 			if old.Exists {
 				var err error
@@ -201,7 +201,7 @@ func TestLockCounterLossHeals(t *testing.T) {
 	acked := 0
 	increment := func() error {
 		return locker.Do(ctx, "counter", time.Second, func(ctx context.Context, f fence.Fence) error {
-			_, err := s.Update(ctx, f, "n", func(old Value) ([]byte, error) {
+			_, err := s.FencedUpdate(ctx, f, "n", func(old Value) ([]byte, error) {
 				n, _ := strconv.Atoi(string(old.Data))
 				return strconv.AppendInt(nil, int64(n+1), 10), nil
 			})

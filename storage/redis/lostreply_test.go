@@ -84,8 +84,8 @@ func TestLostReplyReportsFirstRun(t *testing.T) {
 		{
 			name: "Set then a newer holder's Set",
 			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
-				lose(func() { _, err := direct.Set(ctx, b, "k", []byte("b")); must(t, err) })
-				return via.Set(ctx, a, "k", []byte("a"))
+				lose(func() { _, err := direct.FencedSet(ctx, b, "k", []byte("b")); must(t, err) })
+				return via.FencedSet(ctx, a, "k", []byte("a"))
 			},
 			want:  1,
 			check: wantValue("b", 2),
@@ -93,10 +93,10 @@ func TestLostReplyReportsFirstRun(t *testing.T) {
 		{
 			name: "SetIfVersion then a newer holder's Set",
 			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
-				_, err := direct.Set(ctx, a, "k", []byte("a0"))
+				_, err := direct.FencedSet(ctx, a, "k", []byte("a0"))
 				must(t, err)
-				lose(func() { _, err := direct.Set(ctx, b, "k", []byte("b")); must(t, err) })
-				return via.SetIfVersion(ctx, a, "k", 1, []byte("a1"))
+				lose(func() { _, err := direct.FencedSet(ctx, b, "k", []byte("b")); must(t, err) })
+				return via.FencedSetIfVersion(ctx, a, "k", 1, []byte("a1"))
 			},
 			want:  2,
 			check: wantValue("b", 3),
@@ -104,10 +104,10 @@ func TestLostReplyReportsFirstRun(t *testing.T) {
 		{
 			name: "Delete then a compare-and-set",
 			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
-				_, err := direct.Set(ctx, a, "k", []byte("a0"))
+				_, err := direct.FencedSet(ctx, a, "k", []byte("a0"))
 				must(t, err)
 				lose(func() { _, err := direct.CompareAndSet(ctx, "k", 2, []byte("new")); must(t, err) })
-				return 2, via.Delete(ctx, a, "k")
+				return 2, via.FencedDelete(ctx, a, "k")
 			},
 			want:  2,
 			check: wantValue("new", 3),
@@ -151,8 +151,8 @@ func TestLostReplyReportsFirstRun(t *testing.T) {
 			name: "Update then a newer holder's Update",
 			run: func(t *testing.T, via, direct *Store, lose func(func())) (int64, error) {
 				var calls, other atomic.Int32
-				v, err := via.Update(ctx, a, "k", incr(&calls, func() {
-					lose(func() { _, err := direct.Update(ctx, b, "k", incr(&other, nil)); must(t, err) })
+				v, err := via.FencedUpdate(ctx, a, "k", incr(&calls, func() {
+					lose(func() { _, err := direct.FencedUpdate(ctx, b, "k", incr(&other, nil)); must(t, err) })
 				}))
 				if n := calls.Load(); n != 1 {
 					t.Errorf("Update ran fn %d times; want once", n)
@@ -201,11 +201,11 @@ func TestLostReplyOfRefusal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	via, p, direct := lostReplyStores(t)
-	if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
+	if _, err := direct.FencedSet(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
 		t.Fatal(err)
 	}
 	p.LoseNextReply(nil)
-	if _, err := via.Set(ctx, fen(1, "a"), "k", []byte("a")); !errors.Is(err, fence.ErrStale) {
+	if _, err := via.FencedSet(ctx, fen(1, "a"), "k", []byte("a")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale Set whose reply was lost = %v; want ErrStale", err)
 	}
 	p.LoseNextReply(nil)
@@ -263,14 +263,14 @@ func TestLostReplyOfRaisingGet(t *testing.T) {
 		want    string // "" for ErrOutcomeUnknown
 	}{
 		{"nothing in between", func(*Store) error { return nil }, "v"},
-		{"a newer holder's Get", func(d *Store) error { _, err := d.Get(ctx, b, "k"); return err }, "v"},
-		{"a newer holder's Set", func(d *Store) error { _, err := d.Set(ctx, b, "k", []byte("w")); return err }, ""},
+		{"a newer holder's Get", func(d *Store) error { _, err := d.FencedGet(ctx, b, "k"); return err }, "v"},
+		{"a newer holder's Set", func(d *Store) error { _, err := d.FencedSet(ctx, b, "k", []byte("w")); return err }, ""},
 		{"a compare-and-set", func(d *Store) error { _, err := d.CompareAndSet(ctx, "k", 1, []byte("w")); return err }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			via, p, direct := lostReplyStores(t)
-			if _, err := direct.Set(ctx, old, "k", []byte("v")); err != nil {
+			if _, err := direct.FencedSet(ctx, old, "k", []byte("v")); err != nil {
 				t.Fatal(err)
 			}
 			var lost atomic.Bool
@@ -280,7 +280,7 @@ func TestLostReplyOfRaisingGet(t *testing.T) {
 				}
 				lost.Store(true)
 			})
-			v, err := via.Get(ctx, a, "k")
+			v, err := via.FencedGet(ctx, a, "k")
 			if !lost.Load() {
 				t.Fatal("no reply was lost; the test did not exercise a retry")
 			}
@@ -308,11 +308,11 @@ func TestOutcomeUnknownAfterSend(t *testing.T) {
 	t.Parallel()
 	calls := map[string]func(ctx context.Context, s *Store) error{
 		"Set": func(ctx context.Context, s *Store) error {
-			_, err := s.Set(ctx, fen(1, "a"), "k", []byte("x"))
+			_, err := s.FencedSet(ctx, fen(1, "a"), "k", []byte("x"))
 			return err
 		},
-		"Delete": func(ctx context.Context, s *Store) error { return s.Delete(ctx, fen(1, "a"), "k") },
-		"Get":    func(ctx context.Context, s *Store) error { _, err := s.Get(ctx, fen(1, "a"), "k"); return err },
+		"Delete": func(ctx context.Context, s *Store) error { return s.FencedDelete(ctx, fen(1, "a"), "k") },
+		"Get":    func(ctx context.Context, s *Store) error { _, err := s.FencedGet(ctx, fen(1, "a"), "k"); return err },
 		"CompareAndSet": func(ctx context.Context, s *Store) error {
 			_, err := s.CompareAndSet(ctx, "k", 0, []byte("x"))
 			return err
@@ -361,7 +361,7 @@ func TestNothingSentIsNotUnknown(t *testing.T) {
 	ctx := context.Background()
 	check := func(t *testing.T, what string, s *Store) {
 		t.Helper()
-		_, err := s.Set(ctx, fen(1, "a"), "k", []byte("x"))
+		_, err := s.FencedSet(ctx, fen(1, "a"), "k", []byte("x"))
 		if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
 			t.Fatalf("Set %s = %v; want an error that does not say the outcome is unknown", what, err)
 		}
@@ -390,7 +390,7 @@ func TestNothingSentIsNotUnknown(t *testing.T) {
 		s, _ := newStore(t)
 		ctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := s.Set(ctx, fen(1, "a"), "k", nil); !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
+		if _, err := s.FencedSet(ctx, fen(1, "a"), "k", nil); !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
 			t.Fatalf("Set with an ended context = %v; want context.Canceled alone", err)
 		}
 	})
@@ -430,12 +430,12 @@ func TestLostReplyThroughAWrapper(t *testing.T) {
 	}
 	var lost atomic.Bool
 	p.LoseNextReply(func() {
-		if _, err := direct.Set(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
+		if _, err := direct.FencedSet(ctx, fen(2, "b"), "k", []byte("b")); err != nil {
 			t.Error(err)
 		}
 		lost.Store(true)
 	})
-	v, err := wrapped.Set(ctx, fen(1, "a"), "k", []byte("a"))
+	v, err := wrapped.FencedSet(ctx, fen(1, "a"), "k", []byte("a"))
 	if !lost.Load() {
 		t.Fatal("no reply was lost; the test did not exercise a retry")
 	}

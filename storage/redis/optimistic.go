@@ -15,7 +15,7 @@ import (
 
 // Load reads key without a fence: no admission, no change to the
 // high-water mark. Use it with [Store.CompareAndSet]; a read that a fenced
-// write depends on must be [Store.Get] instead.
+// write depends on must be [Store.FencedGet] instead.
 //
 // When the key holds no live value, Load returns an error matching
 // [fence.ErrNotFound] together with a Value whose Version is the key's

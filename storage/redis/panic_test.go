@@ -16,7 +16,7 @@ func TestPanicInFunctionWritesNothing(t *testing.T) {
 	type boom struct{ n int }
 	calls := map[string]func(key string, fn func(Value) ([]byte, error)) error{
 		"Update": func(key string, fn func(Value) ([]byte, error)) error {
-			_, err := s.Update(ctx, fen(1, "a"), key, fn)
+			_, err := s.FencedUpdate(ctx, fen(1, "a"), key, fn)
 			return err
 		},
 		"Modify": func(key string, fn func(Value) ([]byte, error)) error {
@@ -27,7 +27,7 @@ func TestPanicInFunctionWritesNothing(t *testing.T) {
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			key := "panic:" + name
-			if _, err := s.Set(ctx, fen(1, "a"), key, []byte("before")); err != nil {
+			if _, err := s.FencedSet(ctx, fen(1, "a"), key, []byte("before")); err != nil {
 				t.Fatal(err)
 			}
 			want := &boom{7}

@@ -64,15 +64,15 @@ func TestEveryChangeLeavesOneRecord(t *testing.T) {
 		run    func() error
 		record bool
 	}{
-		{"Get that raises the mark", func() error { _, err := s.Get(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }, true},
-		{"Set", func() error { _, err := s.Set(ctx, a, "k", []byte("1")); return err }, true},
-		{"Get that raises nothing", func() error { _, err := s.Get(ctx, a, "k"); return err }, false},
+		{"Get that raises the mark", func() error { _, err := s.FencedGet(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }, true},
+		{"Set", func() error { _, err := s.FencedSet(ctx, a, "k", []byte("1")); return err }, true},
+		{"Get that raises nothing", func() error { _, err := s.FencedGet(ctx, a, "k"); return err }, false},
 		{"Load", func() error { _, err := s.Load(ctx, "k"); return err }, false},
-		{"SetIfVersion", func() error { _, err := s.SetIfVersion(ctx, a, "k", 1, []byte("2")); return err }, true},
-		{"stale Set", func() error { _, err := s.Set(ctx, fen(1, "z"), "k", nil); return ignore(err, fence.ErrStale) }, false},
-		{"stale Get", func() error { _, err := s.Get(ctx, fen(1, "z"), "k"); return ignore(err, fence.ErrStale) }, false},
+		{"SetIfVersion", func() error { _, err := s.FencedSetIfVersion(ctx, a, "k", 1, []byte("2")); return err }, true},
+		{"stale Set", func() error { _, err := s.FencedSet(ctx, fen(1, "z"), "k", nil); return ignore(err, fence.ErrStale) }, false},
+		{"stale Get", func() error { _, err := s.FencedGet(ctx, fen(1, "z"), "k"); return ignore(err, fence.ErrStale) }, false},
 		{"conflicting SetIfVersion", func() error {
-			_, err := s.SetIfVersion(ctx, a, "k", 1, nil)
+			_, err := s.FencedSetIfVersion(ctx, a, "k", 1, nil)
 			return ignore(err, fence.ErrConflict)
 		}, false},
 		{"CompareAndSet", func() error { _, err := s.CompareAndSet(ctx, "k", 2, []byte("3")); return err }, true},
@@ -81,16 +81,16 @@ func TestEveryChangeLeavesOneRecord(t *testing.T) {
 			return ignore(err, fence.ErrConflict)
 		}, false},
 		{"CompareAndDelete", func() error { _, err := s.CompareAndDelete(ctx, "k", 3); return err }, true},
-		{"Delete", func() error { return s.Delete(ctx, a, "k") }, true},
+		{"Delete", func() error { return s.FencedDelete(ctx, a, "k") }, true},
 		{"Update", func() error {
-			_, err := s.Update(ctx, a, "k", func(Value) ([]byte, error) { return []byte("5"), nil })
+			_, err := s.FencedUpdate(ctx, a, "k", func(Value) ([]byte, error) { return []byte("5"), nil })
 			return err
 		}, true},
 		{"Modify", func() error {
 			_, err := s.Modify(ctx, "k", 1, func(Value) ([]byte, error) { return []byte("6"), nil })
 			return err
 		}, true},
-		{"newer holder's Get", func() error { _, err := s.Get(ctx, fen(3, "b"), "k"); return err }, true},
+		{"newer holder's Get", func() error { _, err := s.FencedGet(ctx, fen(3, "b"), "k"); return err }, true},
 	}
 	want := 0
 	for _, st := range steps {
@@ -134,12 +134,12 @@ func TestRecordsGoWithoutWrites(t *testing.T) {
 	ctx := context.Background()
 	f := fen(1, "a")
 	for i := range 200 {
-		if _, err := s.Set(ctx, f, "once:"+strconv.Itoa(i), []byte("v")); err != nil {
+		if _, err := s.FencedSet(ctx, f, "once:"+strconv.Itoa(i), []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 300 {
-		if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+		if _, err := s.FencedSet(ctx, f, "hot", []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,12 +160,12 @@ func TestHotKeyHashStaysSmall(t *testing.T) {
 	ctx := context.Background()
 	f := fen(1, "a")
 	key := s.Prefix() + "hot"
-	if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, f, "hot", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	fields := c.HLen(ctx, key).Val()
 	for range 500 {
-		if _, err := s.Set(ctx, f, "hot", []byte("v")); err != nil {
+		if _, err := s.FencedSet(ctx, f, "hot", []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,10 +211,10 @@ func TestRefusalKeepsMark(t *testing.T) {
 	s, c := newShortStore(t, WithMarkRetention(retention), WithRetryWindow(retention))
 	ctx := context.Background()
 	key := s.Prefix() + "k"
-	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, fen(5, "a"), "k"); err != nil {
+	if err := s.FencedDelete(ctx, fen(5, "a"), "k"); err != nil {
 		t.Fatal(err)
 	}
 	before := c.HGetAll(ctx, key).Val()
@@ -223,9 +223,9 @@ func TestRefusalKeepsMark(t *testing.T) {
 		return c.PTTL(ctx, key).Val() < retention/2
 	})
 	refusals := map[string]func() error{
-		"Get":    func() error { _, err := s.Get(ctx, fen(4, "z"), "k"); return err },
-		"Set":    func() error { _, err := s.Set(ctx, fen(4, "z"), "k", []byte("late")); return err },
-		"Delete": func() error { return s.Delete(ctx, fen(4, "z"), "k") },
+		"Get":    func() error { _, err := s.FencedGet(ctx, fen(4, "z"), "k"); return err },
+		"Set":    func() error { _, err := s.FencedSet(ctx, fen(4, "z"), "k", []byte("late")); return err },
+		"Delete": func() error { return s.FencedDelete(ctx, fen(4, "z"), "k") },
 	}
 	for name, refuse := range refusals {
 		low := c.PTTL(ctx, key).Val()
@@ -243,7 +243,7 @@ func TestRefusalKeepsMark(t *testing.T) {
 		})
 	}
 	// Another resource's refusal keeps the mark too.
-	if _, err := s.Get(ctx, fence.Fence{Resource: "other", Token: 9, Holder: "o"}, "k"); !errors.Is(err, ErrResourceMismatch) {
+	if _, err := s.FencedGet(ctx, fence.Fence{Resource: "other", Token: 9, Holder: "o"}, "k"); !errors.Is(err, ErrResourceMismatch) {
 		t.Fatalf("other resource: %v", err)
 	}
 	if d := c.PTTL(ctx, key).Val(); d < retention/2 {

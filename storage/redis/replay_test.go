@@ -39,7 +39,7 @@ func TestRetriedVersionedWritesReportTheirSuccess(t *testing.T) {
 	}
 	h.Arm(0)
 	f := fen(1, "h")
-	v, err = s.SetIfVersion(ctx, f, "k", 2, []byte("c"))
+	v, err = s.FencedSetIfVersion(ctx, f, "k", 2, []byte("c"))
 	if err != nil || v != 3 {
 		t.Fatalf("retried SetIfVersion = %d, %v; want 3, <nil>", v, err)
 	}
@@ -84,7 +84,7 @@ func TestRetriedReadModifyWriteAppliesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Arm(1) // Get passes; the fenced write is replayed
-	if _, err := s.Update(ctx, fen(1, "h"), "n", inc); err != nil {
+	if _, err := s.FencedUpdate(ctx, fen(1, "h"), "n", inc); err != nil {
 		t.Fatal(err)
 	}
 	v, err := s.Load(ctx, "n")

@@ -42,48 +42,48 @@ func TestShorterRetentionKeepsOthersMarks(t *testing.T) {
 	}
 
 	// A key a store keeps for ever, deleted through a store with a retention.
-	_, err := forever.Set(ctx, f, "a", []byte("v"))
+	_, err := forever.FencedSet(ctx, f, "a", []byte("v"))
 	must(err)
-	must(second.Delete(ctx, f, "a"))
+	must(second.FencedDelete(ctx, f, "a"))
 	if d := pttl("a"); d != -1 {
 		t.Fatalf("a mark kept for ever got a lifetime of %v from a store with a 1s retention", d)
 	}
 
 	// A key made by a store with a retention, then used by one that keeps
 	// marks for ever.
-	_, err = second.Set(ctx, f, "b", []byte("v"))
+	_, err = second.FencedSet(ctx, f, "b", []byte("v"))
 	must(err)
-	must(second.Delete(ctx, f, "b"))
+	must(second.FencedDelete(ctx, f, "b"))
 	if d := pttl("b"); d <= 0 || d > time.Second {
 		t.Fatalf("deleted key of a 1s-retention store lives %v; want up to 1s", d)
 	}
-	_, err = forever.Get(ctx, f, "b")
+	_, err = forever.FencedGet(ctx, f, "b")
 	must(err)
 	if d := pttl("b"); d != -1 {
 		t.Fatalf("a key read by a store that keeps marks for ever still lives %v", d)
 	}
-	must(second.Delete(ctx, f, "b"))
+	must(second.FencedDelete(ctx, f, "b"))
 	if d := pttl("b"); d != -1 {
 		t.Fatalf("a store with a 1s retention shortened a mark kept for ever to %v", d)
 	}
 
 	// Two retentions: the longer one holds, whoever writes last.
-	_, err = hour.Set(ctx, f, "c", []byte("v"))
+	_, err = hour.FencedSet(ctx, f, "c", []byte("v"))
 	must(err)
-	must(hour.Delete(ctx, f, "c"))
-	must(second.Delete(ctx, f, "c"))
-	_, err = second.Set(ctx, f, "c", []byte("v"), WithTTL(10*time.Millisecond))
+	must(hour.FencedDelete(ctx, f, "c"))
+	must(second.FencedDelete(ctx, f, "c"))
+	_, err = second.FencedSet(ctx, f, "c", []byte("v"), WithTTL(10*time.Millisecond))
 	must(err)
 	if d := pttl("c"); d < 30*time.Minute {
 		t.Fatalf("a 1s-retention store's write gave a 1h-retention mark %v to live", d)
 	}
-	_, err = second.Get(ctx, f, "c")
+	_, err = second.FencedGet(ctx, f, "c")
 	must(err)
 	if d := pttl("c"); d < 30*time.Minute {
 		t.Fatalf("a 1s-retention store's read gave a 1h-retention mark %v to live", d)
 	}
 	// And the mark still refuses an older holder.
-	if _, err := second.Set(ctx, fen(4, "old"), "c", []byte("late")); !errors.Is(err, fence.ErrStale) {
+	if _, err := second.FencedSet(ctx, fen(4, "old"), "c", []byte("late")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older holder's Set = %v; want ErrStale", err)
 	}
 }

@@ -65,10 +65,10 @@ func TestRingAdmitsStaleFence(t *testing.T) {
 		}
 	}
 	newer, older := fence.Fence{Resource: "r", Token: 5, Holder: "new"}, fence.Fence{Resource: "r", Token: 3, Holder: "old"}
-	if _, err := s.Set(ctx, newer, key, []byte("token 5")); err != nil {
+	if _, err := s.FencedSet(ctx, newer, key, []byte("token 5")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Set(ctx, older, key, []byte("token 3")); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.FencedSet(ctx, older, key, []byte("token 3")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("token 3 after token 5, shard up: %v; want ErrStale", err)
 	}
 
@@ -76,7 +76,7 @@ func TestRingAdmitsStaleFence(t *testing.T) {
 	eventually(t, 10*time.Second, "the ring marks shard a down", func() bool {
 		return shardOf(t, ring, s.redisKey(key)) == b.Addr()
 	})
-	if _, err := s.Set(ctx, older, key, []byte("token 3")); err != nil {
+	if _, err := s.FencedSet(ctx, older, key, []byte("token 3")); err != nil {
 		t.Fatalf("token 3 after token 5, key moved to shard b: %v; the Ring hazard did not show", err)
 	}
 	t.Log("a token-3 write was admitted after a token-5 write: shard b holds no mark for the key")

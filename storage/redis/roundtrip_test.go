@@ -26,15 +26,15 @@ func TestOneCommandPerOperation(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"fenced read of a missing key", func() error { _, err := s.Get(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }},
-		{"fenced write", func() error { _, err := s.Set(ctx, a, "k", []byte("v")); return err }},
-		{"fenced write with ttl", func() error { _, err := s.Set(ctx, a, "k", []byte("v"), WithTTL(hour)); return err }},
-		{"fenced read", func() error { _, err := s.Get(ctx, a, "k"); return err }},
-		{"stale fenced write", func() error { _, err := s.Set(ctx, b, "k", []byte("x")); return ignore(err, fence.ErrStale) }},
-		{"stale fenced read", func() error { _, err := s.Get(ctx, b, "k"); return ignore(err, fence.ErrStale) }},
-		{"version-checked fenced write", func() error { _, err := s.SetIfVersion(ctx, a, "k", 2, []byte("w")); return err }},
+		{"fenced read of a missing key", func() error { _, err := s.FencedGet(ctx, a, "k"); return ignore(err, fence.ErrNotFound) }},
+		{"fenced write", func() error { _, err := s.FencedSet(ctx, a, "k", []byte("v")); return err }},
+		{"fenced write with ttl", func() error { _, err := s.FencedSet(ctx, a, "k", []byte("v"), WithTTL(hour)); return err }},
+		{"fenced read", func() error { _, err := s.FencedGet(ctx, a, "k"); return err }},
+		{"stale fenced write", func() error { _, err := s.FencedSet(ctx, b, "k", []byte("x")); return ignore(err, fence.ErrStale) }},
+		{"stale fenced read", func() error { _, err := s.FencedGet(ctx, b, "k"); return ignore(err, fence.ErrStale) }},
+		{"version-checked fenced write", func() error { _, err := s.FencedSetIfVersion(ctx, a, "k", 2, []byte("w")); return err }},
 		{"conflicting fenced write", func() error {
-			_, err := s.SetIfVersion(ctx, a, "k", 1, []byte("w"))
+			_, err := s.FencedSetIfVersion(ctx, a, "k", 1, []byte("w"))
 			return ignore(err, fence.ErrConflict)
 		}},
 		{"load", func() error { _, err := s.Load(ctx, "k"); return err }},
@@ -45,7 +45,7 @@ func TestOneCommandPerOperation(t *testing.T) {
 			return ignore(err, fence.ErrConflict)
 		}},
 		{"compare-and-delete", func() error { _, err := s.CompareAndDelete(ctx, "k", 4); return err }},
-		{"fenced delete", func() error { return s.Delete(ctx, a, "k") }},
+		{"fenced delete", func() error { return s.FencedDelete(ctx, a, "k") }},
 	}
 	for _, op := range ops {
 		h.Take()
@@ -59,7 +59,7 @@ func TestOneCommandPerOperation(t *testing.T) {
 	}
 	// Update is a fenced read and a fenced write: two round trips, by design.
 	h.Take()
-	if _, err := s.Update(ctx, a, "k", func(Value) ([]byte, error) { return []byte("u"), nil }); err != nil {
+	if _, err := s.FencedUpdate(ctx, a, "k", func(Value) ([]byte, error) { return []byte("u"), nil }); err != nil {
 		t.Fatal(err)
 	}
 	if sent := h.Take(); len(sent) != 2 {
@@ -95,13 +95,13 @@ func TestFirstCallLoadsScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Take()
-	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(1, "a"), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if sent := h.Take(); len(sent) != 2 || sent[0] != "evalsha" || sent[1] != "eval" {
 		t.Fatalf("first call sent %v; want evalsha, eval", sent)
 	}
-	if _, err := s.Set(ctx, fen(1, "a"), "k", []byte("w")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(1, "a"), "k", []byte("w")); err != nil {
 		t.Fatal(err)
 	}
 	if sent := h.Take(); len(sent) != 1 {

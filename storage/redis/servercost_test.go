@@ -36,7 +36,7 @@ func TestServerCostPerCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, v := fen(1, "bench"), benchValue()
-	if _, err := s.Set(ctx, f, "fenced", v); err != nil {
+	if _, err := s.FencedSet(ctx, f, "fenced", v); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set(ctx, "plain", v, 0).Err(); err != nil {
@@ -47,9 +47,9 @@ func TestServerCostPerCall(t *testing.T) {
 		run       func() error
 	}{
 		{"plain GET", "get", func() error { return c.Get(ctx, "plain").Err() }},
-		{"fenced Get", "evalsha", func() error { _, err := s.Get(ctx, f, "fenced"); return err }},
+		{"fenced Get", "evalsha", func() error { _, err := s.FencedGet(ctx, f, "fenced"); return err }},
 		{"plain SET", "set", func() error { return c.Set(ctx, "plain", v, 0).Err() }},
-		{"fenced Set", "evalsha", func() error { _, err := s.Set(ctx, f, "fenced", v); return err }},
+		{"fenced Set", "evalsha", func() error { _, err := s.FencedSet(ctx, f, "fenced", v); return err }},
 	}
 	for _, ph := range phases {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {

@@ -92,48 +92,48 @@ func TestBadInputSendsNothing(t *testing.T) {
 		call func() error
 		is   error
 	}{
-		{"get empty key", func() error { _, err := s.Get(ctx, good, ""); return err }, errInvalidKey},
-		{"set empty key", func() error { _, err := s.Set(ctx, good, "", nil); return err }, errInvalidKey},
+		{"get empty key", func() error { _, err := s.FencedGet(ctx, good, ""); return err }, errInvalidKey},
+		{"set empty key", func() error { _, err := s.FencedSet(ctx, good, "", nil); return err }, errInvalidKey},
 		{"load empty key", func() error { _, err := s.Load(ctx, ""); return err }, errInvalidKey},
 		{"cas empty key", func() error { _, err := s.CompareAndSet(ctx, "", 0, nil); return err }, errInvalidKey},
-		{"get zero token", func() error { _, err := s.Get(ctx, fen(0, "a"), "k"); return err }, fence.ErrInvalidFence},
-		{"set no holder", func() error { _, err := s.Set(ctx, fen(1, ""), "k", nil); return err }, fence.ErrInvalidFence},
-		{"delete no resource", func() error { return s.Delete(ctx, fence.Fence{Token: 1, Holder: "a"}, "k") }, fence.ErrInvalidFence},
-		{"update negative token", func() error { _, err := s.Update(ctx, fen(-1, "a"), "k", inc); return err }, fence.ErrInvalidFence},
-		{"get cancelled", func() error { _, err := s.Get(cancelled, good, "k"); return err }, context.Canceled},
-		{"set cancelled", func() error { _, err := s.Set(cancelled, good, "k", nil); return err }, context.Canceled},
-		{"delete cancelled", func() error { return s.Delete(cancelled, good, "k") }, context.Canceled},
-		{"update cancelled", func() error { _, err := s.Update(cancelled, good, "k", inc); return err }, context.Canceled},
+		{"get zero token", func() error { _, err := s.FencedGet(ctx, fen(0, "a"), "k"); return err }, fence.ErrInvalid},
+		{"set no holder", func() error { _, err := s.FencedSet(ctx, fen(1, ""), "k", nil); return err }, fence.ErrInvalid},
+		{"delete no resource", func() error { return s.FencedDelete(ctx, fence.Fence{Token: 1, Holder: "a"}, "k") }, fence.ErrInvalid},
+		{"update negative token", func() error { _, err := s.FencedUpdate(ctx, fen(-1, "a"), "k", inc); return err }, fence.ErrInvalid},
+		{"get cancelled", func() error { _, err := s.FencedGet(cancelled, good, "k"); return err }, context.Canceled},
+		{"set cancelled", func() error { _, err := s.FencedSet(cancelled, good, "k", nil); return err }, context.Canceled},
+		{"delete cancelled", func() error { return s.FencedDelete(cancelled, good, "k") }, context.Canceled},
+		{"update cancelled", func() error { _, err := s.FencedUpdate(cancelled, good, "k", inc); return err }, context.Canceled},
 		{"load cancelled", func() error { _, err := s.Load(cancelled, "k"); return err }, context.Canceled},
 		{"cas cancelled", func() error { _, err := s.CompareAndSet(cancelled, "k", 0, nil); return err }, context.Canceled},
 		{"modify cancelled", func() error { _, err := s.Modify(cancelled, "k", 3, inc); return err }, context.Canceled},
 		{"preload cancelled", func() error { return s.Preload(cancelled) }, context.Canceled},
-		{"get nil context", func() error { _, err := s.Get(nilCtx, good, "k"); return err }, errInvalidOption},
-		{"set nil context", func() error { _, err := s.Set(nilCtx, good, "k", nil); return err }, errInvalidOption},
-		{"set-if-version nil context", func() error { _, err := s.SetIfVersion(nilCtx, good, "k", 0, nil); return err }, errInvalidOption},
-		{"delete nil context", func() error { return s.Delete(nilCtx, good, "k") }, errInvalidOption},
-		{"update nil context", func() error { _, err := s.Update(nilCtx, good, "k", inc); return err }, errInvalidOption},
+		{"get nil context", func() error { _, err := s.FencedGet(nilCtx, good, "k"); return err }, errInvalidOption},
+		{"set nil context", func() error { _, err := s.FencedSet(nilCtx, good, "k", nil); return err }, errInvalidOption},
+		{"set-if-version nil context", func() error { _, err := s.FencedSetIfVersion(nilCtx, good, "k", 0, nil); return err }, errInvalidOption},
+		{"delete nil context", func() error { return s.FencedDelete(nilCtx, good, "k") }, errInvalidOption},
+		{"update nil context", func() error { _, err := s.FencedUpdate(nilCtx, good, "k", inc); return err }, errInvalidOption},
 		{"load nil context", func() error { _, err := s.Load(nilCtx, "k"); return err }, errInvalidOption},
 		{"high-water nil context", func() error { _, err := s.HighWater(nilCtx, "k"); return err }, errInvalidOption},
 		{"cas nil context", func() error { _, err := s.CompareAndSet(nilCtx, "k", 0, nil); return err }, errInvalidOption},
 		{"cad nil context", func() error { _, err := s.CompareAndDelete(nilCtx, "k", 0); return err }, errInvalidOption},
 		{"modify nil context", func() error { _, err := s.Modify(nilCtx, "k", 3, inc); return err }, errInvalidOption},
 		{"preload nil context", func() error { return s.Preload(nilCtx) }, errInvalidOption},
-		{"get resource too long", func() error { _, err := s.Get(ctx, long, "k"); return err }, fence.ErrInvalidFence},
-		{"set resource too long", func() error { _, err := s.Set(ctx, long, "k", nil); return err }, fence.ErrInvalidFence},
-		{"delete resource too long", func() error { return s.Delete(ctx, long, "k") }, fence.ErrInvalidFence},
-		{"update resource too long", func() error { _, err := s.Update(ctx, long, "k", inc); return err }, fence.ErrInvalidFence},
-		{"zero ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(0)); return err }, errInvalidOption},
-		{"overflowing ttl", func() error { _, err := s.Set(ctx, good, "k", nil, WithTTL(math.MaxInt64)); return err }, errInvalidOption},
+		{"get resource too long", func() error { _, err := s.FencedGet(ctx, long, "k"); return err }, fence.ErrInvalid},
+		{"set resource too long", func() error { _, err := s.FencedSet(ctx, long, "k", nil); return err }, fence.ErrInvalid},
+		{"delete resource too long", func() error { return s.FencedDelete(ctx, long, "k") }, fence.ErrInvalid},
+		{"update resource too long", func() error { _, err := s.FencedUpdate(ctx, long, "k", inc); return err }, fence.ErrInvalid},
+		{"zero ttl", func() error { _, err := s.FencedSet(ctx, good, "k", nil, WithTTL(0)); return err }, errInvalidOption},
+		{"overflowing ttl", func() error { _, err := s.FencedSet(ctx, good, "k", nil, WithTTL(math.MaxInt64)); return err }, errInvalidOption},
 		{"ttl past MaxDuration", func() error {
 			_, err := s.CompareAndSet(ctx, "k", 0, nil, WithTTL(MaxDuration+time.Millisecond))
 			return err
 		}, errInvalidOption},
-		{"nil write option", func() error { _, err := s.Set(ctx, good, "k", nil, nil); return err }, errInvalidOption},
+		{"nil write option", func() error { _, err := s.FencedSet(ctx, good, "k", nil, nil); return err }, errInvalidOption},
 		{"negative expected version", func() error { _, err := s.CompareAndSet(ctx, "k", -1, nil); return err }, errInvalidOption},
-		{"negative fenced expected version", func() error { _, err := s.SetIfVersion(ctx, good, "k", -2, nil); return err }, errInvalidOption},
+		{"negative fenced expected version", func() error { _, err := s.FencedSetIfVersion(ctx, good, "k", -2, nil); return err }, errInvalidOption},
 		{"zero attempts", func() error { _, err := s.Modify(ctx, "k", 0, inc); return err }, errInvalidOption},
-		{"nil update function", func() error { _, err := s.Update(ctx, good, "k", nil); return err }, errInvalidOption},
+		{"nil update function", func() error { _, err := s.FencedUpdate(ctx, good, "k", nil); return err }, errInvalidOption},
 		{"nil modify function", func() error { _, err := s.Modify(ctx, "k", 1, nil); return err }, errInvalidOption},
 	}
 	for _, tt := range tests {
@@ -178,11 +178,11 @@ func TestAdmission(t *testing.T) {
 		name string
 		run  func(f fence.Fence, key string) error
 	}{
-		{"get", func(f fence.Fence, key string) error { _, err := s.Get(ctx, f, key); return err }},
-		{"set", func(f fence.Fence, key string) error { _, err := s.Set(ctx, f, key, []byte("new")); return err }},
-		{"delete", func(f fence.Fence, key string) error { return s.Delete(ctx, f, key) }},
+		{"get", func(f fence.Fence, key string) error { _, err := s.FencedGet(ctx, f, key); return err }},
+		{"set", func(f fence.Fence, key string) error { _, err := s.FencedSet(ctx, f, key, []byte("new")); return err }},
+		{"delete", func(f fence.Fence, key string) error { return s.FencedDelete(ctx, f, key) }},
 		{"update", func(f fence.Fence, key string) error {
-			_, err := s.Update(ctx, f, key, func(old Value) ([]byte, error) { return append(old.Data, '!'), nil })
+			_, err := s.FencedUpdate(ctx, f, key, func(old Value) ([]byte, error) { return append(old.Data, '!'), nil })
 			return err
 		}},
 	}
@@ -190,7 +190,7 @@ func TestAdmission(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(op.name+"/"+tc.name, func(t *testing.T) {
 				key := op.name + ":" + strings.ReplaceAll(tc.name, " ", "-")
-				if _, err := s.Set(ctx, mark, key, []byte("old")); err != nil {
+				if _, err := s.FencedSet(ctx, mark, key, []byte("old")); err != nil {
 					t.Fatal(err)
 				}
 				before := rawState(t, c, s.Prefix()+key)
@@ -225,12 +225,12 @@ func TestResourceMismatch(t *testing.T) {
 	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
-	if _, err := s.Set(ctx, fen(3, "a"), "k", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(3, "a"), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	before := rawState(t, c, s.Prefix()+"k")
 	other := fence.Fence{Resource: "other", Token: 9, Holder: "b"}
-	_, err := s.Set(ctx, other, "k", []byte("w"))
+	_, err := s.FencedSet(ctx, other, "k", []byte("w"))
 	var re *ResourceError
 	if !errors.Is(err, ErrResourceMismatch) || !errors.As(err, &re) || re.Resource != "account" || re.Key != "k" {
 		t.Fatalf("Set with another resource: %v", err)
@@ -249,17 +249,17 @@ func TestFencedReadRaisesMarkOnMissingKey(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
-	v, err := s.Get(ctx, fen(2, "b"), "new")
+	v, err := s.FencedGet(ctx, fen(2, "b"), "new")
 	if !errors.Is(err, fence.ErrNotFound) || v.Exists || v.Version != 0 {
 		t.Fatalf("Get of missing key = %+v, %v; want ErrNotFound at version 0", v, err)
 	}
-	if _, err := s.Set(ctx, fen(1, "a"), "new", []byte("late")); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.FencedSet(ctx, fen(1, "a"), "new", []byte("late")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older holder's write after a newer fenced read: %v; want ErrStale", err)
 	}
-	if _, err := s.Set(ctx, fen(2, "b"), "new", []byte("mine")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(2, "b"), "new", []byte("mine")); err != nil {
 		t.Fatalf("reader's own write refused: %v", err)
 	}
-	got, err := s.Get(ctx, fen(2, "b"), "new")
+	got, err := s.FencedGet(ctx, fen(2, "b"), "new")
 	if err != nil || string(got.Data) != "mine" || got.Version != 1 {
 		t.Fatalf("Get = %+v, %v; want mine at version 1", got, err)
 	}
@@ -269,10 +269,10 @@ func TestDeleteKeepsMark(t *testing.T) {
 	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
-	if _, err := s.Set(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
+	if _, err := s.FencedSet(ctx, fen(5, "a"), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, fen(5, "a"), "k"); err != nil {
+	if err := s.FencedDelete(ctx, fen(5, "a"), "k"); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := s.Load(ctx, "k"); !errors.Is(err, fence.ErrNotFound) || v.Version != 2 {
@@ -281,14 +281,14 @@ func TestDeleteKeepsMark(t *testing.T) {
 	if ttl := c.PTTL(ctx, s.Prefix()+"k").Val(); ttl != -1 {
 		t.Fatalf("deleted key has lifetime %v; want none (mark kept forever)", ttl)
 	}
-	if _, err := s.Set(ctx, fen(4, "z"), "k", []byte("late")); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.FencedSet(ctx, fen(4, "z"), "k", []byte("late")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older holder's write after delete: %v; want ErrStale", err)
 	}
 	if hw, err := s.HighWater(ctx, "k"); err != nil || hw != fen(5, "a") {
 		t.Fatalf("mark after delete = %v, %v; want %v", hw, err, fen(5, "a"))
 	}
 	// Deleting again is no error and does not move the version.
-	if err := s.Delete(ctx, fen(6, "b"), "k"); err != nil {
+	if err := s.FencedDelete(ctx, fen(6, "b"), "k"); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := s.Load(ctx, "k"); v.Version != 2 {

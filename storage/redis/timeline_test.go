@@ -33,16 +33,16 @@ func TestTimelineFencedReads(t *testing.T) {
 	if _, err := s.CompareAndSet(ctx, "x", 0, []byte("10")); err != nil {
 		t.Fatal(err)
 	}
-	va, err := s.Get(ctx, a, "x") // A: read X=10, then pause
+	va, err := s.FencedGet(ctx, a, "x") // A: read X=10, then pause
 	if err != nil {
 		t.Fatal(err)
 	}
-	vb, err := s.Get(ctx, b, "x") // B: lease of A expired; B reads X=10
+	vb, err := s.FencedGet(ctx, b, "x") // B: lease of A expired; B reads X=10
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A wakes up and writes X=11: refused, B's read raised the mark.
-	_, err = s.Set(ctx, a, "x", []byte(strconv.Itoa(atoi(t, va.Data)+1)))
+	_, err = s.FencedSet(ctx, a, "x", []byte(strconv.Itoa(atoi(t, va.Data)+1)))
 	if !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("A's late write: err = %v; want ErrStale", err)
 	}
@@ -50,13 +50,13 @@ func TestTimelineFencedReads(t *testing.T) {
 		t.Fatalf("A lost to %v, want B's fence %v", hw, b)
 	}
 	// B writes X=11: admitted.
-	if _, err := s.Set(ctx, b, "x", []byte(strconv.Itoa(atoi(t, vb.Data)+1))); err != nil {
+	if _, err := s.FencedSet(ctx, b, "x", []byte(strconv.Itoa(atoi(t, vb.Data)+1))); err != nil {
 		t.Fatalf("B's write: %v", err)
 	}
 	acked++
 	// A learns it lost, takes the lock again (token 3) and retries.
 	c := fen(3, "holder-a-again")
-	if _, err := s.Update(ctx, c, "x", func(old Value) ([]byte, error) {
+	if _, err := s.FencedUpdate(ctx, c, "x", func(old Value) ([]byte, error) {
 		return []byte(strconv.Itoa(atoi(t, old.Data) + 1)), nil
 	}); err != nil {
 		t.Fatalf("A's retry: %v", err)
@@ -127,10 +127,10 @@ func TestTimelineNegativeControls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Set(ctx, a, "x", []byte(strconv.Itoa(atoi(t, va.Data)+1))); err == nil {
+		if _, err := s.FencedSet(ctx, a, "x", []byte(strconv.Itoa(atoi(t, va.Data)+1))); err == nil {
 			acked++
 		}
-		if _, err := s.Set(ctx, b, "x", []byte(strconv.Itoa(atoi(t, vb.Data)+1))); err == nil {
+		if _, err := s.FencedSet(ctx, b, "x", []byte(strconv.Itoa(atoi(t, vb.Data)+1))); err == nil {
 			acked++
 		}
 		got, err := s.Load(ctx, "x")

@@ -51,7 +51,7 @@ func TestFencedWriteChecksVersion(t *testing.T) {
 	t.Parallel()
 	s, c := newStore(t)
 	ctx := context.Background()
-	v, err := s.Get(ctx, fen(1, "a"), "k")
+	v, err := s.FencedGet(ctx, fen(1, "a"), "k")
 	if !errors.Is(err, fence.ErrNotFound) {
 		t.Fatal(err)
 	}
@@ -59,18 +59,18 @@ func TestFencedWriteChecksVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := rawState(t, c, s.Prefix()+"k")
-	_, err = s.SetIfVersion(ctx, fen(2, "b"), "k", v.Version, []byte("mine"))
+	_, err = s.FencedSetIfVersion(ctx, fen(2, "b"), "k", v.Version, []byte("mine"))
 	if !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("fenced write at a stale version: %v; want ErrConflict", err)
 	}
 	if rawState(t, c, s.Prefix()+"k") != before {
 		t.Fatal("refused fenced write changed the key (or its mark)")
 	}
-	if _, err := s.SetIfVersion(ctx, fen(2, "b"), "k", 1, []byte("mine")); err != nil {
+	if _, err := s.FencedSetIfVersion(ctx, fen(2, "b"), "k", 1, []byte("mine")); err != nil {
 		t.Fatalf("fenced write at the right version: %v", err)
 	}
 	// A stale fence is refused before the version is looked at.
-	if _, err := s.SetIfVersion(ctx, fen(1, "a"), "k", 2, []byte("late")); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.FencedSetIfVersion(ctx, fen(1, "a"), "k", 2, []byte("late")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale fence at the right version: %v; want ErrStale", err)
 	}
 }
@@ -79,7 +79,7 @@ func TestUpdateReportsInterleavedWrite(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
-	_, err := s.Update(ctx, fen(1, "a"), "k", func(old Value) ([]byte, error) {
+	_, err := s.FencedUpdate(ctx, fen(1, "a"), "k", func(old Value) ([]byte, error) {
 		// A lock-free writer slips in between the fenced read and write.
 		if _, err := s.CompareAndSet(ctx, "k", old.Version, []byte("other")); err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func TestUpdateReportsInterleavedWrite(t *testing.T) {
 		t.Fatalf("value = %q, want the interleaved write kept", v.Data)
 	}
 	fnErr := errors.New("no thanks")
-	if _, err := s.Update(ctx, fen(1, "a"), "k", func(Value) ([]byte, error) { return nil, fnErr }); err != fnErr {
+	if _, err := s.FencedUpdate(ctx, fen(1, "a"), "k", func(Value) ([]byte, error) { return nil, fnErr }); err != fnErr {
 		t.Fatalf("Update returned %v, want fn's error as it is", err)
 	}
 }

@@ -101,20 +101,20 @@ func RunRedisStorage(ctx context.Context, srv *Server, ops int, prefix string) (
 	f := fence.Fence{Resource: "bench", Token: 1, Holder: "bench-holder"}
 	value := []byte("0123456789abcdef0123456789abcdef")
 	plainKey := prefix + "plain"
-	if _, err := store.Set(ctx, f, "fenced", value); err != nil {
+	if _, err := store.FencedSet(ctx, f, "fenced", value); err != nil {
 		return nil, err
 	}
 	if err := c.Set(ctx, plainKey, value, 0).Err(); err != nil {
 		return nil, err
 	}
-	get, err := runPair(Pair{Name: "Redis read", Fenced: "`Store.Get`", Plain: "GET"}, ops,
-		func() error { _, err := store.Get(ctx, f, "fenced"); return err },
+	get, err := runPair(Pair{Name: "Redis read", Fenced: "`Store.FencedGet`", Plain: "GET"}, ops,
+		func() error { _, err := store.FencedGet(ctx, f, "fenced"); return err },
 		func() error { return c.Get(ctx, plainKey).Err() })
 	if err != nil {
 		return nil, err
 	}
-	set, err := runPair(Pair{Name: "Redis write", Fenced: "`Store.Set`", Plain: "SET"}, ops,
-		func() error { _, err := store.Set(ctx, f, "fenced", value); return err },
+	set, err := runPair(Pair{Name: "Redis write", Fenced: "`Store.FencedSet`", Plain: "SET"}, ops,
+		func() error { _, err := store.FencedSet(ctx, f, "fenced", value); return err },
 		func() error { return c.Set(ctx, plainKey, value, 0).Err() })
 	if err != nil {
 		return nil, err

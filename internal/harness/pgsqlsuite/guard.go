@@ -101,8 +101,8 @@ func testLimits(t *testing.T, d Driver) {
 	wantStale(t, err, f)
 	long := r + "x"
 	err = pgsql.InTx(e.ctx, e.db, nil, fenceOf(long, 8, "h"), func(context.Context, *sql.Tx) error { return nil })
-	if !errors.Is(err, fence.ErrInvalidFence) {
-		t.Fatalf("resource of %d bytes: err = %v, want ErrInvalidFence", len(long), err)
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("resource of %d bytes: err = %v, want ErrInvalid", len(long), err)
 	}
 	if _, err := pgsql.HighWater(e.ctx, e.db, long); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("HighWater of %d bytes: err = %v, want ErrInvalid", len(long), err)
@@ -188,9 +188,9 @@ func testGuardAllOrder(t *testing.T, d Driver) {
 	if err := pgsql.GuardAll(e.ctx, tx, fenceOf("a", 2, "h"), fenceOf("a", 3, "h")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("resource twice: %v, want ErrInvalid", err)
 	}
-	if err := pgsql.GuardAll(e.ctx, tx, fenceOf("c", 2, "h"), fenceOf("b", 0, "h")); !errors.Is(err, fence.ErrInvalidFence) ||
+	if err := pgsql.GuardAll(e.ctx, tx, fenceOf("c", 2, "h"), fenceOf("b", 0, "h")); !errors.Is(err, fence.ErrInvalid) ||
 		!strings.HasPrefix(err.Error(), "pgsql: GuardAll: invalid fence: ") {
-		t.Fatalf("invalid fence: %v, want ErrInvalidFence naming GuardAll", err)
+		t.Fatalf("invalid fence: %v, want ErrInvalid naming GuardAll", err)
 	}
 	// Nothing was sent: the transaction is still usable.
 	wantStale(t, pgsql.GuardAll(e.ctx, tx, fenceOf("c", 2, "h"), fenceOf("b", 1, "x")), fenceOf("b", 1, "h"))

@@ -268,7 +268,7 @@ func testBadInputSendsNothing(t *testing.T, d Driver) {
 	// Guard on a live transaction: a bad fence leaves it untouched.
 	e := setup(t, d)
 	tx := e.begin(sql.LevelDefault)
-	if err := pgsql.Guard(e.ctx, tx, fenceOf("r", 0, "h")); !errors.Is(err, fence.ErrInvalidFence) {
+	if err := pgsql.Guard(e.ctx, tx, fenceOf("r", 0, "h")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Guard token 0: %v", err)
 	}
 	if err := pgsql.Guard(e.ctx, tx, fenceOf("r", 1, "h")); err != nil {
@@ -292,7 +292,7 @@ func testZeroFenceMessages(t *testing.T, d Driver) {
 		"Once":         func() error { _, err := pgsql.Once(e.ctx, e.db, fence.Fence{}, "k", noop); return err }(),
 	} {
 		want := "pgsql: " + call + ": invalid fence: zero Fence: was an error from Acquire or FenceLock ignored?; check the error of the call that gave you the fence, and pass the fence of a lock you hold"
-		if err == nil || err.Error() != want || !errors.Is(err, fence.ErrInvalidFence) {
+		if err == nil || err.Error() != want || !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: err = %v\nwant %s", call, err, want)
 		}
 	}

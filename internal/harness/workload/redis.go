@@ -24,7 +24,7 @@ func (c *RedisCounter) Name() string { return "redis" }
 // Setup needs to do nothing: a missing counter reads as zero.
 func (c *RedisCounter) Setup(context.Context, Mode, []string) error { return nil }
 
-// Read is Store.Get in Fenced mode, Store.Load with UnfencedReads, GET in
+// Read is Store.FencedGet in Fenced mode, Store.Load with UnfencedReads, GET in
 // Plain mode.
 func (c *RedisCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resource string) (State, error) {
 	var (
@@ -44,7 +44,7 @@ func (c *RedisCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resou
 	case UnfencedReads:
 		v, err = c.Store.Load(ctx, resource)
 	default:
-		v, err = c.Store.Get(ctx, f, resource)
+		v, err = c.Store.FencedGet(ctx, f, resource)
 	}
 	if errors.Is(err, fence.ErrNotFound) {
 		return State{}, nil
@@ -55,12 +55,12 @@ func (c *RedisCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resou
 	return ParseState(v.Data)
 }
 
-// Write is Store.Set in the fenced modes and SET in Plain mode.
+// Write is Store.FencedSet in the fenced modes and SET in Plain mode.
 func (c *RedisCounter) Write(ctx context.Context, mode Mode, f fence.Fence, resource string, s State) error {
 	if mode == Plain {
 		return c.Client.Set(ctx, c.PlainPrefix+resource, s.String(), 0).Err()
 	}
-	_, err := c.Store.Set(ctx, f, resource, []byte(s.String()))
+	_, err := c.Store.FencedSet(ctx, f, resource, []byte(s.String()))
 	return err
 }
 

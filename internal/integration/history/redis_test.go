@@ -335,9 +335,9 @@ func (r *redisRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, data
 	var v fkredis.Value
 	var err error
 	if in.Op == OpGet {
-		v, err = r.stores[w].Get(ctx, forged, key)
+		v, err = r.stores[w].FencedGet(ctx, forged, key)
 	} else {
-		v.Version, err = r.stores[w].Set(ctx, forged, key, []byte(in.Data))
+		v.Version, err = r.stores[w].FencedSet(ctx, forged, key, []byte(in.Data))
 	}
 	out := r.outcome(w, c, err)
 	switch out.Status {
@@ -438,7 +438,7 @@ func (r *redisRun) get(w int, key string, f fence.Fence, lastVersion map[string]
 	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
 	defer cancel()
 	c := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
-	v, err := r.stores[w].Get(ctx, f, key)
+	v, err := r.stores[w].FencedGet(ctx, f, key)
 	out := r.outcome(w, c, err)
 	if out.Status == Ok || out.Status == NotFound {
 		out.Data, out.Version = string(v.Data), v.Version
@@ -462,9 +462,9 @@ func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d strin
 	case r.variant == redisClientSide:
 		v, err = clientSideSet(ctx, r.clients[w], r.keyOf(key), f, expected, d, &r.exposed)
 	case expected >= 0:
-		v, err = r.stores[w].SetIfVersion(ctx, f, key, expected, []byte(d))
+		v, err = r.stores[w].FencedSetIfVersion(ctx, f, key, expected, []byte(d))
 	default:
-		v, err = r.stores[w].Set(ctx, f, key, []byte(d))
+		v, err = r.stores[w].FencedSet(ctx, f, key, []byte(d))
 	}
 	out := r.outcome(w, c, err)
 	if out.Status == Ok {
@@ -477,7 +477,7 @@ func (r *redisRun) del(w int, key string, f fence.Fence) RedisOut {
 	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
 	defer cancel()
 	c := r.invoke(w, RedisIn{Key: key, Op: OpDel, Fence: markOf(f)})
-	err := r.stores[w].Delete(ctx, f, key)
+	err := r.stores[w].FencedDelete(ctx, f, key)
 	return r.finish(c, r.outcome(w, c, err))
 }
 
@@ -497,7 +497,7 @@ func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersio
 	defer cancel()
 	read := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
 	var write *redisCall
-	v, err := r.stores[w].Update(ctx, f, key, func(old fkredis.Value) ([]byte, error) {
+	v, err := r.stores[w].FencedUpdate(ctx, f, key, func(old fkredis.Value) ([]byte, error) {
 		st := Ok
 		if !old.Exists {
 			st = NotFound

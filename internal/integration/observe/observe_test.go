@@ -244,16 +244,16 @@ func TestRedisStoreCountsRejections(t *testing.T) {
 	before := [3]int64{count(t, "fencekit.fence.rejections", stale...), count(t, "fencekit.fence.rejections", conflict...), count(t, "fencekit.fence.rejections", mismatch...)}
 
 	older, newer := staleFences("acct")
-	if _, err := store.Get(ctx, newer, "k"); !errors.Is(err, fence.ErrNotFound) {
+	if _, err := store.FencedGet(ctx, newer, "k"); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatal(err)
 	}
-	if _, err := store.Set(ctx, older, "k", []byte("x")); !errors.Is(err, fence.ErrStale) {
+	if _, err := store.FencedSet(ctx, older, "k", []byte("x")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale Set = %v", err)
 	}
 	if _, err := store.CompareAndSet(ctx, "v", 7, []byte("x")); !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("CompareAndSet with a wrong version = %v", err)
 	}
-	if _, err := store.Set(ctx, fence.Fence{Resource: "other", Token: 9, Holder: "h"}, "k", []byte("x")); !errors.Is(err, fkredis.ErrResourceMismatch) {
+	if _, err := store.FencedSet(ctx, fence.Fence{Resource: "other", Token: 9, Holder: "h"}, "k", []byte("x")); !errors.Is(err, fkredis.ErrResourceMismatch) {
 		t.Fatalf("Set for another resource = %v", err)
 	}
 	after := [3]int64{count(t, "fencekit.fence.rejections", stale...), count(t, "fencekit.fence.rejections", conflict...), count(t, "fencekit.fence.rejections", mismatch...)}

@@ -72,25 +72,25 @@ func TestRedisSpansNameNoHolder(t *testing.T) {
 	newer := fence.Fence{Resource: "acct", Token: 6, Holder: fence.NewHolder()}
 	other := fence.Fence{Resource: "other", Token: 9, Holder: fence.NewHolder()}
 	got := redisSpans(t, []string{"k"}, func(ctx context.Context, s *fkredis.Store) {
-		if _, err := s.Set(ctx, newer, "k", []byte("x")); err != nil {
+		if _, err := s.FencedSet(ctx, newer, "k", []byte("x")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Set(ctx, older, "k", []byte("y")); !errors.Is(err, fence.ErrStale) {
+		if _, err := s.FencedSet(ctx, older, "k", []byte("y")); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Set = %v", err)
 		}
-		if _, err := s.Get(ctx, older, "k"); !errors.Is(err, fence.ErrStale) {
+		if _, err := s.FencedGet(ctx, older, "k"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Get = %v", err)
 		}
-		if err := s.Delete(ctx, older, "k"); !errors.Is(err, fence.ErrStale) {
+		if err := s.FencedDelete(ctx, older, "k"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Delete = %v", err)
 		}
-		if _, err := s.Update(ctx, older, "k", func(fkredis.Value) ([]byte, error) { return nil, nil }); !errors.Is(err, fence.ErrStale) {
+		if _, err := s.FencedUpdate(ctx, older, "k", func(fkredis.Value) ([]byte, error) { return nil, nil }); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Update = %v", err)
 		}
-		if _, err := s.SetIfVersion(ctx, newer, "k", 9, []byte("z")); !errors.Is(err, fence.ErrConflict) {
+		if _, err := s.FencedSetIfVersion(ctx, newer, "k", 9, []byte("z")); !errors.Is(err, fence.ErrConflict) {
 			t.Fatalf("conflicting SetIfVersion = %v", err)
 		}
-		if _, err := s.Set(ctx, other, "k", []byte("z")); !errors.Is(err, fkredis.ErrResourceMismatch) {
+		if _, err := s.FencedSet(ctx, other, "k", []byte("z")); !errors.Is(err, fkredis.ErrResourceMismatch) {
 			t.Fatalf("Set for another resource = %v", err)
 		}
 	})
@@ -118,10 +118,10 @@ func TestRedisSpansNameNoHolder(t *testing.T) {
 func TestRedisSpanStringsAreUTF8(t *testing.T) {
 	f := fence.Fence{Resource: "acct", Token: 5, Holder: "h"}
 	got := redisSpans(t, []string{"bin"}, func(ctx context.Context, s *fkredis.Store) {
-		if _, err := s.Set(ctx, f, "bin\xff\xfe", []byte("x")); err != nil {
+		if _, err := s.FencedSet(ctx, f, "bin\xff\xfe", []byte("x")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Get(ctx, fence.Fence{Resource: "acct", Token: 4, Holder: "h"}, "bin\xff\xfe"); !errors.Is(err, fence.ErrStale) {
+		if _, err := s.FencedGet(ctx, fence.Fence{Resource: "acct", Token: 4, Holder: "h"}, "bin\xff\xfe"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Get = %v", err)
 		}
 		if _, err := s.Load(ctx, "bin\xc3"); !errors.Is(err, fence.ErrNotFound) {
