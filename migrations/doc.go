@@ -17,7 +17,9 @@
 //     storage/postgres package's one-round-trip batch;
 //   - fencekit_once(key, resource, token, holder, done_at): one completion
 //     record per key of work run through storage/postgres's Once, with an
-//     index on done_at for deleting old records. fencekit never deletes
+//     index on done_at for deleting old records. holder is the holder's
+//     mark (fence.HolderMark, as logs show it), never the holder id, which
+//     is the lock's secret; 00004 converts records written before it. fencekit never deletes
 //     them; see Once for what deleting one means.
 //
 // A database migrated by an earlier version gets the new objects from the

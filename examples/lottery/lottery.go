@@ -72,11 +72,12 @@ type Result struct {
 	Draws int
 }
 
-// Record says which grant drew a day: the fence it drew under and when.
+// Record says which grant drew a day: the token it drew under, its holder's
+// mark (fence.HolderMark, as logs show it) and when.
 type Record struct {
-	Token  fence.Token
-	Holder string
-	Done   time.Time
+	Token      fence.Token
+	HolderMark string
+	Done       time.Time
 }
 
 // Winner is one stored winner row and the token that wrote it.
@@ -247,7 +248,7 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Draws = len(tokens)
 	for _, in := range res.Instances {
-		if res.Record != nil && in.Holder == res.Record.Holder {
+		if res.Record != nil && fence.HolderMark(in.Holder) == res.Record.HolderMark {
 			res.Drawer = in.ID
 		}
 	}

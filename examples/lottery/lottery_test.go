@@ -116,7 +116,7 @@ func TestOneDrawPerDayDespitePause(t *testing.T) {
 						t.Fatalf("%d instances drew, %d draws stored; want 1 and 1: %+v", len(drew), first.Draws, first.Instances)
 					}
 					rec := first.Record
-					if rec == nil || rec.Token != drew[0].Token || rec.Holder != drew[0].Holder || first.Drawer != drew[0].ID {
+					if rec == nil || rec.Token != drew[0].Token || rec.HolderMark != fence.HolderMark(drew[0].Holder) || first.Drawer != drew[0].ID {
 						t.Fatalf("completion record %+v (drawer %d) is not the drawer's %+v", rec, first.Drawer, drew[0])
 					}
 					paused := pausedInstance(t, first)

@@ -145,7 +145,7 @@ func lookupDrawMySQL(ctx context.Context, db mysql.Querier, day time.Time) (Reco
 	if errors.Is(err, fence.ErrNotFound) {
 		return Record{}, false, nil
 	}
-	return Record{Token: r.Fence.Token, Holder: r.Fence.Holder, Done: r.Done}, err == nil, err
+	return Record{Token: r.Token, HolderMark: r.HolderMark, Done: r.Done}, err == nil, err
 }
 
 func (s *myStore) instance(context.Context) (instanceStore, error) {

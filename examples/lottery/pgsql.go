@@ -105,7 +105,7 @@ func lookupDrawPgsql(ctx context.Context, db pgsql.Querier, day time.Time) (Reco
 	if errors.Is(err, fence.ErrNotFound) {
 		return Record{}, false, nil
 	}
-	return Record{Token: r.Fence.Token, Holder: r.Fence.Holder, Done: r.Done}, err == nil, err
+	return Record{Token: r.Token, HolderMark: r.HolderMark, Done: r.Done}, err == nil, err
 }
 
 func (s *sqlStore) instance(context.Context) (instanceStore, error) {

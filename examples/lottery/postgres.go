@@ -132,7 +132,7 @@ func lookupDraw(ctx context.Context, db postgres.Querier, day time.Time) (Record
 	if errors.Is(err, fence.ErrNotFound) {
 		return Record{}, false, nil
 	}
-	return Record{Token: r.Fence.Token, Holder: r.Fence.Holder, Done: r.Done}, err == nil, err
+	return Record{Token: r.Token, HolderMark: r.HolderMark, Done: r.Done}, err == nil, err
 }
 
 func (s *pgStore) instance(ctx context.Context) (instanceStore, error) {

@@ -1,10 +1,20 @@
-// Package ormguard shows how code that works through GORM or sqlx fences
-// its transactions with storage/mysql's Guard: take the *sql.Tx underneath
-// the library's transaction and guard it first, before any read.
+// Command ormguard shows how code that works through GORM or sqlx fences
+// its transactions with storage/mysql's Guard on MySQL or MariaDB: take the
+// *sql.Tx underneath the library's transaction and guard it first, before
+// any read. It deposits through GORM and through sqlx, then shows a stale
+// fence refused through either library, writing nothing.
 //
-// The README's MySQL section quotes these functions; ormguard_test.go runs
-// them against MySQL or MariaDB, with a stale fence that must write nothing.
-package ormguard
+// Usage:
+//
+//	go run ./examples/ormguard [-mysql 'root@tcp(127.0.0.1:3306)/test']
+//
+// It creates a database of its own for the run (so the DSN's user needs
+// CREATE and DROP), applies fencekit's MySQL migrations there and drops it
+// at the end. It exits with status 2 when MySQL is unreachable.
+//
+// docs/recipes.md quotes DepositGORM and DepositSqlx; ormguard_test.go runs
+// the program against MySQL or MariaDB.
+package main
 
 import (
 	"context"

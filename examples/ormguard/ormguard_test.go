@@ -1,8 +1,10 @@
-package ormguard_test
+package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
@@ -10,7 +12,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/fencekit/fencekit/examples/ormguard"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/migrations"
@@ -36,17 +37,17 @@ func TestDeposits(t *testing.T) {
 	older := fence.Fence{Resource: "account:42", Token: 1, Holder: "old"}
 	newer := fence.Fence{Resource: "account:42", Token: 2, Holder: "new"}
 
-	if err := ormguard.DepositGORM(ctx, gdb, older, 42, 10); err != nil {
+	if err := DepositGORM(ctx, gdb, older, 42, 10); err != nil {
 		t.Fatalf("GORM deposit: %v", err)
 	}
-	if err := ormguard.DepositSqlx(ctx, dbx, newer, 42, 5); err != nil {
+	if err := DepositSqlx(ctx, dbx, newer, 42, 5); err != nil {
 		t.Fatalf("sqlx deposit: %v", err)
 	}
 	// The older holder is refused through either library, and writes nothing.
-	if err := ormguard.DepositGORM(ctx, gdb, older, 42, 100); !errors.Is(err, fence.ErrStale) {
+	if err := DepositGORM(ctx, gdb, older, 42, 100); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale GORM deposit = %v, want ErrStale", err)
 	}
-	if err := ormguard.DepositSqlx(ctx, dbx, older, 42, 100); !errors.Is(err, fence.ErrStale) {
+	if err := DepositSqlx(ctx, dbx, older, 42, 100); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale sqlx deposit = %v, want ErrStale", err)
 	}
 	var balance int64
@@ -55,5 +56,40 @@ func TestDeposits(t *testing.T) {
 	}
 	if balance != 15 {
 		t.Fatalf("balance = %d, want 15", balance)
+	}
+}
+
+// TestRun runs the program against the test's MySQL or MariaDB: both
+// deposits land, the stale fence is refused through GORM and sqlx, the
+// balance is 15.
+func TestRun(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"-mysql", dsn}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"GORM: deposited 10", "sqlx: deposited 5", "refused through GORM and sqlx", "balance: 15"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// TestCommandLine: -h says in one line what the example shows and exits 0;
+// an unreachable server exits 2 and says what to do.
+func TestCommandLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-h: exit %d, want 0", code)
+	}
+	if !strings.HasPrefix(stderr.String(), "ormguard: a fenced write through GORM and through sqlx") || !strings.Contains(stderr.String(), "-mysql") {
+		t.Fatalf("-h printed:\n%s", stderr.String())
+	}
+	stderr.Reset()
+	if code := run(t.Context(), []string{"-mysql", "root@tcp(127.0.0.1:1)/test?timeout=2s"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("unreachable server: exit %d, want 2 (%s)", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "pass -mysql DSN") {
+		t.Fatalf("unreachable server printed:\n%s", stderr.String())
 	}
 }

@@ -26,7 +26,8 @@ RETURNING true`
 	// returns a row only when it wrote one. Against a record that another
 	// transaction wrote and has not yet ended, it waits for that transaction:
 	// at READ COMMITTED it then writes nothing if the other committed, and
-	// writes the record if the other rolled back.
+	// writes the record if the other rolled back. $4 is the holder's mark
+	// (fence.HolderMark), never the holder id.
 	OnceClaimSQL = `INSERT INTO fencekit_once (key, resource, token, holder)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO NOTHING

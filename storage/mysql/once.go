@@ -49,7 +49,8 @@ const MaxOnceKeyLen = fence.MaxResourceLen
 //
 // In one transaction Once guards f (as [InTx] does, so it never deadlocks
 // on guard rows either), writes key's record
-// (f's resource, token and holder, and the time), runs fn and commits. So:
+// (f's resource and token, the mark of its holder, fence.HolderMark, never
+// the holder id, and the time), runs fn and commits. So:
 //   - fn's error, or its panic, rolls everything back and records nothing:
 //     the key can run later. The error is returned as it is; a panic
 //     continues with its original value once the transaction is rolled
@@ -112,7 +113,7 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 	}
 	ran := false
 	err := runGuarded(ctx, db, nil, "mysql: Once", f, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), f.Holder)
+		res, err := tx.ExecContext(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), fence.HolderMark(f.Holder))
 		if err != nil {
 			return prefixed(fmt.Sprintf("mysql: once %q: completion record", key), translate(err, true))
 		}
@@ -136,29 +137,33 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 }
 
 // OnceRecord is the completion record of a key whose work [Once] committed.
+// It names the holder by its mark, as logs, errors and spans do: the record
+// never holds the holder id, the lock's secret.
 type OnceRecord struct {
 	// Key is the key of the work.
 	Key string
-	// Fence is the fence the work ran under: its resource, token and holder
-	// id. The holder id is a lock's secret while that grant lives; log
-	// fence.HolderMark(Fence.Holder) rather than the id.
-	Fence fence.Fence
+	// Resource and Token are those of the fence the work ran under.
+	Resource string
+	Token    fence.Token
+	// HolderMark is fence.HolderMark of that fence's holder id: compare it
+	// with fence.HolderMark(f.Holder), or with the mark a log line shows.
+	HolderMark string
 	// Done is when the record was written, by the database server's clock,
 	// in UTC.
 	Done time.Time
 }
 
-// LookupOnce returns the completion record of key: who ran its work, under
-// which fence, and when. A key whose work has not committed returns an
-// error matching [fence.ErrNotFound]. The answer is the newest committed
-// one whatever db is: a locking read sees past the snapshot of a *sql.Tx
-// (one that read before the work committed still finds its record), and a
-// key whose [Once] is in flight makes it wait for that Once to commit or
-// roll back. In a *sql.Tx the read holds a shared lock on the key's record
-// (or, when there is none, on the gap where it would go, at REPEATABLE
-// READ and SERIALIZABLE) until the transaction ends, so a Once of that key
-// waits for it. db may be a *sql.DB, a *sql.Conn or a *sql.Tx. It reads
-// the record whatever the DSN's parseTime says. A bad key is refused
+// LookupOnce returns the completion record of key: which grant ran its work
+// (its resource, token and holder mark) and when. A key whose work has not
+// committed returns an error matching [fence.ErrNotFound]. The answer is the
+// newest committed one whatever db is: a locking read sees past the snapshot
+// of a *sql.Tx (one that read before the work committed still finds its
+// record), and a key whose [Once] is in flight makes it wait for that Once
+// to commit or roll back. In a *sql.Tx the read holds a shared lock on the
+// key's record (or, when there is none, on the gap where it would go, at
+// REPEATABLE READ and SERIALIZABLE) until the transaction ends, so a Once of
+// that key waits for it. db may be a *sql.DB, a *sql.Conn or a *sql.Tx. It
+// reads the record whatever the DSN's parseTime says. A bad key is refused
 // before anything is sent. ctx bounds the query, including that wait.
 func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
@@ -170,14 +175,14 @@ func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error)
 	rec := OnceRecord{Key: key}
 	var token int64
 	var done serverTime
-	err := db.QueryRowContext(ctx, onceLookupSQL, key).Scan(&rec.Fence.Resource, &token, &rec.Fence.Holder, &done)
+	err := db.QueryRowContext(ctx, onceLookupSQL, key).Scan(&rec.Resource, &token, &rec.HolderMark, &done)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return OnceRecord{}, prefixed(fmt.Sprintf("mysql: once %q", key), fence.ErrNotFound)
 	case err != nil:
 		return OnceRecord{}, prefixed(fmt.Sprintf("mysql: once %q: completion record", key), translate(err, true))
 	}
-	rec.Fence.Token, rec.Done = fence.Token(token), time.Time(done)
+	rec.Token, rec.Done = fence.Token(token), time.Time(done)
 	return rec, nil
 }
 

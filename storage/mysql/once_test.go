@@ -72,8 +72,13 @@ func TestOnceRunsOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.Key != "2031-01-01" || rec.Fence != f || rec.Done.Before(before) || rec.Done.After(time.Now().UTC().Add(time.Minute)) || rec.Done.Location() != time.UTC {
-				t.Fatalf("record %+v, want key 2031-01-01 under %v done about now, in UTC", rec, f)
+			if rec.Key != "2031-01-01" || rec.Resource != f.Resource || rec.Token != f.Token || rec.HolderMark != fence.HolderMark(f.Holder) || rec.Done.Before(before) || rec.Done.After(time.Now().UTC().Add(time.Minute)) || rec.Done.Location() != time.UTC {
+				t.Fatalf("record %+v, want key 2031-01-01 under %v (holder mark %s) done about now, in UTC", rec, f, fence.HolderMark(f.Holder))
+			}
+			// The row keeps the holder's mark, never the holder id.
+			var holder string
+			if err := db.QueryRowContext(ctx, "SELECT holder FROM fencekit_once WHERE `key` = ?", "2031-01-01").Scan(&holder); err != nil || holder != fence.HolderMark(f.Holder) {
+				t.Fatalf("fencekit_once.holder = %q, %v; want the mark %q", holder, err, fence.HolderMark(f.Holder))
 			}
 			if _, err := mysql.LookupOnce(ctx, db, "2031-01-02"); !errors.Is(err, fence.ErrNotFound) {
 				t.Fatalf("LookupOnce of an undone key = %v, want ErrNotFound", err)
@@ -322,7 +327,7 @@ func TestLookupOnceInAnOlderSnapshot(t *testing.T) {
 				t.Fatalf("Once = %v, %v", ran, err)
 			}
 			rec, err := mysql.LookupOnce(ctx, tx, "k")
-			if err != nil || rec.Fence != f {
+			if err != nil || rec.Token != f.Token || rec.HolderMark != fence.HolderMark(f.Holder) {
 				t.Fatalf("LookupOnce in the older snapshot = %+v, %v; want the record of %v", rec, err, f)
 			}
 		})

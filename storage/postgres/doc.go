@@ -45,7 +45,8 @@
 //   - [Once] runs a key's work at most once: the work and a completion
 //     record commit in one fenced transaction, so a job that committed but
 //     lost its reply, or crashed after COMMIT, is not run again by the next
-//     holder; [LookupOnce] reads the record (who, which token, when).
+//     holder; [LookupOnce] reads the record (which token, the holder's
+//     mark, when).
 //
 // # Guard table or row-level marks
 //

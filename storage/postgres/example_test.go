@@ -152,6 +152,6 @@ func ExampleOnce() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println("already drawn with token", rec.Fence.Token, "at", rec.Done)
+		fmt.Println("already drawn with token", rec.Token, "by", rec.HolderMark, "at", rec.Done)
 	}
 }

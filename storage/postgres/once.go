@@ -40,7 +40,8 @@ const MaxOnceKeyLen = fence.MaxResourceLen
 // is not called).
 //
 // In one transaction Once guards f (as [InTx] does), writes key's record
-// (f's resource, token and holder, and the time), runs fn and commits. So:
+// (f's resource and token, the mark of its holder, fence.HolderMark, never
+// the holder id, and the time), runs fn and commits. So:
 //   - fn's error, or its panic, rolls everything back and records nothing:
 //     the key can run later. The error is returned as it is; a panic
 //     continues with its original value once the transaction is rolled
@@ -112,7 +113,7 @@ func once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc
 	ran := false
 	err := inTx(ctx, db, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
 		var claimed bool
-		err := tx.QueryRow(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), f.Holder).Scan(&claimed)
+		err := tx.QueryRow(ctx, onceClaimSQL, key, f.Resource, int64(f.Token), fence.HolderMark(f.Holder)).Scan(&claimed)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil // done already: commit the mark raise only
@@ -132,23 +133,27 @@ func once(ctx context.Context, db Beginner, f fence.Fence, key string, fn TxFunc
 }
 
 // OnceRecord is the completion record of a key whose work [Once] committed.
+// It names the holder by its mark, as logs, errors and spans do: the record
+// never holds the holder id, the lock's secret.
 type OnceRecord struct {
 	// Key is the key of the work.
 	Key string
-	// Fence is the fence the work ran under: its resource, token and holder
-	// id. The holder id is a lock's secret while that grant lives; log
-	// fence.HolderMark(Fence.Holder) rather than the id.
-	Fence fence.Fence
+	// Resource and Token are those of the fence the work ran under.
+	Resource string
+	Token    fence.Token
+	// HolderMark is fence.HolderMark of that fence's holder id: compare it
+	// with fence.HolderMark(f.Holder), or with the mark a log line shows.
+	HolderMark string
 	// Done is when the transaction that ran the work began, by the
 	// database server's clock (now() in that transaction).
 	Done time.Time
 }
 
-// LookupOnce returns the completion record of key: who ran its work, under
-// which fence, and when. A key whose work has not committed returns an
-// error matching [fence.ErrNotFound]. db may be a pool, a connection or a
-// transaction (whose snapshot then applies). A bad key is refused before
-// anything is sent. ctx bounds the query.
+// LookupOnce returns the completion record of key: which grant ran its work
+// (its resource, token and holder mark) and when. A key whose work has not
+// committed returns an error matching [fence.ErrNotFound]. db may be a pool,
+// a connection or a transaction (whose snapshot then applies). A bad key is
+// refused before anything is sent. ctx bounds the query.
 func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error) {
 	if err := checkCall(ctx, db, "db"); err != nil {
 		return OnceRecord{}, err
@@ -158,14 +163,14 @@ func LookupOnce(ctx context.Context, db Querier, key string) (OnceRecord, error)
 	}
 	rec := OnceRecord{Key: key}
 	var token int64
-	err := db.QueryRow(ctx, onceLookupSQL, key).Scan(&rec.Fence.Resource, &token, &rec.Fence.Holder, &rec.Done)
+	err := db.QueryRow(ctx, onceLookupSQL, key).Scan(&rec.Resource, &token, &rec.HolderMark, &rec.Done)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return OnceRecord{}, prefixed(fmt.Sprintf("postgres: once %q", key), fence.ErrNotFound)
 	case err != nil:
 		return OnceRecord{}, forHandle("LookupOnce", prefixed(fmt.Sprintf("postgres: once %q: completion record", key), translate(err, fence.Fence{})), db)
 	}
-	rec.Fence.Token = fence.Token(token)
+	rec.Token = fence.Token(token)
 	return rec, nil
 }
 

@@ -44,8 +44,16 @@ func wantRecord(t *testing.T, ctx context.Context, db postgres.Querier, key stri
 	if err != nil {
 		t.Fatalf("LookupOnce(%q): %v", key, err)
 	}
-	if rec.Key != key || rec.Fence != f {
-		t.Fatalf("record = %+v, want key %q run under %v", rec, key, f)
+	if rec.Key != key || rec.Resource != f.Resource || rec.Token != f.Token || rec.HolderMark != fence.HolderMark(f.Holder) {
+		t.Fatalf("record = %+v, want key %q run under %v (holder mark %s)", rec, key, f, fence.HolderMark(f.Holder))
+	}
+	// The row keeps the holder's mark, never the holder id.
+	var holder string
+	if err := db.QueryRow(ctx, "SELECT holder FROM fencekit_once WHERE key = $1", key).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if holder != fence.HolderMark(f.Holder) {
+		t.Fatalf("fencekit_once.holder = %q, want the mark %q of %q", holder, fence.HolderMark(f.Holder), f.Holder)
 	}
 	return rec
 }

@@ -360,8 +360,13 @@ func testOnce(t *testing.T, d Driver) {
 		t.Fatalf("counter = %d, want 1", n)
 	}
 	rec, err := pgsql.LookupOnce(e.ctx, e.db, "job")
-	if err != nil || rec.Fence != f || rec.Done.IsZero() {
-		t.Fatalf("LookupOnce = %+v, %v", rec, err)
+	if err != nil || rec.Resource != f.Resource || rec.Token != f.Token || rec.HolderMark != fence.HolderMark(f.Holder) || rec.Done.IsZero() {
+		t.Fatalf("LookupOnce = %+v, %v; want the record of %v (holder mark %s)", rec, err, f, fence.HolderMark(f.Holder))
+	}
+	// The row keeps the holder's mark, never the holder id.
+	var holder string
+	if err := e.db.QueryRowContext(e.ctx, "SELECT holder FROM fencekit_once WHERE key = 'job'").Scan(&holder); err != nil || holder != fence.HolderMark(f.Holder) {
+		t.Fatalf("fencekit_once.holder = %q, %v; want the mark %q", holder, err, fence.HolderMark(f.Holder))
 	}
 	_, err = pgsql.Once(e.ctx, e.db, fenceOf("r", 2, "old"), "job2", increment)
 	wantStale(t, err, f)
