@@ -817,7 +817,7 @@ func (a *actor) take(ctx context.Context) *held {
 	opts, names := a.acquireOpts()
 	ttl := a.ttl()
 	start, epochs := time.Now(), a.m.epochs()
-	if !a.m.redlock && !a.fresh && a.rng.IntN(4) == 0 {
+	if !a.m.redlock && !a.fresh && a.rng.IntN(3) == 0 {
 		return a.takeShort(ctx)
 	}
 	switch r := a.rng.IntN(100); {
