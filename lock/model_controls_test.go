@@ -25,6 +25,7 @@ var (
 		{kind: "token anchor checks", min: 50},
 		{kind: "queue pairs judged", min: 20, after: true},
 		{kind: "renewals judged", min: 2},
+		{kind: "short-start renewals judged", min: 5},
 		{kind: "foreign grants", min: 5},
 	}
 	// A loaded machine runs few Redlock leases (under -race with the
@@ -164,6 +165,10 @@ func TestLockModelRejectsBrokenLeases(t *testing.T) {
 	t.Run("renewal at the lease's end", func(t *testing.T) {
 		control(t, "a renewal scheduled at the lease's end", runModel,
 			modelConfig{plain: true, renewAtEnd: true}, "renewal")
+	})
+	t.Run("renewal from the nominal ttl", func(t *testing.T) {
+		control(t, "a renewal scheduled from the nominal ttl rather than from what is left", runModel,
+			modelConfig{plain: true, renewNominal: true}, "renewal-short")
 	})
 	t.Run("Redlock token without its clock anchor", func(t *testing.T) {
 		src := unanchoredAcquire(t)

@@ -55,6 +55,10 @@ import (
 //     may not be served after the grant, or never.
 //   - renewal: a lease with AutoRenew that its actor holds past its first
 //     validity is still held; a few lapse on a loaded machine, most may not.
+//     A lease that starts with under two thirds of its ttl left (the
+//     workload holds back some grants' replies) is renewed at once: its
+//     first renewal is sent within a sixth of its ttl of the reply, for
+//     most such leases (renewal is scheduled from what is left, DESIGN 4c).
 //   - FenceLock: one foreign grant, one token; a later grant, a higher one.
 //
 // Every check counts what it judged, by kind, and a run that judged fewer
@@ -68,9 +72,10 @@ import (
 // TIME minus the local clock after the reply), so scheduling delays only
 // make a check inconclusive, never wrong. Calls that legitimately end or
 // shorten a promise (Release, Extend) run under the model's lock, which the
-// watcher holds from reading Validity to the observation's reply. The one
-// judgment by rate is the renewal's: a renewal that a loaded machine runs
-// late lets its lease lapse, so it fails a run only when lapses are common.
+// watcher holds from reading Validity to the observation's reply. The only
+// judgments by rate are the renewal's: a loaded machine runs some renewals
+// late, so each renewal check fails a run only when most judged leases had
+// none in time.
 //
 // FENCEKIT_CHECK_SEED replays a run's schedule (each actor draws its steps
 // from the seed; goroutine interleavings still differ), FENCEKIT_CHECK_TIME
@@ -153,6 +158,9 @@ type held struct {
 	timely atomic.Bool
 	// startLeft is the lease's validity when it was registered.
 	startLeft time.Duration
+	// short is, for a lease made to start short (its grant's reply held
+	// back), when its grant was sent and its reply came.
+	short *slowGrant
 }
 
 type modelNode struct {
@@ -221,6 +229,10 @@ type model struct {
 	// before the lease was registered.
 	earlyRenewal map[string]bool
 	renewals     []float64 // each renewal's validity left when sent, as a share of its ttl
+	// firstRenewal is, by holder, when the first extension other than an
+	// actor's Extend was sent.
+	firstRenewal map[string]time.Time
+	shortDelays  []float64 // each judged short start's first renewal after its reply, as a share of its ttl
 	deadline     time.Time
 }
 
@@ -668,7 +680,7 @@ func (a *actor) acquireOpts() ([]lock.AcquireOption, string) {
 		names += "+owner"
 	}
 	if a.rng.IntN(3) == 0 {
-		if !a.m.cfg.renewAtEnd {
+		if !a.m.cfg.renewAtEnd && !a.m.cfg.renewNominal {
 			opts = append(opts, lock.AutoRenew())
 		}
 		names += "+renew"
@@ -682,9 +694,13 @@ func (a *actor) register(l *lock.Lease, kind string, ttl time.Duration, start ti
 	g.f = ml.Fence()
 	h := &held{l: ml, g: g, owner: strings.Contains(opts, "+owner"), renew: strings.Contains(opts, "+renew"), startLeft: l.Validity()}
 	a.m.granted(g)
-	if h.renew && a.m.cfg.renewAtEnd {
+	switch {
+	case h.renew && a.m.cfg.renewAtEnd:
 		h.stop = make(chan struct{})
 		go renewAtEnd(l, ttl, h.stop)
+	case h.renew && a.m.cfg.renewNominal:
+		h.stop = make(chan struct{})
+		go renewNominal(l, ttl, h.stop)
 	}
 	a.m.mu.Lock()
 	a.m.holds[h] = struct{}{}
@@ -776,7 +792,7 @@ func (a *actor) run(ctx context.Context) {
 		case r < 25: // hold, sometimes past the lease
 			a.sleep(time.Duration(a.rng.Int64N(int64(a.ttl()*5/4) + 1)))
 			a.m.count("steps", 1)
-		case r < 45 && !a.m.plain && (!cur.renew || r < 30):
+		case r < 45 && !a.m.plain && (!cur.renew || r < 30) && cur.short == nil:
 			// A self-renewing lease is extended less often, so that the
 			// renewal check has leases whose expiry only renewal moved.
 			a.extend(cur, a.ttl())
@@ -801,6 +817,9 @@ func (a *actor) take(ctx context.Context) *held {
 	opts, names := a.acquireOpts()
 	ttl := a.ttl()
 	start, epochs := time.Now(), a.m.epochs()
+	if !a.m.redlock && !a.fresh && a.rng.IntN(3) == 0 {
+		return a.takeShort(ctx)
+	}
 	switch r := a.rng.IntN(100); {
 	case r < 35:
 		l, err := a.l.TryAcquire(ctx, a.m.resource, ttl, opts...)
@@ -918,6 +937,9 @@ type modelConfig struct {
 	// renewAtEnd replaces AutoRenew by the model's broken renewal, which
 	// extends a lease only once its validity has run out.
 	renewAtEnd bool
+	// renewNominal replaces AutoRenew by the model's broken renewal that
+	// is scheduled from the nominal ttl rather than from what is left.
+	renewNominal bool
 	// longLeases makes every lease four times as long: the drift control's
 	// workload, where the drift allowance (1% of the lease, plus 2ms)
 	// outgrows the time a loaded machine takes to send a grant.
@@ -1019,6 +1041,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 		c := testenv.Redis(t)
 		c.AddHook(queueHook{m})
 		c.AddHook(renewHook{m})
+		c.AddHook(slowReplyHook{})
 		if cfg.hook != nil {
 			c.AddHook(cfg.hook(m))
 		}
@@ -1061,6 +1084,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 	m.ran = time.Since(began)
 	m.checkQueue()
 	m.checkRenewals()
+	m.checkShortStarts()
 	return m
 }
 
@@ -1072,7 +1096,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, firstRenewal: map[string]time.Time{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
