@@ -165,7 +165,7 @@ func TestGuardLimits(t *testing.T) {
 	}
 	for _, f := range tooLong {
 		err := mysql.InTx(ctx, db, nil, f, func(context.Context, *sql.Tx) error { return nil })
-		if !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+		if !errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("InTx with a %d-byte resource and %d-byte holder = %v, want ErrInvalid", len(f.Resource), len(f.Holder), err)
 		}
 	}

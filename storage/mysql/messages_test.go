@@ -127,7 +127,7 @@ func TestZeroFenceNamesTheCall(t *testing.T) {
 	} {
 		err := run()
 		want := "mysql: " + call + ": " + reason
-		if !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) || err.Error() != want {
+		if !errors.Is(err, fence.ErrInvalid) || err.Error() != want {
 			t.Errorf("%s with a zero fence:\n got %v\nwant %s", call, err, want)
 		}
 	}

@@ -37,7 +37,7 @@ func TestZeroFenceNamesTheCall(t *testing.T) {
 		"Once":         func() error { _, err := postgres.Once(ctx, pool, zero, "k", noop); return err }(),
 	} {
 		want := "postgres: " + call + ": invalid fence: zero Fence: was an error from Acquire or FenceLock ignored?; check the error of the call that gave you the fence, and pass the fence of a lock you hold"
-		if err == nil || err.Error() != want || !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrInvalid) {
+		if err == nil || err.Error() != want || !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: err = %v\nwant %s", call, err, want)
 		}
 	}
