@@ -104,19 +104,24 @@ func TestPgsqlLinearizable(t *testing.T) {
 // must reject most runs.
 func TestPgsqlControlReadOutside(t *testing.T) {
 	t.Parallel()
-	rejectsMostIn(t, "pgsql: read outside the guarded transaction", pgControlLeast, func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "pgsql: read outside the guarded transaction", pgsqlControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPgsql(t, b, pgReadOutside)
 		reportPgsql(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
 }
 
+// pgsqlControlLeast is the least a run of a pgsql control lasts: half the
+// pgx controls' (pgControlLeast), since the pgsql workload makes about
+// twice their calls a second, and the runs share pgSlot with them.
+const pgsqlControlLeast = 3 * time.Second
+
 // pgsqlBrokenControl runs the pgsql checker on a broken variant of the
 // guards: it must reject most runs.
 func pgsqlBrokenControl(t *testing.T, name string, variant pgVariant) {
 	budgetedOnly(t)
 	t.Parallel()
-	rejectsMostIn(t, name, pgControlLeast, func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, name, pgsqlControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPgsql(t, b, variant)
 		reportPgsql(t, res)
 		res.judged.Require(t, "pgsql control", nil)

@@ -119,18 +119,21 @@ func (s pgsqlUnlockedStmt) QueryContext(ctx context.Context, args []driver.Named
 	// A client pays a round trip between its read and its write, and may
 	// be slow to send the write: up to 20 ms here.
 	time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
-	rows, err = s.b.query(ctx, `WITH old AS (SELECT token, holder FROM fencekit_guard WHERE resource = $1 FOR UPDATE)
-INSERT INTO fencekit_guard AS g (resource, token, holder) VALUES ($1, $2, $3)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder
-RETURNING (SELECT token FROM old), (SELECT holder FROM old)`, res, tok, holder)
+	// The test looks (locking, as the write would) to count a write that
+	// goes wrong; the write does not use it.
+	rows, err = s.b.query(ctx, `SELECT token, holder FROM fencekit_guard WHERE resource = $1 FOR UPDATE`, res)
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 1 && rows[0][0] != nil {
-		was, wasHolder := asInt(rows[0][0]), asString(rows[0][1])
-		if was > tok || (was == tok && wasHolder != holder) {
+	if len(rows) == 1 {
+		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
+		if mt > tok || (mt == tok && mh != holder) {
 			s.b.c.exposed.Add(1)
 		}
+	}
+	if _, err := s.b.exec(ctx, `INSERT INTO fencekit_guard AS g (resource, token, holder) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder`, res, tok, holder); err != nil {
+		return nil, err
 	}
 	return &boolRows{n: 1}, nil
 }
