@@ -28,8 +28,10 @@ import (
 // The storage/pgsql checker: the PostgreSQL model (pgmodel.go) over the
 // database/sql guard, with half the workers on pgx's stdlib and half on
 // lib/pq, under the same faults as the pgx checker (lost and held replies,
-// cut connections, terminated backends, pauses past a lease). Exec and
-// Query are pgx's alone; the rest is the same calls through database/sql.
+// cut connections, terminated backends, pauses past a lease) and attacks
+// (forged fences, the older grant racing the newer, Once with lost COMMIT
+// replies). Exec and Query are pgx's alone; the rest is the same calls
+// through database/sql.
 
 // sqlWorkerDrivers are the database/sql drivers the workers take in turn.
 var sqlWorkerDrivers = [...]string{"pgx", "postgres"}
@@ -44,8 +46,14 @@ type sqlRun struct {
 	locker  *lock.Locker
 	keys    *keyRing
 
+	holders  sync.Map // key -> the holder of the latest grant a worker took on it
+	fences   sync.Map // key -> the fence of the latest grant a worker took on it
+	onceLast sync.Map // key -> the key of work of the latest Once on it
+
+	oncePrefix string // Once's keys of work of this run
+
 	proxies []*testenv.Proxy
-	dbs     []*sql.DB
+	dbs     []*sql.DB // for a broken variant, through a connector that breaks the guards
 	admin   *sql.DB
 
 	kills    atomic.Int64
@@ -57,9 +65,20 @@ type sqlRun struct {
 	latency  atomic.Int64
 	unmarked atomic.Int64
 	exposed  atomic.Int64
+	swapped  atomic.Int64 // SQL-changing variants: statements sent broken
+	resolved atomic.Int64 // Once calls whose outcome was unknown, then told by a retry
 
 	mu   sync.Mutex
 	errs map[string]int
+}
+
+// pgsqlRates is the least a run of the pgsql checker must judge of each
+// kind (see PgKinds) per second: about a third of what a two-core machine
+// makes under load.
+var pgsqlRates = Rates{
+	PgRead: 0.25, PgTxRMW: 0.3, PgTxRead: 0.05, PgRowUpd: 0.2, PgRowMark: 0.05, PgUV: 0.25, PgOnce: 0.3,
+	"stale refused": 0.1, "conflict": 0.05, "open placed": 0.1, "once ran": 0.03, "once done already": 0.03, "once unknown resolved": 0.03,
+	"attack " + AttackOtherHolder: 0.03, "attack " + AttackOlderToken: 0.03, "attack " + AttackStolen: 0.03, "attack " + AttackRacing: 0.05,
 }
 
 func TestPgsqlLinearizable(t *testing.T) {
@@ -67,6 +86,7 @@ func TestPgsqlLinearizable(t *testing.T) {
 	b := BudgetFor(t)
 	res := runPgsql(t, b, pgSound)
 	reportPgsql(t, res)
+	res.judged.Require(t, "pgsql", pgsqlRates.For(b.Duration))
 	if res.faults.Lost+res.faults.Held+res.faults.Cut+int(res.kills) == 0 {
 		t.Fatalf("no fault was injected in %v (seed %d): the run proves nothing", b.Duration, b.Seed)
 	}
@@ -84,11 +104,53 @@ func TestPgsqlLinearizable(t *testing.T) {
 // must reject most runs.
 func TestPgsqlControlReadOutside(t *testing.T) {
 	t.Parallel()
-	rejectsMost(t, "pgsql: read outside the guarded transaction", func(t *testing.T, b Budget) controlRun {
+	rejectsMostIn(t, "pgsql: read outside the guarded transaction", pgsqlControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPgsql(t, b, pgReadOutside)
 		reportPgsql(t, res)
 		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
 	})
+}
+
+// pgsqlControlLeast is the least a run of a pgsql control lasts: half the
+// pgx controls' (pgControlLeast), since the pgsql workload makes about
+// twice their calls a second, and the runs share pgSlot with them.
+const pgsqlControlLeast = 3 * time.Second
+
+// pgsqlBrokenControl runs the pgsql checker on a broken variant of the
+// guards: it must reject most runs.
+func pgsqlBrokenControl(t *testing.T, name string, variant pgVariant) {
+	budgetedOnly(t)
+	t.Parallel()
+	rejectsMostIn(t, name, pgsqlControlLeast, func(t *testing.T, b Budget) controlRun {
+		res := runPgsql(t, b, variant)
+		reportPgsql(t, res)
+		res.judged.Require(t, "pgsql control", nil)
+		return controlRun{rejected: res.verdict.Result == porcupine.Illegal, exposed: res.exposed}
+	})
+}
+
+// TestPgsqlControlTokenGE: the guard and the row-level admission admit by
+// token >= instead of >.
+func TestPgsqlControlTokenGE(t *testing.T) {
+	pgsqlBrokenControl(t, "pgsql guards admitting token >=", pgTokenGE)
+}
+
+// TestPgsqlControlNoHolder: the guards admit the mark's token whatever the
+// holder.
+func TestPgsqlControlNoHolder(t *testing.T) {
+	pgsqlBrokenControl(t, "pgsql guards without the holder compare", pgNoHolder)
+}
+
+// TestPgsqlControlNoRowLock: a guard that reads the mark without a row
+// lock, decides, then writes it.
+func TestPgsqlControlNoRowLock(t *testing.T) {
+	pgsqlBrokenControl(t, "pgsql guard without the row lock", pgNoRowLock)
+}
+
+// TestPgsqlControlOnceAfter: a Once that runs the work, then records it in
+// a transaction of its own.
+func TestPgsqlControlOnceAfter(t *testing.T) {
+	pgsqlBrokenControl(t, "pgsql Once recording after the work", pgOnceAfter)
 }
 
 func reportPgsql(t testing.TB, res pgResult) {
@@ -99,6 +161,8 @@ func reportPgsql(t testing.TB, res pgResult) {
 
 func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Helper()
+	pgSlot <- struct{}{}
+	defer func() { <-pgSlot }()
 	ctx := context.Background()
 	base := testenv.PostgresURL(t)
 	admin, err := sql.Open("pgx", base)
@@ -124,7 +188,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Cleanup(locker.Close)
 
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
-	r := &sqlRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin,
+	r := &sqlRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
 		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
 	u, err := url.Parse(base)
 	if err != nil {
@@ -142,7 +206,13 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		db.SetMaxOpenConns(2)
+		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
+			_ = db.Close()
+			conn := dsnConnector{drv: db.Driver(), dsn: pu.String()}
+			db = sql.OpenDB(pgsqlConnector{unlocked: variant == pgNoRowLock,
+				breakingConnector: breakingConnector{Connector: conn, breaks: br, swapped: &r.swapped, exposed: &r.exposed}})
+		}
+		db.SetMaxOpenConns(3) // a session and the older grant racing it, and one to spare
 		t.Cleanup(func() { _ = db.Close() })
 		r.proxies, r.dbs = append(r.proxies, p), append(r.dbs, db)
 	}
@@ -164,6 +234,11 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	took := time.Since(start)
 
 	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
+	res.judged = Tally(res.ops, PgKinds)
+	res.judged["once unknown resolved"] = r.resolved.Load()
+	if _, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
+		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
+	}
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
 		f := p.Faults()
@@ -251,6 +326,9 @@ func (r *sqlRun) session(ctx context.Context, w int, rng *rand.Rand, key string,
 		cancel()
 	}()
 	f := lease.Fence()
+	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, func(ctx context.Context, p fence.Fence, d string) {
+		r.txRMW(ctx, w, key, p, d, AttackRacing)
+	}).Wait()
 	for range 1 + rng.IntN(4) {
 		if rng.IntN(5) == 0 {
 			r.pauses.Add(1)
@@ -258,27 +336,86 @@ func (r *sqlRun) session(ctx context.Context, w int, rng *rand.Rand, key string,
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
 		var out PgOut
+		row := false // the call's mark is the row's, not the guard's
 		switch n := rng.IntN(100); {
-		case n < 45:
-			out = r.txRMW(cctx, w, key, f, data())
-		case n < 60:
+		case n < 30:
+			out = r.txRMW(cctx, w, key, f, data(), "")
+		case n < 40:
 			out = r.txRead(cctx, w, key, f)
-		case n < 85:
-			in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: data()}
-			c := r.invoke(w, in)
-			err := sqlTable.Update(cctx, r.dbs[w], f, key, pgsql.Set("val", in.Data))
-			out = r.finish(c, r.outcome(in, err))
+		case n < 58:
+			out, row = r.rowUpdate(cctx, w, key, f, data(), ""), true
+		case n < 66:
+			out, row = r.rowUpdate(cctx, w, key, f, "", ""), true
 		default:
-			in := PgIn{Key: key, Op: PgRowMark, Fence: markOf(f)}
-			c := r.invoke(w, in)
-			err := sqlTable.Update(cctx, r.dbs[w], f, key)
-			out = r.finish(c, r.outcome(in, err))
+			out = r.once(w, rng, key, f, data())
 		}
 		cancel()
 		if out.Status == Stale {
 			return
 		}
+		if out.Status == Ok && rng.IntN(2) == 0 {
+			r.attack(w, rng, key, f, row, data())
+		}
 	}
+}
+
+// rowUpdate is Table.Update: with d, a write of the value under the row's
+// own mark; without, a raise of the mark alone.
+func (r *sqlRun) rowUpdate(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgRowUpd, Fence: markOf(f), Data: d, Attack: attack}
+	var values []pgsql.Assignment
+	if d == "" {
+		in.Op = PgRowMark
+	} else {
+		values = append(values, pgsql.Set("val", d))
+	}
+	c := r.invoke(w, in)
+	err := sqlTable.Update(ctx, r.dbs[w], f, key, values...)
+	return r.finish(c, r.outcome(in, err))
+}
+
+// attack offers, right after f was admitted on key, a fence that no lock
+// issued (forge): a sound guard refuses each. One that is admitted counts
+// as gone wrong.
+func (r *sqlRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row bool, d string) {
+	forged, kind := forge(w, rng, &r.holders, key, f)
+	ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+	defer cancel()
+	var out PgOut
+	if row {
+		out = r.rowUpdate(ctx, w, key, forged, d, kind)
+	} else {
+		out = r.txRMW(ctx, w, key, forged, d, kind)
+	}
+	if out.Status == Ok {
+		r.exposed.Add(1)
+	}
+}
+
+// once runs Once as the pgx checker's once does (onceCall): work that
+// writes the row, with COMMIT's reply lost or its context ended in some
+// first tries, and a call whose outcome is unknown retried.
+func (r *sqlRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
+	idx, okey := onceKey(rng, &r.onceLast, r.oncePrefix, key)
+	in := PgIn{Key: key, Op: PgOnce, Fence: markOf(f), Once: idx, Data: d}
+	return onceCall(r, w, rng, r.proxies[w], in, &r.resolved, func(ctx context.Context, late func()) (bool, error) {
+		work := func(ctx context.Context, tx *sql.Tx) error {
+			var was string
+			if err := tx.QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&was, new(int64)); err != nil {
+				return err
+			}
+			if was == d {
+				r.exposed.Add(1) // an earlier try ran the work already
+			}
+			_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
+			late()
+			return err
+		}
+		if r.variant == pgOnceAfter {
+			return pgsqlOnceAfter(ctx, r.dbs[w], f, okey, work, &r.exposed)
+		}
+		return pgsql.Once(ctx, r.dbs[w], f, okey, work)
+	})
 }
 
 func (r *sqlRun) read(ctx context.Context, w int, key string) PgOut {
@@ -298,8 +435,8 @@ func (r *sqlRun) read(ctx context.Context, w int, key string) PgOut {
 	return r.finish(c, out)
 }
 
-func (r *sqlRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d string) PgOut {
-	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d}
+func (r *sqlRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: attack}
 	c := r.invoke(w, in)
 	var old PgOut
 	var err error
@@ -395,7 +532,7 @@ func (r *sqlRun) outcome(in PgIn, err error) PgOut {
 			msg = msg[i+2:]
 		}
 		r.mu.Lock()
-		r.errs[msg]++
+		r.errs[in.Op+": "+msg]++
 		r.mu.Unlock()
 	}
 	return out

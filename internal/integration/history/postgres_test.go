@@ -352,22 +352,9 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		cancel()
 	}()
 	f := lease.Fence()
-	prev, _ := r.fences.Swap(key, f)
-	r.holders.Store(key, f.Holder)
-	// One session in four starts racing the previous grant of the resource:
-	// its holder, woken late, runs a read-modify-write under its fence
-	// while this one makes its first call. The guard must order them: one
-	// of the two is refused, or the older runs wholly first.
-	var race sync.WaitGroup
-	defer race.Wait()
-	if p, ok := prev.(fence.Fence); ok && rng.IntN(4) == 0 {
-		d := data()
-		race.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
-			defer cancel()
-			r.txRMW(ctx, w, key, p, d, AttackRacing)
-		})
-	}
+	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, func(ctx context.Context, p fence.Fence, d string) {
+		r.txRMW(ctx, w, key, p, d, AttackRacing)
+	}).Wait()
 	for range 1 + rng.IntN(4) {
 		if rng.IntN(5) == 0 {
 			r.pauses.Add(1)
@@ -402,6 +389,27 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 	}
 }
 
+// raceOlder records f as the latest grant of key (fences: key -> fence,
+// holders: key -> holder) and, in one session in four, starts the holder of
+// the previous grant, woken late, on a read-modify-write under its fence
+// (rmw, with data d), racing the session's first call. The guard must order
+// them: one of the two is refused, or the older runs wholly first. The
+// session waits for the race it returns before it ends.
+func raceOlder(rng *rand.Rand, fences, holders *sync.Map, key string, f fence.Fence, data func() string, rmw func(ctx context.Context, p fence.Fence, d string)) *sync.WaitGroup {
+	prev, _ := fences.Swap(key, f)
+	holders.Store(key, f.Holder)
+	race := new(sync.WaitGroup)
+	if p, ok := prev.(fence.Fence); ok && rng.IntN(4) == 0 {
+		d := data()
+		race.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+			defer cancel()
+			rmw(ctx, p, d)
+		})
+	}
+	return race
+}
+
 // rowUpdate is Table.Update: with d, a write of the value under the row's
 // own mark; without, a raise of the mark alone.
 func (r *pgRun) rowUpdate(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
@@ -422,21 +430,7 @@ func (r *pgRun) rowUpdate(ctx context.Context, w int, key string, f fence.Fence,
 // the Attack constants): a sound guard refuses each, since the mark is f
 // or newer. One that is admitted counts as gone wrong.
 func (r *pgRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row bool, d string) {
-	forged := f
-	var kind string
-	switch rng.IntN(3) {
-	case 0:
-		kind, forged.Holder = AttackOtherHolder, fmt.Sprintf("forged-w%d-%d", w, rng.Uint32())
-	case 1:
-		kind, forged.Token = AttackOlderToken, f.Token-1-fence.Token(rng.IntN(3))
-	default:
-		kind = AttackStolen
-		if h, ok := r.holders.Load(key); ok && h.(string) != f.Holder {
-			forged.Holder = h.(string)
-		} else {
-			forged.Holder = fmt.Sprintf("other-w%d-%d", w, rng.Uint32())
-		}
-	}
+	forged, kind := forge(w, rng, &r.holders, key, f)
 	ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
 	defer cancel()
 	var out PgOut
@@ -453,33 +447,38 @@ func (r *pgRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 	}
 }
 
+// forge makes, from f just admitted on key, a fence that no lock issued:
+// another holder's name on f's token, an older token, or the holder of the
+// latest grant on key (holders: key -> holder) on f's token. It returns the
+// fence and its kind (an Attack constant).
+func forge(w int, rng *rand.Rand, holders *sync.Map, key string, f fence.Fence) (fence.Fence, string) {
+	forged := f
+	var kind string
+	switch rng.IntN(3) {
+	case 0:
+		kind, forged.Holder = AttackOtherHolder, fmt.Sprintf("forged-w%d-%d", w, rng.Uint32())
+	case 1:
+		kind, forged.Token = AttackOlderToken, f.Token-1-fence.Token(rng.IntN(3))
+	default:
+		kind = AttackStolen
+		if h, ok := holders.Load(key); ok && h.(string) != f.Holder {
+			forged.Holder = h.(string)
+		} else {
+			forged.Holder = fmt.Sprintf("other-w%d-%d", w, rng.Uint32())
+		}
+	}
+	return forged, kind
+}
+
 // once runs Once on one of the row's keys of work (1 to PgOnceKeys) with
 // work that writes the row, as exec does. One call in four has a deadline
 // of a few milliseconds, to end it while COMMIT is in flight. A call whose
 // outcome is unknown is left open and retried with the same fence and
 // work, up to three times: the retry tells whether the first ran.
 func (r *pgRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string) PgOut {
-	// Half the calls run a key of work that ran last on this row again:
-	// its record must make it change nothing (the run finds it done).
-	idx := 1 + rng.IntN(PgOnceKeys)
-	if last, ok := r.onceLast.Load(key); ok && rng.IntN(2) == 0 {
-		idx = last.(int)
-	}
-	r.onceLast.Store(key, idx)
-	okey := fmt.Sprintf("%s/%s/%d", r.oncePrefix, key, idx)
-	var out PgOut
-	for try := range 4 {
-		// Each try has a call's time of its own: a retry after a lost
-		// reply starts on a new connection.
-		cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
-		// One first try in eight ends its context right after the work,
-		// while COMMIT is on its way; four in eight lose COMMIT's reply.
-		late := -1
-		if try == 0 {
-			late = rng.IntN(8)
-		}
-		in := PgIn{Key: key, Op: PgOnce, Fence: markOf(f), Once: idx, Data: d}
-		c := r.invoke(w, in)
+	idx, okey := onceKey(rng, &r.onceLast, r.oncePrefix, key)
+	in := PgIn{Key: key, Op: PgOnce, Fence: markOf(f), Once: idx, Data: d}
+	return onceCall(r, w, rng, r.proxies[w], in, &r.resolved, func(ctx context.Context, late func()) (bool, error) {
 		work := func(ctx context.Context, tx pgx.Tx) error {
 			var was string
 			if err := tx.QueryRow(ctx, pgLockedReadSQL, key).Scan(&was, new(int64)); err != nil {
@@ -491,35 +490,76 @@ func (r *pgRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string)
 				r.exposed.Add(1)
 			}
 			_, err := tx.Exec(ctx, pgWriteSQL, key, d)
-			switch late {
+			late()
+			return err
+		}
+		if r.variant == pgOnceAfter {
+			return onceAfter(ctx, r.dbs[w], f, okey, work, &r.exposed)
+		}
+		return postgres.Once(ctx, r.dbs[w], f, okey, work)
+	})
+}
+
+// pgCaller records the calls of a PostgreSQL workload (pgRun, sqlRun).
+type pgCaller interface {
+	invoke(w int, in PgIn) pgCall
+	outcome(in PgIn, err error) PgOut
+	finish(c pgCall, out PgOut) PgOut
+}
+
+// onceCall records the tries of the Once call in of worker w, each run by
+// try with a call's time of its own (a retry after a lost reply starts on
+// a new connection) and late, which the work calls after its write. One
+// first try in eight has late end its context a moment later, while
+// COMMIT is on its way; four in eight have late lose the next reply on
+// proxy, COMMIT's. A try whose outcome is unknown is left open and retried
+// with the same fence and work, up to three times: the retry tells whether
+// the first ran (counted in resolved).
+func onceCall(rc pgCaller, w int, rng *rand.Rand, proxy *testenv.Proxy, in PgIn, resolved *atomic.Int64, try func(ctx context.Context, late func()) (bool, error)) PgOut {
+	var out PgOut
+	for n := range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+		mode := -1
+		if n == 0 {
+			mode = rng.IntN(8)
+		}
+		late := func() {
+			switch mode {
 			case 0:
 				time.AfterFunc(time.Duration(rng.IntN(2000))*time.Microsecond, cancel)
 			case 1, 2, 3, 4:
-				r.proxies[w].LoseNextReply(nil)
+				proxy.LoseNextReply(nil)
 			}
-			return err
 		}
-		var ran bool
-		var err error
-		if r.variant == pgOnceAfter {
-			ran, err = onceAfter(cctx, r.dbs[w], f, okey, work, &r.exposed)
-		} else {
-			ran, err = postgres.Once(cctx, r.dbs[w], f, okey, work)
-		}
+		c := rc.invoke(w, in)
+		ran, err := try(ctx, late)
 		cancel()
-		out = r.outcome(in, err)
+		out = rc.outcome(in, err)
 		if out.Status == Ok {
 			out.Ran = ran
 		}
-		r.finish(c, out)
+		rc.finish(c, out)
 		if out.Status != Unknown {
-			if try > 0 {
-				r.resolved.Add(1)
+			if n > 0 {
+				resolved.Add(1)
 			}
 			return out
 		}
 	}
 	return out
+}
+
+// onceKey picks the key of work (1 to PgOnceKeys) of a Once call on key,
+// and its name under prefix. Half the calls run the key of work that ran
+// last on this row (onceLast: key -> key of work) again: its record must
+// make it change nothing (the run finds it done).
+func onceKey(rng *rand.Rand, onceLast *sync.Map, prefix, key string) (int, string) {
+	idx := 1 + rng.IntN(PgOnceKeys)
+	if last, ok := onceLast.Load(key); ok && rng.IntN(2) == 0 {
+		idx = last.(int)
+	}
+	onceLast.Store(key, idx)
+	return idx, fmt.Sprintf("%s/%s/%d", prefix, key, idx)
 }
 
 func (r *pgRun) read(ctx context.Context, w int, key string) PgOut {
