@@ -215,15 +215,28 @@ func testDeadlockIsRetryable(t *testing.T, d Driver) {
 	e.waitBlocked(p2)
 	err1 := make(chan error, 1)
 	go func() { err1 <- pgsql.Guard(e.ctx, tx1, fenceOf("b", 2, "h1")) }()
-	// The victim returns first; rolling it back lets the other finish.
+	// The victim returns first and rolling it back lets the other finish;
+	// but PostgreSQL frees the victim's locks when it reports the deadlock,
+	// so the other may have returned too by the time either is read. Tell
+	// them apart by their errors, not by which arrived first.
 	var victim, other error
 	select {
-	case victim = <-err1:
-		_ = tx1.Rollback()
-		other = <-err2
-	case victim = <-err2:
-		_ = tx2.Rollback()
-		other = <-err1
+	case e1 := <-err1:
+		if e1 == nil {
+			victim, other = <-err2, e1
+			_ = tx2.Rollback()
+		} else {
+			_ = tx1.Rollback()
+			victim, other = e1, <-err2
+		}
+	case e2 := <-err2:
+		if e2 == nil {
+			victim, other = <-err1, e2
+			_ = tx1.Rollback()
+		} else {
+			_ = tx2.Rollback()
+			victim, other = e2, <-err1
+		}
 	}
 	var re *pgsql.RetryableError
 	if !errors.Is(victim, pgsql.ErrRetryable) || !errors.As(victim, &re) {
