@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -45,6 +46,11 @@ func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		queues := ok && call.name == "acquire" && len(call.argv) >= 5 && call.argv[4] != ""
 		sent := time.Now()
 		err := next(ctx, cmd)
+		if ok && call.name == "try" && len(call.argv) > 0 {
+			h.m.gmu.Lock()
+			h.m.trySent[call.argv[0]] = sent
+			h.m.gmu.Unlock()
+		}
 		if ok && call.name == "acquire" && err == nil && !queues {
 			// An Owner's call that re-entered a grant: the lease it gets is
 			// that grant's, not a grant of its own.
@@ -137,20 +143,25 @@ func (q *queued) liveAhead(start, end time.Time) bool {
 	return true
 }
 
-// waiterLive reports whether a waiter other than holder is provably in
-// the queue and waiting now.
-func (m *model) waiterLive(holder string) bool {
+// waiterAhead reports whether a waiter other than holder is provably in
+// the queue ahead of a try sent at sent, and waiting now, by the same rule
+// (liveAhead) that checkQueue judges with: the control counts as gone wrong
+// only what the judge can see.
+func (m *model) waiterAhead(holder string, sent time.Time) bool {
 	now := time.Now()
 	m.gmu.Lock()
 	defer m.gmu.Unlock()
 	for y, q := range m.queue {
-		if y == holder || q.waiting.Before(now.Add(queueMargin)) || len(q.tries) == 0 {
+		if y == holder || len(q.tries) == 0 {
 			continue
 		}
-		if last := q.tries[len(q.tries)-1]; last.reply.Before(now) && now.Sub(last.sent) < modelQueueLife-queueMargin {
-			if _, served := m.served[y]; !served {
-				return true
-			}
+		tries := slices.Clone(q.tries)
+		sort.Slice(tries, func(i, j int) bool { return tries[i].sent.Before(tries[j].sent) })
+		if !(&queued{tries: tries, waiting: q.waiting}).liveAhead(sent, now) {
+			continue
+		}
+		if _, served := m.served[y]; !served {
+			return true
 		}
 	}
 	return false
@@ -178,7 +189,11 @@ func (m *model) checkQueue() {
 		sort.Slice(q.tries, func(i, j int) bool { return q.tries[i].sent.Before(q.tries[j].sent) })
 		ty, servedY := m.served[y]
 		for _, x := range m.grants {
-			if x.kind == "reentry" || x.f.Holder == y || !q.liveAhead(x.start, x.end) {
+			start := x.start
+			if t, ok := m.trySent[x.f.Holder]; ok && x.kind == "try" && t.After(start) && t.Before(x.end) {
+				start = t // the try's place is taken when its script is sent
+			}
+			if x.kind == "reentry" || x.f.Holder == y || !q.liveAhead(start, x.end) {
 				continue
 			}
 			m.count("queue pairs judged", 1)
@@ -217,6 +232,7 @@ func (h skipQueueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := time.Now()
 		err := next(ctx, cmd)
 		call, ok := parseScriptCall(cmd.Args())
 		c, isCmd := cmd.(*redis.Cmd)
@@ -239,8 +255,8 @@ func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if res, _ := redo.Val().([]any); len(res) >= 2 && res[0] == int64(1) {
 			granted = true
 		}
-		if granted && h.m.waiterLive(call.argv[0]) {
-			h.m.exposed.Add(1) // the grant jumped a waiter that was live and waiting
+		if granted && h.m.waiterAhead(call.argv[0], sent) {
+			h.m.exposed.Add(1) // the grant jumped a waiter that was live, waiting and ahead of it
 		}
 		return nil
 	}

@@ -206,6 +206,10 @@ type model struct {
 	// reentered holds every holder whose grant an Owner's call re-entered,
 	// as the actors' clients saw the replies.
 	reentered map[string]bool
+	// trySent is when each holder's try.lua call was sent, as its client
+	// saw: the queue judge counts a try's place from then, not from when
+	// TryAcquire was called.
+	trySent map[string]time.Time
 	// nodeGrants and raised are, by holder, the Redlock nodes whose
 	// acquire replied with a grant (and its token), and those that
 	// confirmed a raise to a token, as the actors' clients saw.
@@ -931,6 +935,13 @@ type modelConfig struct {
 	// budget until its broken variant has gone wrong modelMinExposed times
 	// (model.exposed), for at most modelExposureCap budgets.
 	control bool
+	// minExposed, when above modelMinExposed, is how often this control's
+	// variant must go wrong before its run may end: for a variant whose
+	// count is looser than what the judge can prove.
+	minExposed int
+	// knownGap, when set, makes a control that the model accepts log its
+	// run as a known gap of the judge, saying why, instead of failing.
+	knownGap string
 	// hook, if set, is added to every actor's client (after the model's
 	// own): a broken variant that changes what the Locker sends.
 	hook func(m *model) redis.Hook
@@ -974,7 +985,7 @@ func (m *model) runContext(budget time.Duration) (context.Context, context.Cance
 	m.deadline = time.Now().Add(modelExposureCap * budget)
 	ctx, cancel := context.WithDeadline(context.Background(), m.deadline)
 	enough := func() bool {
-		if m.cfg.control && m.exposed.Load() < modelMinExposed {
+		if m.cfg.control && m.exposed.Load() < max(modelMinExposed, int64(m.cfg.minExposed)) {
 			return false
 		}
 		for _, f := range m.cfg.floors {
@@ -1096,7 +1107,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, reentered: map[string]bool{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, firstRenewal: map[string]time.Time{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, reentered: map[string]bool{}, trySent: map[string]time.Time{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, firstRenewal: map[string]time.Time{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
