@@ -49,6 +49,7 @@ func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if ok && call.name == "try" && len(call.argv) > 0 {
 			h.m.gmu.Lock()
 			h.m.trySent[call.argv[0]] = sent
+			h.m.tryReplied[call.argv[0]] = time.Now()
 			h.m.gmu.Unlock()
 		}
 		if ok && call.name == "acquire" && err == nil && !queues {
@@ -189,11 +190,14 @@ func (m *model) checkQueue() {
 		sort.Slice(q.tries, func(i, j int) bool { return q.tries[i].sent.Before(q.tries[j].sent) })
 		ty, servedY := m.served[y]
 		for _, x := range m.grants {
-			start := x.start
-			if t, ok := m.trySent[x.f.Holder]; ok && x.kind == "try" && t.After(start) && t.Before(x.end) {
+			start, end := x.start, x.end
+			if t, ok := m.trySent[x.f.Holder]; ok && (x.kind == "try" || x.kind == "poll") && t.After(start) && t.Before(x.end) {
 				start = t // the try's place is taken when its script is sent
+				if r, ok := m.tryReplied[x.f.Holder]; ok && r.After(t) && r.Before(end) {
+					end = r // and the grant is made before its reply
+				}
 			}
-			if x.kind == "reentry" || x.f.Holder == y || !q.liveAhead(start, x.end) {
+			if x.kind == "reentry" || x.f.Holder == y || !q.liveAhead(start, end) {
 				continue
 			}
 			m.count("queue pairs judged", 1)
@@ -256,7 +260,9 @@ func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			granted = true
 		}
 		if granted && h.m.waiterAhead(call.argv[0], sent) {
-			h.m.exposed.Add(1) // the grant jumped a waiter that was live, waiting and ahead of it
+			h.m.gmu.Lock()
+			h.m.jumped[call.argv[0]] = true // the grant jumped a waiter that was live, waiting and ahead of it
+			h.m.gmu.Unlock()
 		}
 		return nil
 	}

@@ -210,6 +210,12 @@ type model struct {
 	// saw: the queue judge counts a try's place from then, not from when
 	// TryAcquire was called.
 	trySent map[string]time.Time
+	// tryReplied is when each holder's latest try.lua call was answered:
+	// a grant it made was made before then.
+	tryReplied map[string]time.Time
+	// jumped holds every holder whose grant the queue control took past a
+	// waiter provably ahead; it counts as exposed once the grant is a lease.
+	jumped map[string]bool
 	// nodeGrants and raised are, by holder, the Redlock nodes whose
 	// acquire replied with a grant (and its token), and those that
 	// confirmed a raise to a token, as the actors' clients saw.
@@ -507,6 +513,10 @@ func (m *model) granted(g *grant) {
 		g.kind = "reentry"
 	}
 	m.registered[g.f.Holder] = true
+	if m.jumped[g.f.Holder] && g.kind != "reentry" {
+		delete(m.jumped, g.f.Holder)
+		m.exposed.Add(1) // the queue control's jump became a lease the judge sees
+	}
 	if old, ok := m.served[g.f.Holder]; !ok || g.f.Token < old {
 		m.served[g.f.Holder] = g.f.Token
 	}
@@ -1107,7 +1117,7 @@ func newModel(t *testing.T, cfg modelConfig, prefix string) *model {
 	return &model{
 		t: t, seed: cfg.seed, resource: "model", prefix: prefix, wrap: wrap, plain: cfg.plain, cfg: cfg,
 		holds: map[*held]struct{}{}, queue: map[string]*queued{}, served: map[string]fence.Token{},
-		registered: map[string]bool{}, reentered: map[string]bool{}, trySent: map[string]time.Time{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, firstRenewal: map[string]time.Time{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
+		registered: map[string]bool{}, reentered: map[string]bool{}, trySent: map[string]time.Time{}, tryReplied: map[string]time.Time{}, jumped: map[string]bool{}, renewing: map[string]*held{}, earlyRenewal: map[string]bool{}, firstRenewal: map[string]time.Time{}, nodeGrants: map[string]map[int]int64{}, raised: map[string]map[int]int64{},
 		stats: map[string]*atomic.Int64{}, seen: map[string]bool{},
 	}
 }
