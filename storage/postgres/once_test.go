@@ -422,7 +422,10 @@ func TestOnceRaceControlWithoutTheRecord(t *testing.T) {
 	defer wide.Close()
 	var w work
 	var wg sync.WaitGroup
-	start := make(chan struct{})
+	start, allChecked := make(chan struct{}), make(chan struct{})
+	var checked sync.WaitGroup
+	checked.Add(10)
+	go func() { checked.Wait(); close(allChecked) }()
 	for i := range 10 {
 		f := fenceOf(fmt.Sprintf("job-%d", i), 1, "h")
 		wg.Go(func() {
@@ -432,8 +435,12 @@ func TestOnceRaceControlWithoutTheRecord(t *testing.T) {
 				if err := tx.QueryRow(ctx, `SELECT count(*) FROM done WHERE key = 'daily'`).Scan(&n); err != nil || n > 0 {
 					return err
 				}
-				if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.1)`); err != nil {
-					return err
+				// Every instance checks before any records: the race made
+				// certain however the machine schedules the ten.
+				checked.Done()
+				select {
+				case <-allChecked:
+				case <-time.After(5 * time.Second):
 				}
 				if err := w.fn(ctx, tx); err != nil {
 					return err
