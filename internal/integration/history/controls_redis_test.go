@@ -177,3 +177,11 @@ func TestRedisControlFastNoHolder(t *testing.T) {
 func TestRedisControlFastNoToken(t *testing.T) {
 	redisScriptControl(t, "fast path without the token compare", redisFastNoToken)
 }
+
+// TestRedisControlCASIgnoresExpiry: the compare-and-set script compares the
+// expected version with the one stored, not counting the value's expiry
+// since, so that a compare-and-set at the version of an expired value is
+// admitted.
+func TestRedisControlCASIgnoresExpiry(t *testing.T) {
+	redisScriptControl(t, "compare-and-set blind to expiry", redisCASIgnoresExpiry)
+}

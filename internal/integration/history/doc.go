@@ -17,7 +17,7 @@
 // (a live grant's token with another holder, its holder with an older
 // token, another grant's holder), an older grant racing the next one's
 // first call, compare-and-sets at versions a key has not reached or has
-// passed, and Once calls whose COMMIT reply is lost or whose context ends
+// passed or at the version of a value that has since expired, and Once calls whose COMMIT reply is lost or whose context ends
 // while COMMIT is in flight.
 //
 // Files:
@@ -29,7 +29,9 @@
 //     (FENCEKIT_CHECK_TIME, FENCEKIT_CHECK_SEED);
 //   - redismodel.go, pgmodel.go: the sequential models, one versioned,
 //     fenced register per key or row, in which a refused call changes
-//     nothing; pgmodel.go's is every SQL guard's (PostgreSQL, MySQL), with
+//     nothing; the Redis model's values may carry a lifetime, and their
+//     expiry, which counts as a delete, falls anywhere in the window that
+//     the writing call's invocation and return give it (StampRedis); pgmodel.go's is every SQL guard's (PostgreSQL, MySQL), with
 //     Once, and PgKinds counts its judgments;
 //   - redis_test.go, postgres_test.go, mysql_test.go: the checkers, with
 //     their workloads; nemesis_test.go: the faults; keys_test.go: the keys

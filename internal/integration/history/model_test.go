@@ -3,6 +3,7 @@ package history
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -29,6 +30,12 @@ func TestRedisModel(t *testing.T) {
 	set := func(f Mark, d string) RedisIn { return RedisIn{Key: "k", Op: OpSet, Fence: f, Data: d} }
 	load := RedisIn{Key: "k", Op: OpLoad}
 	cas := func(exp int64, d string) RedisIn { return RedisIn{Key: "k", Op: OpCAS, Expected: exp, Data: d} }
+	casTTL := func(exp int64, d string) RedisIn {
+		in := cas(exp, d)
+		in.TTL = 10 * time.Millisecond
+		return in
+	}
+	const ms = int64(time.Millisecond)
 	ok := func(d string, v int64) RedisOut { return RedisOut{Status: Ok, Data: d, Version: v} }
 	stale := func(m Mark) RedisOut { return RedisOut{Status: Stale, Mark: m} }
 	open := RedisOut{Status: Unknown}
@@ -91,10 +98,54 @@ func TestRedisModel(t *testing.T) {
 			op(0, cas(0, "x"), ok("", 1), 0, 1),
 			op(1, cas(0, "y"), RedisOut{Status: Conflict, Version: -1}, 2, 3),
 		}, true},
+		// Values that expire: a TTL of 10 ms, times in ms.
+		{"an expired value reads as missing at the next version", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, load, ok("x", 1), 2*ms, 3*ms),
+			op(1, load, RedisOut{Status: NotFound, Version: 2}, 30*ms, 31*ms),
+		}, true},
+		{"a value read live after it surely expired", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, load, ok("x", 1), 30*ms, 31*ms),
+		}, false},
+		{"a read around the expiry may see the value", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, load, ok("x", 1), 9*ms, 12*ms),
+		}, true},
+		{"a read around the expiry may see it gone", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, load, RedisOut{Status: NotFound, Version: 2}, 9*ms, 12*ms),
+		}, true},
+		{"an expired value comes not back", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, load, RedisOut{Status: NotFound, Version: 2}, 9*ms, 12*ms),
+			op(1, load, ok("x", 1), 13*ms, 14*ms),
+		}, false},
+		{"a compare-and-set at the version before expiry is refused", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, cas(1, "y"), RedisOut{Status: Conflict, Version: 2}, 30*ms, 31*ms),
+		}, true},
+		{"a compare-and-set at the version before expiry admitted", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(1, cas(1, "y"), ok("", 2), 30*ms, 31*ms),
+		}, false},
+		{"a write without a TTL makes the value permanent", []porcupine.Operation{
+			op(0, casTTL(0, "x"), ok("", 1), 0, 1*ms),
+			op(0, cas(1, "y"), ok("", 2), 2*ms, 3*ms),
+			op(1, load, ok("y", 2), 30*ms, 31*ms),
+		}, true},
+		{"an open write's value may expire late", []porcupine.Operation{
+			op(0, casTTL(0, "x"), open, 0, -1),
+			op(1, load, ok("x", 1), 30*ms, 31*ms),
+		}, true},
+		{"an expiry leaves the mark", []porcupine.Operation{
+			op(0, RedisIn{Key: "k", Op: OpSet, Fence: f2, Data: "x", TTL: 10 * time.Millisecond}, ok("", 1), 0, 1*ms),
+			op(1, set(f1, "y"), stale(f2), 30*ms, 31*ms),
+		}, true},
 	}
 	model := RedisModel.ToModel()
 	for _, c := range cases {
-		if got := porcupine.CheckOperations(model, c.ops); got != c.legal {
+		if got := porcupine.CheckOperations(model, StampRedis(c.ops)); got != c.legal {
 			t.Errorf("%s: linearizable = %v, want %v", c.name, got, c.legal)
 		}
 	}

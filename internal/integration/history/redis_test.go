@@ -44,13 +44,26 @@ const (
 	// redisFastNoToken runs the fenced script with its fast path not
 	// comparing the token.
 	redisFastNoToken
+	// redisCASIgnoresExpiry runs the compare-and-set script comparing the
+	// expected version with the one stored, not counting an expiry since:
+	// a compare-and-set at the version of a value that has expired is
+	// admitted, as if the value were still there.
+	redisCASIgnoresExpiry
 )
 
+// scriptBreak is the line a script-changing variant breaks, how, and in
+// which of the store's scripts.
+type scriptBreak struct {
+	old, new string
+	scripts  [][]string
+}
+
 // redisBreaks is the line each script-changing variant breaks, and how.
-var redisBreaks = map[redisVariant][2]string{
-	redisTokenGE:      {"local stale = c < 0 or (c == 0 and hold ~= s.hold)", "local stale = c < 0"},
-	redisFastNoHolder: {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[3] == ARGV[3] and"},
-	redisFastNoToken:  {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[4] == ARGV[4] and"},
+var redisBreaks = map[redisVariant]scriptBreak{
+	redisTokenGE:          {"local stale = c < 0 or (c == 0 and hold ~= s.hold)", "local stale = c < 0", [][]string{fencedFiles}},
+	redisFastNoHolder:     {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[3] == ARGV[3] and", [][]string{fencedFiles}},
+	redisFastNoToken:      {"h[3] == ARGV[3] and h[4] == ARGV[4] and", "h[4] == ARGV[4] and", [][]string{fencedFiles}},
+	redisCASIgnoresExpiry: {"if expected ~= s.ver then", "if expected ~= tonumber(s.stored_ver or '0') then", [][]string{casFiles}},
 }
 
 const (
@@ -133,7 +146,8 @@ var redisRates = Rates{
 	OpGet: 2, OpSet: 0.7, OpSetV: 0.7, OpDel: 0.2, OpLoad: 1, OpCAS: 1, OpCAD: 0.15,
 	"stale refused": 1, "conflict": 0.7, "open placed": 0.2,
 	"attack " + AttackOtherHolder: 0.15, "attack " + AttackOlderToken: 0.15, "attack " + AttackStolen: 0.15,
-	"attack " + AttackAbove: 0.1, "attack " + AttackBelow: 0.05,
+	"attack " + AttackAbove: 0.1, "attack " + AttackBelow: 0.05, "attack " + AttackExpired: 0.1,
+	"ttl write": 0.2,
 }
 
 // redisKinds is what one call of a Redis history counts for: its operation,
@@ -153,6 +167,9 @@ func redisKinds(op porcupine.Operation) []string {
 	}
 	if in.Attack != "" {
 		k = append(k, "attack "+in.Attack)
+	}
+	if in.TTL > 0 && out.Status == Ok {
+		k = append(k, "ttl write")
 	}
 	return k
 }
@@ -187,7 +204,11 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 			c.AddHook(freshIDRetries{direct: direct, resent: &r.resent, exposed: &r.exposed})
 		}
 		if br, ok := redisBreaks[variant]; ok {
-			c.AddHook(scriptSwap{broken: breakScript(t, fencedFiles, br[0], br[1]), swapped: &r.swapped})
+			swap := scriptSwap{swapped: &r.swapped}
+			for _, files := range br.scripts {
+				swap.broken = append(swap.broken, breakScript(t, files, br.old, br.new))
+			}
+			c.AddHook(swap)
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := fkredis.New(c, fkredis.WithPrefix(r.dataPrefix))
@@ -215,7 +236,7 @@ func runRedis(t testing.TB, b Budget, variant redisVariant) redisResult {
 	if _, ok := redisBreaks[variant]; ok && r.swapped.Load() == 0 {
 		t.Fatalf("the broken variant's script never ran: the store sends its script otherwise, update scriptSwap")
 	}
-	res := redisResult{ops: r.rec.Operations(), retried: r.retried.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), resent: r.resent.Load(), took: took}
+	res := redisResult{ops: StampRedis(r.rec.Operations()), retried: r.retried.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), resent: r.resent.Load(), took: took}
 	res.judged = Tally(res.ops, redisKinds)
 	res.calls, res.open = r.rec.Counts()
 	for _, p := range r.proxies {
@@ -287,9 +308,9 @@ func (r *redisRun) session(ctx context.Context, w int, rng *rand.Rand, key strin
 		case n < 30:
 			out = r.get(w, key, f, lastVersion)
 		case n < 50:
-			out = r.set(w, key, f, -1, data())
+			out = r.set(w, key, f, -1, data(), shortTTL(rng))
 		case n < 65:
-			out = r.set(w, key, f, lastVersion[key], data())
+			out = r.set(w, key, f, lastVersion[key], data(), 0)
 		case n < 75:
 			out = r.del(w, key, f)
 		default:
@@ -351,6 +372,58 @@ func (r *redisRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, data
 	r.finish(c, out)
 }
 
+// shortTTL is the lifetime of one write in four, 20 to 80 ms: values that
+// expire while the workers use their keys; none for the others.
+func shortTTL(rng *rand.Rand) time.Duration {
+	if rng.IntN(4) != 0 {
+		return 0
+	}
+	return time.Duration(20+rng.IntN(61)) * time.Millisecond
+}
+
+func ttlOption(ttl time.Duration) []fkredis.WriteOption {
+	if ttl <= 0 {
+		return nil
+	}
+	return []fkredis.WriteOption{fkredis.WithTTL(ttl)}
+}
+
+// afterExpiry makes the compare-and-set attack after expiry on a key of its
+// own: a value written with a short lifetime, and, once that has passed, a
+// compare-and-set at the version the value had. The expiry counts as a
+// delete, so a sound store refuses it; one that is admitted counts as gone
+// wrong. No other worker uses the key, so nothing but the expiry moves its
+// version.
+func (r *redisRun) afterExpiry(w int, rng *rand.Rand, data func() string) {
+	key := fmt.Sprintf("x%d.%d", w, rng.Uint32())
+	ttl := time.Duration(10+rng.IntN(31)) * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	in := RedisIn{Key: key, Op: OpCAS, Data: data(), TTL: ttl}
+	c := r.invoke(w, in)
+	v, err := r.stores[w].CompareAndSet(ctx, key, 0, []byte(in.Data), fkredis.WithTTL(ttl))
+	cancel()
+	out := r.outcome(w, c, err)
+	if out.Status == Ok {
+		out.Version = v
+	}
+	r.finish(c, out)
+	if out.Status != Ok {
+		return
+	}
+	time.Sleep(ttl + time.Duration(5+rng.IntN(20))*time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), redisCallLimit)
+	defer cancel()
+	in = RedisIn{Key: key, Op: OpCAS, Expected: v, Data: data(), Attack: AttackExpired}
+	c = r.invoke(w, in)
+	v, err = r.stores[w].CompareAndSet(ctx, key, in.Expected, []byte(in.Data))
+	out = r.outcome(w, c, err)
+	if out.Status == Ok {
+		out.Version = v
+		r.exposed.Add(1)
+	}
+	r.finish(c, out)
+}
+
 func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() string, lastVersion map[string]int64) {
 	s := r.stores[w]
 	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
@@ -368,7 +441,7 @@ func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() strin
 		r.finish(c, out)
 	case n < 55:
 		d := data()
-		in := RedisIn{Key: key, Op: OpCAS, Expected: lastVersion[key], Data: d}
+		in := RedisIn{Key: key, Op: OpCAS, Expected: lastVersion[key], Data: d, TTL: shortTTL(rng)}
 		// Half of them offer a version the key has not reached, or one it
 		// has passed.
 		switch m := rng.IntN(4); {
@@ -378,12 +451,14 @@ func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() strin
 			in.Expected, in.Attack = in.Expected-1-int64(rng.IntN(int(min(in.Expected, 3)))), AttackBelow
 		}
 		c := r.invoke(w, in)
-		v, err := s.CompareAndSet(ctx, key, in.Expected, []byte(d))
+		v, err := s.CompareAndSet(ctx, key, in.Expected, []byte(d), ttlOption(in.TTL)...)
 		out := r.outcome(w, c, err)
 		if out.Status == Ok {
 			out.Version = v
 		}
 		r.finish(c, out)
+	case n < 60:
+		r.afterExpiry(w, rng, data)
 	case n < 65:
 		in := RedisIn{Key: key, Op: OpCAD, Expected: lastVersion[key]}
 		c := r.invoke(w, in)
@@ -447,11 +522,15 @@ func (r *redisRun) get(w int, key string, f fence.Fence, lastVersion map[string]
 	return r.finish(c, out)
 }
 
-// set is Set, or SetIfVersion when expected is not negative.
-func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d string) RedisOut {
+// set is Set, or SetIfVersion when expected is not negative, giving the
+// value a lifetime of ttl (0: none).
+func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d string, ttl time.Duration) RedisOut {
 	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
 	defer cancel()
-	in := RedisIn{Key: key, Op: OpSet, Fence: markOf(f), Data: d}
+	in := RedisIn{Key: key, Op: OpSet, Fence: markOf(f), Data: d, TTL: ttl}
+	if r.variant == redisClientSide {
+		in.TTL = 0 // its write keeps no lifetime
+	}
 	if expected >= 0 {
 		in.Op, in.Expected = OpSetV, expected
 	}
@@ -462,9 +541,9 @@ func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d strin
 	case r.variant == redisClientSide:
 		v, err = clientSideSet(ctx, r.clients[w], r.keyOf(key), f, expected, d, &r.exposed)
 	case expected >= 0:
-		v, err = r.stores[w].FencedSetIfVersion(ctx, f, key, expected, []byte(d))
+		v, err = r.stores[w].FencedSetIfVersion(ctx, f, key, expected, []byte(d), ttlOption(in.TTL)...)
 	default:
-		v, err = r.stores[w].FencedSet(ctx, f, key, []byte(d))
+		v, err = r.stores[w].FencedSet(ctx, f, key, []byte(d), ttlOption(in.TTL)...)
 	}
 	out := r.outcome(w, c, err)
 	if out.Status == Ok {
@@ -491,7 +570,7 @@ func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersio
 		if out.Status != Ok && out.Status != NotFound {
 			return out
 		}
-		return r.set(w, key, f, out.Version, d)
+		return r.set(w, key, f, out.Version, d, 0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
 	defer cancel()

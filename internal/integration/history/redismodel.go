@@ -2,7 +2,9 @@ package history
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -65,10 +67,30 @@ type RedisIn struct {
 	Fence    Mark   // fenced calls
 	Expected int64  // cas, cad, setv
 	Data     string // cas, set, setv
+	// TTL is the lifetime a write gives its value (cas, set; 0: none). A
+	// write without one makes the value permanent, as the store does.
+	TTL time.Duration
 	// Attack names what an adversarial call offers that no honest client
 	// would (see the Attack constants), "" for an honest call. The model
 	// judges it like any other; the name is for counting and reading.
 	Attack string
+	// From and To are the call's invocation and return, in the history's
+	// time (To is math.MaxInt64 for an open call): copied from the
+	// operation by StampRedis, since the model's steps see no times, and
+	// needed to tell when a value's lifetime ended.
+	From, To int64
+}
+
+// StampRedis copies each operation's times into its input (see RedisIn.From),
+// as the model needs them to judge values that expire. Run it on a finished
+// history, before checking it.
+func StampRedis(ops []porcupine.Operation) []porcupine.Operation {
+	for i := range ops {
+		in := ops[i].Input.(RedisIn)
+		in.From, in.To = ops[i].Call, ops[i].Return
+		ops[i].Input = in
+	}
+	return ops
 }
 
 // Adversarial calls: fences that no lock issued, and versions a key never
@@ -80,6 +102,7 @@ const (
 	AttackRacing      = "older grant racing"       // a live grant's fence, used while the next grant makes its first call
 	AttackAbove       = "version above"            // a compare-and-set at a version the key has not reached
 	AttackBelow       = "version below"            // a compare-and-set at a version the key has passed
+	AttackExpired     = "version before expiry"    // a compare-and-set at the version of a value that has since expired
 )
 
 // RedisOut is what a call returned.
@@ -90,12 +113,61 @@ type RedisOut struct {
 	Mark    Mark   // stale: the mark the fence lost to
 }
 
-// RedisState is one key: its value, its version and its mark.
+// RedisState is one key: its value, its version and its mark, and, for a
+// value written with a lifetime, when it expires: somewhere in [ExpFrom,
+// ExpTo] of the history's time (both 0: never). An expiry counts as a delete:
+// the value goes and the version moves on, the mark stays.
 type RedisState struct {
-	Exists  bool
-	Data    string
-	Version int64
-	Mark    Mark
+	Exists         bool
+	Data           string
+	Version        int64
+	Mark           Mark
+	ExpFrom, ExpTo int64
+}
+
+// expiryMargin widens a value's expiry window on both sides: the store dates
+// an expiry by the server's clock in whole milliseconds, the history by the
+// test's monotonic clock, on the same machine.
+const expiryMargin = 5 * time.Millisecond
+
+// expired is s once its value's lifetime ended: deleted, at the next
+// version.
+func (s RedisState) expired() RedisState {
+	s.Exists, s.Data, s.Version = false, "", s.Version+1
+	s.ExpFrom, s.ExpTo = 0, 0
+	return s
+}
+
+// before lists the states that in may meet, given s before it: s as it is,
+// unless its value surely expired before in was invoked; and s expired, if
+// the expiry may have come before in returned.
+func (s RedisState) before(in RedisIn) []RedisState {
+	if s.ExpTo == 0 {
+		return []RedisState{s}
+	}
+	var states []RedisState
+	if in.From < s.ExpTo {
+		states = append(states, s)
+	}
+	if in.To > s.ExpFrom {
+		states = append(states, s.expired())
+	}
+	return states
+}
+
+// lifetime gives n, just written by in, the expiry in's TTL sets: a window
+// from in's invocation plus the TTL to its return plus the TTL (for ever
+// open, for an open call), or none.
+func (n RedisState) lifetime(in RedisIn) RedisState {
+	n.ExpFrom, n.ExpTo = 0, 0
+	if in.TTL > 0 {
+		n.ExpFrom = max(1, in.From+int64(in.TTL-expiryMargin))
+		n.ExpTo = math.MaxInt64
+		if in.To < math.MaxInt64-int64(in.TTL+expiryMargin) {
+			n.ExpTo = in.To + int64(in.TTL+expiryMargin)
+		}
+	}
+	return n
 }
 
 // redisApply returns the state after in was applied to s and the output it
@@ -114,8 +186,10 @@ func redisApply(s RedisState, in RedisIn) (RedisState, RedisOut) {
 		n := s
 		if in.Op == OpCAS {
 			n.Exists, n.Data, n.Version = true, in.Data, s.Version+1
+			n = n.lifetime(in)
 		} else if s.Exists {
 			n.Exists, n.Data, n.Version = false, "", s.Version+1
+			n.ExpFrom, n.ExpTo = 0, 0
 		}
 		return n, RedisOut{Status: Ok, Version: n.Version}
 	}
@@ -136,10 +210,11 @@ func redisApply(s RedisState, in RedisIn) (RedisState, RedisOut) {
 		return n, RedisOut{Status: Ok, Data: s.Data, Version: s.Version}
 	case OpSet, OpSetV:
 		n.Exists, n.Data, n.Version = true, in.Data, s.Version+1
-		return n, RedisOut{Status: Ok, Version: n.Version}
+		return n.lifetime(in), RedisOut{Status: Ok, Version: n.Version}
 	case OpDel:
 		if s.Exists {
 			n.Exists, n.Data, n.Version = false, "", s.Version+1
+			n.ExpFrom, n.ExpTo = 0, 0
 		}
 		return n, RedisOut{Status: Ok}
 	}
@@ -153,24 +228,36 @@ var RedisModel = porcupine.NondeterministicModel{
 	Partition: partitionBy(func(in any) string { return in.(RedisIn).Key }),
 	Init:      func() []any { return []any{RedisState{}} },
 	Step: func(state, input, output any) []any {
-		s, in, out := state.(RedisState), input.(RedisIn), output.(RedisOut)
-		n, want := redisApply(s, in)
-		if out.Status == Failed {
-			return []any{s} // not applied: changes nothing, whatever it asked
-		}
-		if out.Status == Unknown {
-			if n == s {
-				return []any{s}
+		in, out := input.(RedisIn), output.(RedisOut)
+		var next []any
+		add := func(n RedisState) {
+			for _, m := range next {
+				if m == n {
+					return
+				}
 			}
-			return []any{s, n}
+			next = append(next, n)
 		}
-		if out.Status == Conflict && out.Version < 0 && want.Status == Conflict {
-			want.Version = out.Version // a conflict whose version was not reported
+		// The value may have expired before the call took effect, or
+		// not, as the expiry's window and the call's allow.
+		for _, s := range state.(RedisState).before(in) {
+			n, want := redisApply(s, in)
+			switch {
+			case out.Status == Failed:
+				add(s) // not applied: changes nothing, whatever it asked
+			case out.Status == Unknown:
+				add(s)
+				add(n)
+			default:
+				if out.Status == Conflict && out.Version < 0 && want.Status == Conflict {
+					want.Version = out.Version // a conflict whose version was not reported
+				}
+				if out == want {
+					add(n)
+				}
+			}
 		}
-		if out != want {
-			return nil
-		}
-		return []any{n}
+		return next
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(RedisIn), output.(RedisOut)
@@ -189,6 +276,9 @@ var RedisModel = porcupine.NondeterministicModel{
 		case OpSetV:
 			call = fmt.Sprintf("setv[%v](v%d, %s)", in.Fence, in.Expected, in.Data)
 		}
+		if in.TTL > 0 {
+			call += fmt.Sprintf(" ttl %v", in.TTL)
+		}
 		if in.Attack != "" {
 			call += " {" + in.Attack + "}"
 		}
@@ -199,7 +289,15 @@ var RedisModel = porcupine.NondeterministicModel{
 		if !s.Exists {
 			return fmt.Sprintf("none v%d mark %v", s.Version, s.Mark)
 		}
-		return fmt.Sprintf("%s v%d mark %v", s.Data, s.Version, s.Mark)
+		d := fmt.Sprintf("%s v%d mark %v", s.Data, s.Version, s.Mark)
+		if s.ExpTo != 0 {
+			to := "+inf"
+			if s.ExpTo != math.MaxInt64 {
+				to = fmt.Sprintf("%.3f", float64(s.ExpTo)/1e6)
+			}
+			d += fmt.Sprintf(" expires in [%.3f, %s] ms", float64(s.ExpFrom)/1e6, to)
+		}
+		return d
 	},
 }
 

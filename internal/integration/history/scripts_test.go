@@ -46,16 +46,20 @@ func breakScript(t testing.TB, files []string, old, new string) brokenScript {
 	return brokenScript{sha: hex.EncodeToString(sum[:]), src: src, with: strings.Replace(src, old, new, 1)}
 }
 
-// fencedFiles is the fenced script, as storage/redis/scripts.go joins it.
-var fencedFiles = []string{"fenced_fast.lua", "value.lua", "fenced.lua"}
+// fencedFiles is the fenced script, as storage/redis/scripts.go joins it;
+// casFiles the compare-and-set script.
+var (
+	fencedFiles = []string{"fenced_fast.lua", "value.lua", "fenced.lua"}
+	casFiles    = []string{"value.lua", "cas.lua"}
+)
 
-// scriptSwap is a go-redis hook that runs a broken script in place of the
-// store's: a command that names the store's script (EVALSHA of its SHA1, or
-// EVAL of its text) is sent as EVAL of the broken one. It counts the
-// commands it changed in swapped, so that a control can tell its variant
-// ran at all.
+// scriptSwap is a go-redis hook that runs broken scripts in place of the
+// store's: a command that names one of the store's scripts (EVALSHA of its
+// SHA1, or EVAL of its text) is sent as EVAL of its broken one. It counts
+// the commands it changed in swapped, so that a control can tell its
+// variant ran at all.
 type scriptSwap struct {
-	broken  brokenScript
+	broken  []brokenScript
 	swapped *atomic.Int64
 }
 
@@ -84,10 +88,11 @@ func (h scriptSwap) swap(cmd goredis.Cmder) {
 	}
 	name, _ := args[0].(string)
 	body, _ := args[1].(string)
-	switch {
-	case strings.EqualFold(name, "evalsha") && body == h.broken.sha,
-		strings.EqualFold(name, "eval") && body == h.broken.src:
-		args[0], args[1] = "eval", h.broken.with
-		h.swapped.Add(1)
+	for _, b := range h.broken {
+		if strings.EqualFold(name, "evalsha") && body == b.sha || strings.EqualFold(name, "eval") && body == b.src {
+			args[0], args[1] = "eval", b.with
+			h.swapped.Add(1)
+			return
+		}
 	}
 }
