@@ -949,9 +949,6 @@ type modelConfig struct {
 	// variant must go wrong before its run may end: for a variant whose
 	// count is looser than what the judge can prove.
 	minExposed int
-	// knownGap, when set, makes a control that the model accepts log its
-	// run as a known gap of the judge, saying why, instead of failing.
-	knownGap string
 	// hook, if set, is added to every actor's client (after the model's
 	// own): a broken variant that changes what the Locker sends.
 	hook func(m *model) redis.Hook
