@@ -1,8 +1,10 @@
-// Command pgsqlorm shows a fenced write through GORM and through sqlx on
-// PostgreSQL, with storage/pgsql: pgsql.InTx begins the transaction and
-// guards the fence as its first statement, and the ORM works on the same
-// *sql.Tx. A stale fence is refused before the ORM reads anything, through
-// either library, and writes nothing.
+// Command pgsqlorm shows a fenced write through GORM, sqlx and bun on
+// PostgreSQL, with storage/pgsql. With GORM and sqlx, pgsql.InTx begins the
+// transaction and guards the fence as its first statement, and the library
+// works on the same *sql.Tx. With bun, the library begins the transaction
+// (RunInTx) and pgsql.Guard runs first in it, on the *sql.Tx that a bun.Tx
+// holds. A stale fence is refused before the library reads anything,
+// through each of them, and writes nothing.
 //
 // Usage:
 //
@@ -26,6 +28,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/jmoiron/sqlx"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	gormpg "gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -73,6 +77,24 @@ func DepositSqlx(ctx context.Context, db *sqlx.DB, f fence.Fence, id, amount int
 	})
 }
 
+// DepositBun adds amount to account id in a transaction fenced by f, doing
+// its work through bun: bun begins the transaction, and pgsql.Guard is its
+// first statement, so that a stale f is refused before bun reads anything.
+// A stale f returns an error matching fence.ErrStale, and bun rolls back.
+func DepositBun(ctx context.Context, db *bun.DB, f fence.Fence, id, amount int64) error {
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := pgsql.Guard(ctx, tx.Tx, f); err != nil {
+			return err
+		}
+		var balance int64
+		if err := tx.NewSelect().Table("accounts").Column("balance").Where("id = ?", id).Scan(ctx, &balance); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Table("accounts").Set("balance = ?", balance+amount).Where("id = ?", id).Exec(ctx)
+		return err
+	})
+}
+
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -82,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pgsqlorm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	url := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL")
-	if done, code := cli.Parse(fs, "pgsqlorm", "a fenced write through GORM and through sqlx on PostgreSQL (storage/pgsql), and a stale fence refused", args); done {
+	if done, code := cli.Parse(fs, "pgsqlorm", "a fenced write through GORM, sqlx and bun on PostgreSQL (storage/pgsql), and a stale fence refused", args); done {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -133,12 +155,14 @@ func demo(ctx context.Context, db *sql.DB, out io.Writer) (err error) {
 		return err
 	}
 	dbx := sqlx.NewDb(db, "pgx")
+	bdb := bun.NewDB(db, pgdialect.New())
 
 	// A lock hands these out (lock.Lease.Fence); the newer one is a later
 	// grant of the same resource.
 	resource := "account:42:" + schema
 	older := fence.Fence{Resource: resource, Token: 1, Holder: "old"}
 	newer := fence.Fence{Resource: resource, Token: 2, Holder: "new"}
+	newest := fence.Fence{Resource: resource, Token: 3, Holder: "newest"}
 
 	if err := DepositGORM(ctx, db, gdb, older, 42, 10); err != nil {
 		return fmt.Errorf("GORM deposit: %w", err)
@@ -148,21 +172,28 @@ func demo(ctx context.Context, db *sql.DB, out io.Writer) (err error) {
 		return fmt.Errorf("sqlx deposit: %w", err)
 	}
 	fmt.Fprintln(out, "sqlx: deposited 5 under token 2")
-	// The older holder wakes up: refused through either library.
+	if err := DepositBun(ctx, bdb, newest, 42, 20); err != nil {
+		return fmt.Errorf("bun deposit: %w", err)
+	}
+	fmt.Fprintln(out, "bun: deposited 20 under token 3")
+	// The older holder wakes up: refused through each library.
 	if err := DepositGORM(ctx, db, gdb, older, 42, 100); !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("stale GORM deposit = %v, want fence.ErrStale", err)
 	}
 	if err := DepositSqlx(ctx, dbx, older, 42, 100); !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("stale sqlx deposit = %v, want fence.ErrStale", err)
 	}
-	fmt.Fprintln(out, "token 1 again: refused through GORM and sqlx (fence.ErrStale)")
+	if err := DepositBun(ctx, bdb, older, 42, 100); !errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("stale bun deposit = %v, want fence.ErrStale", err)
+	}
+	fmt.Fprintln(out, "token 1 again: refused through GORM, sqlx and bun (fence.ErrStale)")
 	var balance int64
 	if err := db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&balance); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "balance: %d\n", balance)
-	if balance != 15 {
-		return fmt.Errorf("balance = %d, want 15", balance)
+	if balance != 35 {
+		return fmt.Errorf("balance = %d, want 35", balance)
 	}
 	return nil
 }

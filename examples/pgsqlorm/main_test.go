@@ -8,16 +8,16 @@ import (
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
-// TestRun runs the program against the test's PostgreSQL: both deposits
-// land, the stale fence is refused through GORM and sqlx, and the balance
-// is 15.
+// TestRun runs the program against the test's PostgreSQL: the three
+// deposits land, the stale fence is refused through GORM, sqlx and bun, and
+// the balance is 35.
 func TestRun(t *testing.T) {
 	u := testenv.PostgresURL(t)
 	var stdout, stderr bytes.Buffer
 	if code := run(t.Context(), []string{"-postgres", u}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"GORM: deposited 10", "sqlx: deposited 5", "refused through GORM and sqlx", "balance: 15"} {
+	for _, want := range []string{"GORM: deposited 10", "sqlx: deposited 5", "bun: deposited 20", "refused through GORM, sqlx and bun", "balance: 35"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout.String())
 		}
@@ -31,7 +31,7 @@ func TestCommandLine(t *testing.T) {
 	if code := run(t.Context(), []string{"-h"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("-h: exit %d, want 0", code)
 	}
-	if !strings.HasPrefix(stderr.String(), "pgsqlorm: a fenced write through GORM and through sqlx") || !strings.Contains(stderr.String(), "-postgres") {
+	if !strings.HasPrefix(stderr.String(), "pgsqlorm: a fenced write through GORM, sqlx and bun") || !strings.Contains(stderr.String(), "-postgres") {
 		t.Fatalf("-h printed:\n%s", stderr.String())
 	}
 	stderr.Reset()
