@@ -12,7 +12,8 @@
 // leader's row, which the summary reports.
 //
 // -failover N kills the leader with SIGKILL N times instead, and reports
-// the time from each kill to the new leader's first heartbeat (p50, p99).
+// the time from each kill to the new leader's first heartbeat (p50, p99);
+// -v prints the members' own lines as well.
 // It exits with status 2 when a server cannot be reached and 1 when the
 // run fails.
 package main

@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pause := fs.Duration("pause", 0, "how long the leader is stopped (SIGSTOP) (default 4 TTLs)")
 	unfenced := fs.Bool("unfenced", false, "write heartbeats without the term's fence, to show the deposed leader's overwrite")
 	failover := fs.Int("failover", 0, "instead of the pause, kill -9 the leader this many times and report failover times")
+	verbose := fs.Bool("v", false, "with -failover, also print every line the members print")
 	member := fs.String("member", "", "run as one candidate of that name (the parent starts these)")
 	electionName := fs.String("election", "", "election name (default: one of this run's own)")
 	prefix := fs.String("lock-prefix", "fencekit:", "Redis key prefix of the lock")
@@ -60,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := parentConfig{member: mc, members: *members, pause: *pause, failover: *failover, args: args, out: stdout}
+	cfg := parentConfig{member: mc, members: *members, pause: *pause, failover: *failover, verbose: *verbose, args: args, out: stdout}
 	err := runParent(ctx, cfg)
 	var unreachable *unreachableError
 	switch {

@@ -30,6 +30,7 @@ type parentConfig struct {
 	members  int
 	pause    time.Duration
 	failover int
+	verbose  bool // with failover, print the members' lines too
 	args     []string
 	out      io.Writer
 }
@@ -211,7 +212,7 @@ func (p *parent) start() error {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			at := time.Now()
-			if p.cfg.failover == 0 || os.Getenv("LEADER_VERBOSE") != "" {
+			if p.cfg.failover == 0 || p.cfg.verbose {
 				p.say("  %s\n", sc.Text())
 			}
 			if m := leadsLine.FindStringSubmatch(sc.Text()); m != nil {
