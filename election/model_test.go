@@ -301,25 +301,46 @@ func reportModel(t *testing.T, name string, v *verdict) {
 }
 
 // TestElectionModel runs the model and requires no violation and enough
-// judged: terms both handed over and lost, and pairs decided.
+// judged: terms both handed over and lost, and pairs decided. A run that
+// judged less than a floor (a loaded machine makes fewer terms in the
+// budget) is followed by another, up to four, and the floors hold for their
+// sum.
 func TestElectionModel(t *testing.T) {
 	testenv.Slow(t)
-	_, v := runElectionModel(t, modelRun{budget: checkBudget(t)})
-	reportModel(t, "fenced elector", v)
-	for i, s := range v.violations {
-		if i == 10 {
-			t.Errorf("... %d violations in all", len(v.violations))
-			break
-		}
-		t.Error(s)
-	}
-	for k, least := range map[string]int{
+	floors := map[string]int{
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
-	} {
-		if v.counts[k] < least {
-			t.Errorf("judged too little: %s = %d, want at least %d", k, v.counts[k], least)
+	}
+	judged := map[string]int{}
+	short := func() (kinds []string) {
+		for k, least := range floors {
+			if judged[k] < least {
+				kinds = append(kinds, fmt.Sprintf("%s = %d, want at least %d", k, judged[k], least))
+			}
 		}
+		slices.Sort(kinds)
+		return kinds
+	}
+	for run := 1; ; run++ {
+		_, v := runElectionModel(t, modelRun{budget: checkBudget(t)})
+		reportModel(t, fmt.Sprintf("fenced elector, run %d", run), v)
+		for i, s := range v.violations {
+			if i == 10 {
+				t.Errorf("... %d violations in all", len(v.violations))
+				break
+			}
+			t.Error(s)
+		}
+		for k, n := range v.counts {
+			judged[k] += n
+		}
+		if len(short()) == 0 || run == 4 {
+			break
+		}
+		t.Logf("judged too little so far (%s): another run", strings.Join(short(), ", "))
+	}
+	for _, s := range short() {
+		t.Errorf("judged too little in four runs: %s", s)
 	}
 }
 
