@@ -59,8 +59,9 @@ func (p retryPlan) horizon() (time.Duration, error) {
 	return time.Duration(p.retries) * step, nil
 }
 
-// planOf reads the retry plan of a *goredis.Client, *goredis.ClusterClient
-// or *goredis.Ring; ok is false for any other client.
+// planOf reads the retry plan of a *goredis.Client or *goredis.ClusterClient;
+// ok is false for any other client. (New refuses a *goredis.Ring: see
+// ring.go.)
 func planOf(client goredis.Scripter) (p retryPlan, ok bool) {
 	switch c := client.(type) {
 	case *goredis.Client:
@@ -87,19 +88,6 @@ func planOf(client goredis.Scripter) (p retryPlan, ok bool) {
 			pool:    nodePool(o.PoolTimeout, read),
 			dial:    nodeTimeout(o.DialTimeout, 5*time.Second),
 			read:    read, write: nodeTimeout(o.WriteTimeout, read),
-		}
-		p.dialTries, p.dialPause = dialRetries(o.DialerRetries, o.DialerRetryTimeout, o.DialerRetryBackoff)
-		return p, true
-	case *goredis.Ring:
-		// The ring retries MaxRetries times itself; its shard clients do not
-		// retry, and apply Options' defaults to the ring's timeouts.
-		o := c.Options()
-		read := nodeTimeout(o.ReadTimeout, 5*time.Second)
-		p = retryPlan{
-			retries: max(o.MaxRetries, 0), backoff: o.MaxRetryBackoff,
-			pool: nodePool(o.PoolTimeout, read),
-			dial: nodeTimeout(o.DialTimeout, 5*time.Second),
-			read: read, write: nodeTimeout(o.WriteTimeout, read),
 		}
 		p.dialTries, p.dialPause = dialRetries(o.DialerRetries, o.DialerRetryTimeout, o.DialerRetryBackoff)
 		return p, true
