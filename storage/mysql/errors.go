@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -99,26 +98,24 @@ func translate(err error, guardSQL bool) error {
 	return err
 }
 
-// commitOutcome classifies the error of a COMMIT that may have been sent. A
-// server error is a COMMIT the server refused, and driver.ErrBadConn one
-// the driver never wrote: both leave nothing applied. A context error from
-// Commit means database/sql did not send it. Anything else (a broken
-// connection while the reply was awaited) leaves the outcome unknown.
-func commitOutcome(op string, err error) error {
+// commitNotApplied reports whether err, from a COMMIT that may have been
+// sent, proves that nothing was applied, and returns it prefixed with op
+// (for sqlguard.Commit, which calls everything else an unknown outcome). A
+// server error is a COMMIT the server refused, and driver.ErrBadConn one the
+// driver never wrote: both leave nothing applied. A context error from
+// Commit means database/sql did not send it: go-sql-driver's Commit does not
+// watch the context once it writes.
+func commitNotApplied(op string, err error) (error, bool) {
 	var myErr *mysql.MySQLError
 	switch {
 	case errors.As(err, &myErr):
-		return prefixed(op, translate(err, false))
+		return prefixed(op, translate(err, false)), true
 	case errors.Is(err, driver.ErrBadConn),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
-		return prefixed(op, err)
-	case errors.Is(err, sql.ErrTxDone):
-		// The transaction ended before COMMIT: database/sql rolled it back
-		// when its context ended, or fn ended it itself.
-		return &fence.OutcomeUnknownError{Op: op, Err: fmt.Errorf("transaction already ended: %w", err)}
+		return prefixed(op, err), true
 	}
-	return &fence.OutcomeUnknownError{Op: op, Err: err}
+	return nil, false
 }
 
 // prefixed is msg, which starts with the package's "mysql: ", followed by err:

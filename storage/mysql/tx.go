@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -131,56 +130,11 @@ func checkTx(ctx context.Context, op string, db *sql.DB, opts *sql.TxOptions, f 
 }
 
 // runTx begins a transaction, runs body and commits, rolling back on any
-// error or panic of body. op names the call in errors.
-func runTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string, body TxFunc) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("%s: begin: %w", op, translate(err, false))
-	}
-	committing := false
-	defer func() {
-		// This runs when body panics too: the guard row and the connection
-		// must not outlive the call, or every later holder of the resource
-		// waits for a transaction nobody will end. The panic then continues.
-		if !committing {
-			// A rollback error adds nothing: the transaction is void either
-			// way, and database/sql discards a connection it cannot roll
-			// back.
-			_ = tx.Rollback()
-		}
-	}()
-	if err := body(ctx, tx); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: before commit: %w", op, err)
-	}
-	committing = true
-	return commit(ctx, tx, op)
-}
-
-// commit commits tx, returning as soon as ctx ends. database/sql's Commit
-// does not watch the context once the COMMIT is sent; waiting for it in
-// another goroutine lets the call end with its context and report that the
-// outcome is unknown, while the COMMIT finishes in the background.
-func commit(ctx context.Context, tx *sql.Tx, op string) error {
-	op += " commit"
-	done := make(chan error, 1)
-	go func() { done <- tx.Commit() }()
-	select {
-	case err := <-done:
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
-			// The context ended first and database/sql rolled back instead
-			// of committing.
-			return fmt.Errorf("%s: %w", op, ctx.Err())
-		}
-		return commitOutcome(op, err)
-	case <-ctx.Done():
-		return &fence.OutcomeUnknownError{Op: op, Err: ctx.Err()}
-	}
+// error or panic of body (the panic then continues), as every database/sql
+// guard does (sqlguard.RunTx). op names the call in errors.
+func runTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string, body TxFunc) error {
+	return store.RunTx(ctx, db, opts, op, func(err error) error { return translate(err, false) },
+		func(err error) (error, bool) { return commitNotApplied(op+" commit", err) }, body)
 }
 
 // DefaultRetryAttempts is how many times [Retry] calls its function when
