@@ -52,8 +52,15 @@ func StartMySQL(t testing.TB) *MySQLServer {
 		t.Fatalf("testenv: free port: %v", err)
 	}
 	s := &MySQLServer{t: t, bin: bin, dir: t.TempDir(), port: port, asRoot: os.Geteuid() == 0}
+	// A temporary directory of the server's own: mariadbd removes every
+	// "#sql*" file it finds in its tmpdir when it starts, so two private
+	// servers sharing /tmp (one starting while another bootstraps) broke
+	// each other's bootstrap ("Could not remove temporary table").
+	if err := os.Mkdir(s.tmpdir(), 0o700); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(s.dir, "data"),
-		"--auth-root-authentication-method=normal", "--skip-test-db"}
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--tmpdir=" + s.tmpdir()}
 	if s.asRoot {
 		args = append(args, "--user=root")
 	}
@@ -74,6 +81,9 @@ func StartMySQL(t testing.TB) *MySQLServer {
 	}
 	return s
 }
+
+// tmpdir is the server's own temporary directory.
+func (s *MySQLServer) tmpdir() string { return filepath.Join(s.dir, "tmp") }
 
 // Config returns a driver configuration for the server's database test.
 func (s *MySQLServer) Config() *mysql.Config { return s.config("test") }
@@ -117,6 +127,7 @@ func (s *MySQLServer) start() error {
 	defer s.mu.Unlock()
 	args := []string{"--no-defaults",
 		"--datadir=" + filepath.Join(s.dir, "data"),
+		"--tmpdir=" + s.tmpdir(),
 		"--socket=" + filepath.Join(s.dir, "mysqld.sock"),
 		"--pid-file=" + filepath.Join(s.dir, "mysqld.pid"),
 		"--port=" + strconv.Itoa(s.port), "--bind-address=127.0.0.1", "--skip-name-resolve",
