@@ -11,7 +11,8 @@ import (
 
 // Every call to Redis returns by its context's deadline, whatever the
 // client's options. A client made with ContextTimeoutEnabled ends its reads
-// by the deadline itself, and gets the call directly; any other one would
+// by the deadline itself, and gets the call directly, as does a call whose
+// context has no deadline (see rediscall.Calls.Direct); any other one would
 // hold the caller for its read timeout (5 s by default) when the server went
 // silent, so the call runs in a goroutine and the caller returns when its
 // context ends (see package rediscall). A call cut short may still reach

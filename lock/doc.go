@@ -92,18 +92,21 @@
 // made with ContextTimeoutEnabled (a *redis.Client, *redis.ClusterClient or
 // *redis.Ring, as the universal and failover constructors make them) hands
 // each call to it directly when the context has a deadline: that costs
-// nothing, and is the recommended setup. With any other client, or a
-// context that can be cancelled but has no deadline, each call runs in a
+// nothing, and is the recommended setup. A call whose context has no
+// deadline goes to the client directly too, whatever its options. With any
+// other client and a context with a deadline, each call runs in a
 // goroutine, and the caller returns when its context ends, with an error
 // matching ctx.Err(); the command may still reach Redis, and stays in the
 // client until the client gives up on it (one read timeout: go-redis
 // retries nothing once the context has ended) or is closed. An acquisition
 // cut short this way is released once its command has returned, so no lock
 // is left that nobody knows about; Close waits for such commands only
-// within its bound, and closing the client ends the rest. (With
-// ContextTimeoutEnabled, a context cancelled before its deadline still
-// holds a call until the deadline or the read timeout: go-redis watches
-// deadlines, not cancellation.)
+// within its bound, and closing the client ends the rest. (A call that went
+// to the client directly and whose context is cancelled before its
+// deadline, or has none, still waits for its reply, the deadline or the
+// read timeout: go-redis watches deadlines, not cancellation. A goroutine
+// per call to return early on cancellation would cost a thread woken on
+// every call.)
 //
 // # Errors
 //

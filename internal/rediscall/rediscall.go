@@ -9,8 +9,9 @@
 // therefore holds the caller for the client's read timeout, or for ever.
 //
 // [Calls] sends a call straight to the client when the client ends it by
-// the context's deadline itself (see [Calls.Direct]): no goroutine, no
-// allocation. Otherwise the call runs in a goroutine, and the caller
+// the context's deadline itself, or the context has no deadline (see
+// [Calls.Direct]): no goroutine, no allocation. Otherwise the call runs in a
+// goroutine, and the caller
 // returns when its context ends; the call goes on in the background until
 // the client gives up on it (a client retries no command once the context
 // has ended, so that is one read timeout at most, or at once when the
@@ -81,23 +82,23 @@ type Calls struct {
 func New(client any) *Calls { return &Calls{honours: HonoursDeadlines(client)} }
 
 // Direct reports whether a call with ctx may go straight to the client: ctx
-// can never end, or it has a deadline and the client ends its reads and
-// writes by it. A context that can be cancelled before its deadline, or has
-// none, is honoured by a call only through [Run].
+// has no deadline (there is none to keep), or it has one and the client ends
+// its reads and writes by it. Only a deadline that the client would not keep
+// sends a call through [Run].
 //
-// With a client that honours deadlines, a context cancelled before its
-// deadline still holds a direct call until the deadline or the client's
-// read timeout; the callers take that as the price of a call without a
-// goroutine.
+// A context cancelled before its deadline, or without one, still holds a
+// direct call until its reply, the deadline, or the client's read timeout:
+// no go-redis client ends a command on cancellation, and the callers take
+// that as the price of a call without a goroutine. A goroutine per call
+// costs a thread woken on every call (it made an uncontended acquire and
+// release 1.3 times redislock's in the performance report, against 1.07
+// times direct), for an early return that no deadline asks for.
 func (c *Calls) Direct(ctx context.Context) bool {
 	if ctx.Done() == nil {
 		return true
 	}
-	if !c.honours {
-		return false
-	}
 	_, ok := ctx.Deadline()
-	return ok
+	return !ok || c.honours
 }
 
 // Run returns call(ctx)'s result, by ctx's end: unless [Calls.Direct], call

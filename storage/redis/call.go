@@ -11,7 +11,8 @@ import (
 // run runs sc on the store's client as sc.Run does, and returns by ctx's
 // deadline whatever the client's options. A client made with
 // ContextTimeoutEnabled ends its reads by the deadline itself and gets the
-// call directly; any other one would hold the caller for its read timeout
+// call directly, as does a ctx without a deadline (see
+// rediscall.Calls.Direct); any other one would hold the caller for its read timeout
 // (5 s by default) when the server went silent, so the call runs in a
 // goroutine and the caller returns when ctx ends, with a
 // *rediscall.CutError: the script may still run (mayHaveRun says so), and

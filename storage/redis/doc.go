@@ -110,12 +110,15 @@
 //
 // Every call returns by its context's deadline, whatever the client's
 // options. A client made with ContextTimeoutEnabled ends its reads at the
-// deadline itself and gets the call directly. Any other client (go-redis's
-// default) would wait for a silent server until its ReadTimeout, 5 s by
-// default; the store then runs the call in a goroutine and returns when the
-// context ends, and a write cut short this way reports an unknown outcome,
-// since the client may still send it. The command stays in the client until
-// the client gives up on it (one read timeout) or is closed.
+// deadline itself and gets the call directly, as does a call whose context
+// has no deadline. Any other client (go-redis's default) would wait for a
+// silent server until its ReadTimeout, 5 s by default, past the deadline;
+// the store then runs the call in a goroutine and returns when the context
+// ends, and a write cut short this way reports an unknown outcome, since the
+// client may still send it. The command stays in the client until the
+// client gives up on it (one read timeout) or is closed. A direct call whose
+// context is cancelled waits for its reply (or the read timeout), as every
+// go-redis call does.
 //
 // What to do after an unknown outcome: read the key under the same fence
 // ([Store.FencedGet]) and decide from what it holds, or run the work through an
