@@ -239,7 +239,12 @@ func TestRedlockCloseWithASilentNode(t *testing.T) {
 // would buy only an early return on cancellation, which go-redis gives no
 // other call either.
 func TestNoDeadlineCallsGoStraightToTheClient(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Options().Addr}) // default options
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Default options but for where the server is.
+	c := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: opt.DB, Username: opt.Username, Password: opt.Password})
 	t.Cleanup(func() { _ = c.Close() })
 	l := newLocker(t, c)
 	t.Cleanup(l.Close)

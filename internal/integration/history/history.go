@@ -194,6 +194,10 @@ func shortestRejected(model porcupine.Model, sorted []porcupine.Operation) int {
 			if op.Return > at {
 				op.Return = math.MaxInt64
 				op.Output = openOutput(op.Output)
+				if in, ok := op.Input.(RedisIn); ok {
+					in.To = op.Return // the Redis model reads the times from the input (StampRedis)
+					op.Input = in
+				}
 			}
 			prefix[i] = op
 		}

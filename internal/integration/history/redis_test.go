@@ -350,7 +350,7 @@ func (r *redisRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, data
 	if rng.IntN(2) == 0 {
 		in.Op, in.Data = OpSet, data()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	c := r.invoke(w, in)
 	var v fkredis.Value
@@ -370,6 +370,18 @@ func (r *redisRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, data
 		out.Version = v.Version
 	}
 	r.finish(c, out)
+}
+
+// callContext is the context of one call of worker w: a deadline of
+// redisCallLimit for even workers, whose calls the store runs in a
+// goroutine (the clients do not honour deadlines), and none for odd ones,
+// whose calls go to the client directly (see rediscall.Calls.Direct) and end
+// by the client's own read timeouts and retries. Both paths meet the faults.
+func callContext(w int) (context.Context, context.CancelFunc) {
+	if w%2 == 0 {
+		return context.WithTimeout(context.Background(), redisCallLimit)
+	}
+	return context.WithCancel(context.Background())
 }
 
 // shortTTL is the lifetime of one write in four, 20 to 80 ms: values that
@@ -397,7 +409,7 @@ func ttlOption(ttl time.Duration) []fkredis.WriteOption {
 func (r *redisRun) afterExpiry(w int, rng *rand.Rand, data func() string) {
 	key := fmt.Sprintf("x%d.%d", w, rng.Uint32())
 	ttl := time.Duration(10+rng.IntN(31)) * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	in := RedisIn{Key: key, Op: OpCAS, Data: data(), TTL: ttl}
 	c := r.invoke(w, in)
 	v, err := r.stores[w].CompareAndSet(ctx, key, 0, []byte(in.Data), fkredis.WithTTL(ttl))
@@ -411,7 +423,7 @@ func (r *redisRun) afterExpiry(w int, rng *rand.Rand, data func() string) {
 		return
 	}
 	time.Sleep(ttl + time.Duration(5+rng.IntN(20))*time.Millisecond)
-	ctx, cancel = context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel = callContext(w)
 	defer cancel()
 	in = RedisIn{Key: key, Op: OpCAS, Expected: v, Data: data(), Attack: AttackExpired}
 	c = r.invoke(w, in)
@@ -426,7 +438,7 @@ func (r *redisRun) afterExpiry(w int, rng *rand.Rand, data func() string) {
 
 func (r *redisRun) unfenced(w int, rng *rand.Rand, key string, data func() string, lastVersion map[string]int64) {
 	s := r.stores[w]
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	switch n := rng.IntN(100); {
 	case n < 30:
@@ -510,7 +522,7 @@ func (r *redisRun) modify(ctx context.Context, w int, key, d string) {
 }
 
 func (r *redisRun) get(w int, key string, f fence.Fence, lastVersion map[string]int64) RedisOut {
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	c := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
 	v, err := r.stores[w].FencedGet(ctx, f, key)
@@ -525,7 +537,7 @@ func (r *redisRun) get(w int, key string, f fence.Fence, lastVersion map[string]
 // set is Set, or SetIfVersion when expected is not negative, giving the
 // value a lifetime of ttl (0: none).
 func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d string, ttl time.Duration) RedisOut {
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	in := RedisIn{Key: key, Op: OpSet, Fence: markOf(f), Data: d, TTL: ttl}
 	if r.variant == redisClientSide {
@@ -553,7 +565,7 @@ func (r *redisRun) set(w int, key string, f fence.Fence, expected int64, d strin
 }
 
 func (r *redisRun) del(w int, key string, f fence.Fence) RedisOut {
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	c := r.invoke(w, RedisIn{Key: key, Op: OpDel, Fence: markOf(f)})
 	err := r.stores[w].FencedDelete(ctx, f, key)
@@ -572,7 +584,7 @@ func (r *redisRun) update(w int, key string, f fence.Fence, d string, lastVersio
 		}
 		return r.set(w, key, f, out.Version, d, 0)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), redisCallLimit)
+	ctx, cancel := callContext(w)
 	defer cancel()
 	read := r.invoke(w, RedisIn{Key: key, Op: OpGet, Fence: markOf(f)})
 	var write *redisCall
