@@ -2,6 +2,7 @@ package sqlguard
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"sync"
@@ -75,6 +76,26 @@ func (s *Store) GuardAll(ctx context.Context, fences []fence.Fence, validate fun
 		if err := guard(f); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckKey refuses a NULL key before anything is sent: nil, a nil pointer,
+// or a driver.Valuer whose value is nil (an invalid sql.Null*, pgx's null
+// values). SQL NULL equals no key, and a nullable unique column holds any
+// number of NULLs, so an upsert with one would insert a new row every time,
+// whatever the fence: a stale one included. op names the call and table
+// the table in the message.
+func (s *Store) CheckKey(op, table string, key any) error {
+	v := key
+	if valuer, ok := key.(driver.Valuer); ok && !IsNil(key) {
+		var err error
+		if v, err = valuer.Value(); err != nil {
+			return s.Invalid("%s on %q: key %v: %v", op, table, key, err)
+		}
+	}
+	if IsNil(v) {
+		return s.Invalid("%s on %q: NULL key: SQL NULL equals no key, and a nullable unique column holds any number of NULLs; pass the row's key", op, table)
 	}
 	return nil
 }

@@ -373,17 +373,7 @@ func (r table) checkSQLMode(ctx context.Context, db Querier, op string) error {
 // and a nullable unique column holds any number of NULLs, so an Upsert
 // would insert a new row every time.
 func (r table) checkKey(op string, key any) error {
-	v := key
-	if valuer, ok := key.(driver.Valuer); ok && !sqlguard.IsNil(key) {
-		var err error
-		if v, err = valuer.Value(); err != nil {
-			return invalid("%s on %q: key %v: %v", op, r.display, key, err)
-		}
-	}
-	if sqlguard.IsNil(v) {
-		return invalid("%s on %q: NULL key: SQL NULL equals no key, and a nullable unique column holds any number of NULLs; pass the row's key", op, r.display)
-	}
-	return nil
+	return store.CheckKey(op, r.display, key)
 }
 
 // checkMark reads a row's mark after a fenced write that changed no row

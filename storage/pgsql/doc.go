@@ -101,11 +101,12 @@
 // connection to the pool and let the panic continue. Every call refuses bad
 // input (nil contexts and handles, invalid fences, resources longer than
 // [fence.MaxResourceLen], empty names or names holding NUL bytes, a [Table]
-// whose columns overlap, bad [Once] keys) before sending anything, with an
-// error matching [fence.ErrInvalid] that names the call. Every call that
-// takes a fence is a span (fencekit.pgsql.in_tx, .once, .guard, .guard_all,
-// .table_update, .table_upsert, and .table_update_version), and refusals
-// count in fencekit.fence.rejections with storage="pgsql".
+// whose columns overlap, a NULL row key, bad [Once] keys) before sending
+// anything, with an error matching [fence.ErrInvalid] that names the call.
+// Every call that takes a fence is a span (fencekit.pgsql.in_tx, .once,
+// .guard, .guard_all, .table_update, .table_upsert, and
+// .table_update_version), and refusals count in fencekit.fence.rejections
+// with storage="pgsql".
 //
 // # Files
 //

@@ -33,7 +33,11 @@ const (
 // may name any of them: otherwise a fenced write could put the token into
 // the key, or UpdateVersion bump it. Every method refuses such a Table, and
 // names holding NUL bytes, with an error matching [fence.ErrInvalid] before
-// sending anything.
+// sending anything. So is a NULL key (nil, a nil pointer, a driver.Valuer
+// that yields nil such as an invalid sql.Null* or a pgtype value that is not
+// Valid): NULL equals no key, and a nullable unique key column holds any
+// number of NULLs, so an Upsert would insert a new row under any fence, a
+// stale one included.
 //
 // A fenced write to a table that lacks the token or holder column, or a
 // versioned one to a table that lacks the version column, returns an error
@@ -191,6 +195,9 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err != nil {
 		return err
 	}
+	if err := store.CheckKey("Table.Update", r.display, key); err != nil {
+		return err
+	}
 	var sb strings.Builder
 	args := make([]any, 0, len(values)+3)
 	args = append(args, key, int64(f.Token), f.Holder)
@@ -232,6 +239,9 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return err
+	}
+	if err := store.CheckKey("Table.Upsert", r.display, key); err != nil {
 		return err
 	}
 	cols := []string{r.key, r.token, r.holder}
@@ -338,6 +348,9 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return 0, err
+	}
+	if err := store.CheckKey("Table.UpdateVersion", r.display, key); err != nil {
 		return 0, err
 	}
 	var sb strings.Builder

@@ -137,10 +137,9 @@
 // only ever sent as parameters, so any string without a NUL byte is safe as
 // a name. Every call refuses bad input (nil contexts and handles, invalid
 // fences, resources longer than [fence.MaxResourceLen], empty names, names
-// holding NUL bytes, a [Table] whose columns overlap, bad [Once] keys) before
-// sending anything, with an error matching [fence.ErrInvalid] or
-// [fence.ErrInvalid]. Every
-// call's ctx bounds its statements: a cancelled ctx returns an error
+// holding NUL bytes, a [Table] whose columns overlap, a NULL row key, bad
+// [Once] keys) before sending anything, with an error matching
+// [fence.ErrInvalid]. Every call's ctx bounds its statements: a cancelled ctx returns an error
 // matching ctx.Err() (and, for a write cut off in flight,
 // [fence.ErrOutcomeUnknown]).
 //

@@ -34,7 +34,11 @@ const (
 // could put the token into the key, or UpdateVersion bump it. Every method
 // refuses such a Table, and names holding NUL bytes (which quoting would
 // silently drop, turning one name into another), with [fence.ErrInvalid]
-// before sending anything.
+// before sending anything. So is a NULL key (nil, a nil pointer, a
+// driver.Valuer that yields nil such as an invalid sql.Null* or a pgtype
+// value that is not Valid): NULL equals no key, and a nullable unique key
+// column holds any number of NULLs, so an Upsert would insert a new row
+// under any fence, a stale one included.
 //
 // A row's own mark and the guard table's marks ([Guard], [InTx], [Exec],
 // [Query]) know nothing of each other: a write fenced by one is not checked
@@ -196,6 +200,9 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err != nil {
 		return err
 	}
+	if err := store.CheckKey("Table.Update", r.display, key); err != nil {
+		return err
+	}
 	var sb strings.Builder
 	args := make([]any, 0, len(values)+3)
 	args = append(args, key, int64(f.Token), f.Holder)
@@ -242,6 +249,9 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return err
+	}
+	if err := store.CheckKey("Table.Upsert", r.display, key); err != nil {
 		return err
 	}
 	cols := []string{r.key, r.token, r.holder}
@@ -364,6 +374,9 @@ func (t Table) updateVersion(ctx context.Context, db Querier, key any, version i
 	}
 	r, err := t.resolve(values)
 	if err != nil {
+		return 0, err
+	}
+	if err := store.CheckKey("Table.UpdateVersion", r.display, key); err != nil {
 		return 0, err
 	}
 	var sb strings.Builder
