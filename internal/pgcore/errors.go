@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 // SQLSTATE codes the adapters interpret.
@@ -104,4 +106,20 @@ func NamesOwnObject(msg string) bool {
 // identByte reports whether b can continue an unquoted SQL identifier.
 func identByte(b byte) bool {
 	return b == '_' || b == '$' || b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+// EncodeRefused reports whether err, or an error it wraps, is pgx's refusal
+// to encode an argument. pgx encodes every argument of a statement before
+// it sends the statement's execution (under the simple protocol, before it
+// sends anything; with a statement cache it may have prepared the
+// statement, which runs nothing), so a write refused this way was never
+// applied: its outcome is known. pgx gives these errors no type of their
+// own: their messages start "failed to encode args[" (the extended
+// protocol) or "unable to encode " (the value's own, alone under the simple
+// protocol). A test through each query mode keeps the match honest.
+func EncodeRefused(err error) bool {
+	return sqlguard.InChain(err, func(e error) bool {
+		m := e.Error()
+		return strings.HasPrefix(m, "failed to encode args[") || strings.HasPrefix(m, "unable to encode ")
+	})
 }

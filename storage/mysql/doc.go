@@ -113,8 +113,9 @@
 // statements outside a transaction. A call that never sent its statement
 // says so plainly instead: no connection could be dialled or greeted (the
 // Table calls take their connection from the pool before anything else), a
-// BEGIN that failed, or the driver's driver.ErrBadConn, which it returns
-// only when it wrote nothing.
+// BEGIN that failed, an argument database/sql cannot convert (it converts
+// them all before the driver sends anything), or the driver's
+// driver.ErrBadConn, which it returns only when it wrote nothing.
 //
 // # Round trips
 //

@@ -563,14 +563,18 @@ func onConn(ctx context.Context, db Querier, op string, fn func(q Querier) error
 // commits by itself, so an error that may have come after the statement
 // reached the server leaves its outcome unknown. Known outcomes: the
 // server's own answer (a *mysql.MySQLError), driver.ErrBadConn (the driver
-// returns it only when it wrote nothing) and sql.ErrConnDone (a closed
-// *sql.Conn). Inside a transaction, which cannot commit after such an
-// error, every error is plain.
+// returns it only when it wrote nothing), sql.ErrConnDone (a closed
+// *sql.Conn) and an argument database/sql refused to convert (it converts
+// them all before the driver sends anything). Inside a transaction, which
+// cannot commit after such an error, every error is plain.
 func writeError(db Querier, op string, err error) error {
 	var myErr *mysql.MySQLError
 	_, inTx := db.(*sql.Tx)
 	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
 		return prefixed(op, translate(err, false))
+	}
+	if sqlguard.ArgumentRefused(err) {
+		return prefixed(op+": not sent", err)
 	}
 	return &fence.OutcomeUnknownError{Op: op, Err: err}
 }

@@ -85,8 +85,10 @@
 // reply of severity ERROR (or the context checked ending before the COMMIT
 // is sent) counts as not applied. A write outside a transaction runs on a
 // connection taken first, so a connection that cannot be opened is a plain
-// error, and database/sql never resends a write whose connection broke. Do
-// not simply run the work again: read, or run it through [Once].
+// error, and database/sql never resends a write whose connection broke. An
+// argument that database/sql cannot convert, or that pgx cannot encode,
+// fails before the statement is sent: a plain error too. Do not simply run
+// the work again: read, or run it through [Once].
 //
 // # Poolers and prepared statements
 //

@@ -423,12 +423,17 @@ func onConn(ctx context.Context, db Querier, fn func(Querier) error) error {
 
 // writeError describes a failed write, the call op. Inside a transaction the
 // write commits only with it, so the error is the statement's. Outside one
-// the statement commits by itself, and only a server error reply proves it
-// was not applied; anything else leaves its outcome unknown (a bare context
-// error too: pgx's stdlib returns one for a statement it sent).
+// the statement commits by itself, and only a server error reply, or an
+// argument refused before the statement was sent (by database/sql or by
+// pgx's encoder), proves it was not applied; anything else leaves its
+// outcome unknown (a bare context error too: pgx's stdlib returns one for a
+// statement it sent).
 func writeError(db Querier, op, msg string, err error) error {
 	if _, inTx := db.(*sql.Tx); inTx {
 		return prefixed(msg, translate(err))
+	}
+	if sqlguard.ArgumentRefused(err) || pgcore.EncodeRefused(err) {
+		return prefixed(msg+": not sent", err)
 	}
 	if known, ok := notApplied(msg, err); ok {
 		return known

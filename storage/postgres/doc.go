@@ -95,8 +95,10 @@
 // connection) then returns an error matching [fence.ErrOutcomeUnknown]
 // (a [*fence.OutcomeUnknownError]) that still matches ctx.Err() or the
 // network error; none reports such a write as not applied. An error without
-// it means nothing committed: the call failed before sending anything, or
-// the server replied with an error, which aborts the transaction.
+// it means nothing committed: the call failed before sending anything (an
+// argument pgx cannot encode included: pgx encodes them all before it sends
+// the statement), or the server replied with an error, which aborts the
+// transaction.
 //
 // Do not simply run the work again: the fence that was admitted once is
 // admitted again, and the work would be applied twice. Read, under the same

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/postgres"
@@ -34,8 +35,7 @@ func TestTableRefusesNullKey(t *testing.T) {
 		"nil *pgtype.Text": nilText,
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
-		conn := acquire(t, ctx, pool)
-		conn.Conn().Config().DefaultQueryExecMode = mode
+		conn := withMode(t, ctx, pool, mode)
 		for kname, key := range keys {
 			for name, call := range map[string]func(ctx context.Context, f fence.Fence) error{
 				"Table.Update": func(ctx context.Context, f fence.Fence) error {
@@ -64,4 +64,18 @@ func TestTableRefusesNullKey(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM nk`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d rows inserted (%v), want none", n, err)
 	}
+}
+
+// withMode returns a pool on pool's database (and schema) whose connections
+// send statements in mode.
+func withMode(t testing.TB, ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 )
 
 // unknownOutcome returns err, from a call that commits its own write (an
@@ -29,7 +30,9 @@ import (
 //     arguments encoded (pgx.ErrPreprocessingBatch): pgx sends the statements
 //     only after both succeeded;
 //   - pgx.ErrTxCommitRollback: COMMIT found the transaction aborted and
-//     rolled it back.
+//     rolled it back;
+//   - pgx's refusal to encode an argument (pgcore.EncodeRefused): pgx
+//     encodes a statement's arguments before it sends its execution.
 //
 // pgconn.SafeToRetry alone is not enough: pgx also reports a connection that
 // broke while it read a reply, after the request was written, as "conn
@@ -54,7 +57,8 @@ func notApplied(err error) bool {
 		return sev == "ERROR"
 	}
 	var prep pgx.ErrPreprocessingBatch
-	return (pgconn.Timeout(err) && pgconn.SafeToRetry(err)) || errors.As(err, &prep) || errors.Is(err, pgx.ErrTxCommitRollback)
+	return (pgconn.Timeout(err) && pgconn.SafeToRetry(err)) || errors.As(err, &prep) || errors.Is(err, pgx.ErrTxCommitRollback) ||
+		pgcore.EncodeRefused(err)
 }
 
 // commitsItself reports whether a statement sent through db commits by
