@@ -80,12 +80,18 @@ func errMySQL(version string) error {
 const mySQLDriverPkg = "github.com/go-sql-driver/mysql"
 
 // isMySQLDriver reports whether db was opened with the MySQL driver.
-func isMySQLDriver(db *sql.DB) bool {
+func isMySQLDriver(db *sql.DB) bool { return driverPkg(db) == mySQLDriverPkg }
+
+// driverPkg is the package of db's driver's type.
+func driverPkg(db *sql.DB) string {
 	t := reflect.TypeOf(db.Driver())
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return t != nil && t.PkgPath() == mySQLDriverPkg
+	if t == nil {
+		return ""
+	}
+	return t.PkgPath()
 }
 
 // mySQLVersion asks a database on which the PostgreSQL migrations failed

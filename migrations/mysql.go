@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -41,7 +42,9 @@ const MySQLLockName = "fencekit.migrations"
 // ctx bounds the whole run, including waiting for the lock (which otherwise
 // gives up after five minutes). db must be a MySQL or MariaDB database opened
 // with github.com/go-sql-driver/mysql, with a current database (the DSN's
-// /dbname), that may open at least two connections.
+// /dbname), that may open at least two connections; on a PostgreSQL
+// database UpMySQL changes nothing and returns an error that says to call
+// [Up].
 func UpMySQL(ctx context.Context, db *sql.DB) error {
 	if ctx == nil {
 		return errors.New("migrations: nil context")
@@ -52,6 +55,19 @@ func UpMySQL(ctx context.Context, db *sql.DB) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
+	if isPostgresDriver(db) {
+		return errPostgres("")
+	}
+	if err := upMySQL(ctx, db); err != nil {
+		if v, ok := postgresVersion(ctx, db); ok {
+			return fmt.Errorf("%w: %w", errPostgres(v), err)
+		}
+		return err
+	}
+	return nil
+}
+
+func upMySQL(ctx context.Context, db *sql.DB) error {
 	if db.Stats().MaxOpenConnections == 1 {
 		return errors.New("migrations: UpMySQL needs a *sql.DB that may open two connections: one holds the named lock while goose migrates on another")
 	}
@@ -83,6 +99,43 @@ func UpMySQL(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
+}
+
+// errPostgres is UpMySQL's refusal of a PostgreSQL database (version, when
+// known, is the server's).
+func errPostgres(version string) error {
+	if version != "" {
+		version = " (" + version + ")"
+	}
+	return fmt.Errorf("migrations: UpMySQL applies fencekit's MySQL migrations, but db is a PostgreSQL database%s: call migrations.Up(ctx, db) instead", version)
+}
+
+// postgresDriverPkgs are the packages of the PostgreSQL drivers' types,
+// named rather than imported.
+var postgresDriverPkgs = [...]string{"github.com/jackc/pgx/v5/stdlib", "github.com/lib/pq"}
+
+// isPostgresDriver reports whether db was opened with pgx's stdlib or
+// lib/pq.
+func isPostgresDriver(db *sql.DB) bool {
+	pkg := driverPkg(db)
+	for _, p := range postgresDriverPkgs {
+		if pkg == p {
+			return true
+		}
+	}
+	return false
+}
+
+// postgresVersion asks a database on which the MySQL migrations failed for
+// its version, and reports it when the server is PostgreSQL (behind a
+// driver wrapper that isPostgresDriver cannot see through), whose
+// version() starts with "PostgreSQL".
+func postgresVersion(ctx context.Context, db *sql.DB) (string, bool) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
+		return "", false
+	}
+	return v, strings.HasPrefix(v, "PostgreSQL")
 }
 
 // SQL of the named lock. GET_LOCK returns 1 when it took the lock, 0 when its

@@ -26,8 +26,10 @@
 //
 // # The guard table
 //
-// migrations.UpMySQL creates fencekit_guard, which keeps one high-water mark
-// per resource: the newest fence (token, holder) admitted for it. A fence is
+// migrations.UpMySQL creates fencekit_guard (and refuses a PostgreSQL
+// database, naming migrations.Up; every call of this package given a
+// PostgreSQL handle fails with an error that names the mix-up and wraps the
+// server's). It keeps one high-water mark per resource: the newest fence (token, holder) admitted for it. A fence is
 // admitted when its token is above the mark, or equal to it and presented by
 // the mark's holder ([fence.Admits]); admission raises the mark in the same
 // statement. [Guard] does this as the first statement of the caller's

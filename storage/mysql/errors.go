@@ -83,6 +83,9 @@ func invalid(format string, args ...any) error {
 // errors. guardSQL says whether the error came from a statement on
 // fencekit's own schema.
 func translate(err error, guardSQL bool) error {
+	if postgresReply(err) {
+		return &wrongDatabaseError{err: err}
+	}
 	var myErr *mysql.MySQLError
 	if err == nil || !errors.As(err, &myErr) {
 		return err
@@ -97,6 +100,29 @@ func translate(err error, guardSQL bool) error {
 	}
 	return err
 }
+
+// postgresReply reports whether err holds a PostgreSQL server's error reply
+// (pgx's *pgconn.PgError, lib/pq's *pq.Error: both have a SQLState method,
+// which the MySQL driver's errors lack): db is then not a MySQL or MariaDB
+// database. It is read from the error alone, so the mix-up costs no round
+// trip to tell.
+func postgresReply(err error) bool {
+	var st interface {
+		error
+		SQLState() string
+	}
+	return errors.As(err, &st)
+}
+
+// wrongDatabaseError is a PostgreSQL server's refusal of this package's
+// MySQL statements: it names the mix-up and wraps the server's error.
+type wrongDatabaseError struct{ err error }
+
+func (e *wrongDatabaseError) Error() string {
+	return "db is a PostgreSQL database, and storage/mysql speaks MySQL: use storage/pgsql (or storage/postgres with a pgx pool, and migrations.Up) instead: " + e.err.Error()
+}
+
+func (e *wrongDatabaseError) Unwrap() error { return e.err }
 
 // commitNotApplied reports whether err, from a COMMIT that may have been
 // sent, proves that nothing was applied, and returns it prefixed with op

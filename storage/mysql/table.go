@@ -564,13 +564,15 @@ func onConn(ctx context.Context, db Querier, op string, fn func(q Querier) error
 // reached the server leaves its outcome unknown. Known outcomes: the
 // server's own answer (a *mysql.MySQLError), driver.ErrBadConn (the driver
 // returns it only when it wrote nothing), sql.ErrConnDone (a closed
-// *sql.Conn) and an argument database/sql refused to convert (it converts
-// them all before the driver sends anything). Inside a transaction, which
-// cannot commit after such an error, every error is plain.
+// *sql.Conn), an argument database/sql refused to convert (it converts
+// them all before the driver sends anything) and a PostgreSQL server's
+// reply (db is not MySQL, and no statement of a Table parses there: each
+// quotes its names with backquotes). Inside a transaction, which cannot
+// commit after such an error, every error is plain.
 func writeError(db Querier, op string, err error) error {
 	var myErr *mysql.MySQLError
 	_, inTx := db.(*sql.Tx)
-	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+	if inTx || errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || postgresReply(err) {
 		return prefixed(op, translate(err, false))
 	}
 	if sqlguard.ArgumentRefused(err) {

@@ -12,7 +12,9 @@
 // # The guard table, shared with storage/postgres
 //
 // The schema is storage/postgres's: apply it with migrations.Up(ctx, db) on
-// your *sql.DB. The guard table fencekit_guard keeps one high-water mark per
+// your *sql.DB (on a MySQL or MariaDB handle, Up and every call of this
+// package fail with an error that names the mix-up and the package to use,
+// storage/mysql). The guard table fencekit_guard keeps one high-water mark per
 // resource, and [Guard] sends the very statement storage/postgres sends, so a
 // database guarded through pgx and through database/sql at once keeps one
 // mark per resource: a fence admitted by one package refuses older fences in

@@ -3,12 +3,14 @@ package pgsql
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/pgcore"
+	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
 var (
@@ -59,6 +61,9 @@ func invalid(format string, args ...any) error {
 // translate is the one place where driver errors become this package's
 // errors, whichever driver (pgx's stdlib, lib/pq) returned them.
 func translate(err error) error {
+	if mysqlReply(err) {
+		return &wrongDatabaseError{err: err}
+	}
 	s, ok := pgcore.AsServerError(err)
 	switch {
 	case !ok:
@@ -70,6 +75,35 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// mySQLDriverPkg is the package of the MySQL driver's types. It is named,
+// not imported, so that importing this package registers no MySQL driver.
+const mySQLDriverPkg = "github.com/go-sql-driver/mysql"
+
+// mysqlReply reports whether err holds a MySQL or MariaDB server's error
+// reply (the MySQL driver's *MySQLError): db is then not a PostgreSQL
+// database. It is read from the error alone, so the mix-up costs no round
+// trip to tell.
+func mysqlReply(err error) bool {
+	return sqlguard.InChain(err, func(e error) bool {
+		t := reflect.TypeOf(e)
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		return t != nil && t.PkgPath() == mySQLDriverPkg && t.Name() == "MySQLError"
+	})
+}
+
+// wrongDatabaseError is a MySQL or MariaDB server's refusal of this
+// package's PostgreSQL statements: it names the mix-up and wraps the
+// server's error.
+type wrongDatabaseError struct{ err error }
+
+func (e *wrongDatabaseError) Error() string {
+	return "db is a MySQL or MariaDB database, and storage/pgsql speaks PostgreSQL: use storage/mysql (and migrations.UpMySQL) instead: " + e.err.Error()
+}
+
+func (e *wrongDatabaseError) Unwrap() error { return e.err }
 
 // notMigratedError is ErrNotMigrated with the server's error.
 type notMigratedError struct{ err error }
@@ -83,6 +117,8 @@ func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.e
 // notApplied reports whether err, from a statement that commits (a COMMIT,
 // an autocommit write), proves that nothing was applied, and returns it
 // translated and prefixed with op. Only these do:
+//   - a MySQL or MariaDB server's error reply: db is not PostgreSQL, and
+//     the server refused the statement;
 //   - a server error reply of severity ERROR: the statement failed and its
 //     transaction was aborted. FATAL and PANIC end the session and prove
 //     nothing (lib/pq reports them as driver.ErrBadConn, which proves
@@ -92,6 +128,11 @@ func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.e
 //   - lib/pq's refusal to commit a transaction it knows failed, which it
 //     rolls back instead (it has no exported type; its message is fixed).
 func notApplied(op string, err error) (error, bool) {
+	if mysqlReply(err) {
+		// A MySQL server refused a PostgreSQL statement, as it refuses
+		// each of this package's writes: nothing was applied.
+		return prefixed(op, translate(err)), true
+	}
 	if s, ok := pgcore.AsServerError(err); ok && !s.Final {
 		return prefixed(op, translate(err)), true
 	}
