@@ -56,3 +56,18 @@ const MissingMarkColumnsSQL = `SELECT coalesce(string_agg(u.c, ',' ORDER BY u.o)
 FROM unnest(ARRAY[$2, $3]::text[]) WITH ORDINALITY AS u(c, o)
 WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
 	WHERE a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped)`
+
+// TopLevelSQL reports, right after a guard admitted a fence for resource $1
+// in the caller's transaction, whether the guard stands at the top level of
+// that transaction rather than inside a savepoint: the guard row's version
+// was written (xmin) or locked (xmax) by the top-level transaction itself,
+// whereas inside a savepoint it carries the savepoint's own transaction id.
+// A rollback to that savepoint would undo the guard, its mark and its row
+// lock, and leave the rest of the transaction unfenced.
+const TopLevelSQL = `SELECT coalesce(bool_or(xmin = pg_current_xact_id()::xid OR xmax = pg_current_xact_id()::xid), false)
+FROM fencekit_guard WHERE resource = $1`
+
+// SavepointHint is the message for a guard refused inside a savepoint.
+const SavepointHint = "the transaction is inside a savepoint (a nested transaction, such as GORM's nested Transaction or pgx's Tx.Begin): " +
+	"a rollback to it would undo the guard and leave the rest of the transaction unfenced; " +
+	"guard at the top level of the transaction, as its first statement, and roll this transaction back"

@@ -58,7 +58,14 @@
 //     an ORM hands you; [GuardAll] guards several resources, locking their
 //     rows in ascending order. Call [CreateGuardRows] first so that neither
 //     inserts a guard row inside your transaction: then two transactions
-//     cannot deadlock on guard rows.
+//     cannot deadlock on guard rows. Guard at the top level of the
+//     transaction, outside any savepoint (an ORM's nested transaction,
+//     such as GORM's nested Transaction, is one): a rollback to a savepoint
+//     taken before the guard undoes its mark, and the rest of the
+//     transaction is no longer fenced by it. MySQL does not tell a
+//     statement whether it runs inside a savepoint, so this package cannot
+//     refuse it as storage/pgsql does; [InTx] and [Once] guard at the top
+//     level by construction.
 //   - [Once] runs a piece of work at most once per key, across fences,
 //     instances and retries, by committing a completion record with it.
 //   - [Table.Update] and [Table.Upsert] fence single rows of a table that

@@ -28,7 +28,10 @@
 //     to your ORM (GORM: gorm.Open(postgres.New(postgres.Config{Conn: tx}));
 //     sqlx: wrap the *sql.Tx, or use sqlx.Tx.Tx).
 //   - [Guard] is the same guard inside a transaction you began yourself;
-//     make it the transaction's first statement. [GuardAll] guards several
+//     make it the transaction's first statement, at its top level: never
+//     inside a savepoint (a nested transaction), whose rollback would undo
+//     the guard and leave the rest of the transaction unfenced. Guard
+//     refuses to run inside one. [GuardAll] guards several
 //     resources, locking their rows in one order so two transactions cannot
 //     deadlock.
 //   - [Table.Update] and [Table.Upsert] fence single rows of a table that
@@ -53,7 +56,8 @@
 // on the wire (the suite's RoundTrips test): with pgx's stdlib, statement
 // cache or simple protocol, a plain transaction of one UPDATE takes 3 round
 // trips and InTx 4, an autocommit UPDATE with arguments 1 and Table.Update
-// 1. lib/pq sends a statement with arguments as two round trips (parse and
+// 1. [Guard] and [GuardAll] in a transaction of yours add one statement
+// more than InTx's guard: the check that they stand outside any savepoint. lib/pq sends a statement with arguments as two round trips (parse and
 // describe, then bind and execute): InTx takes 5 and Table.Update 2, as
 // does the plain UPDATE; with binary_parameters=yes in its connection
 // string, 4 and 1. pgx's stdlib prepares a statement on a connection's first

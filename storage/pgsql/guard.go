@@ -33,6 +33,15 @@ import (
 // [ErrNotMigrated]. Bad input (a nil ctx or tx, an invalid fence) is refused
 // with an error matching [fence.ErrInvalid] before anything is sent. ctx
 // bounds the statements, including the wait for the row lock.
+//
+// The guard must stand at the top level of tx, outside any savepoint: a
+// rollback to a savepoint taken before it (a nested GORM Transaction that
+// returns an error does that) undoes the mark and releases the row lock,
+// and the rest of tx runs unfenced while a newer holder commits. So Guard
+// checks, in a second statement, that the row it admitted is held by tx
+// itself; inside a savepoint it returns an error matching
+// [fence.ErrInvalid] that says so, and tx must be rolled back. [InTx] and
+// [Once] guard at the top level by construction and need no check.
 func Guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.pgsql.guard", &f)
 	err := guardChecked(ctx, tx, f)
@@ -47,7 +56,23 @@ func guardChecked(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	if err := checkFence("Guard", f); err != nil {
 		return err
 	}
-	return guard(ctx, tx, f)
+	if err := guard(ctx, tx, f); err != nil {
+		return err
+	}
+	return topLevel(ctx, tx, "Guard", f.Resource)
+}
+
+// topLevel refuses a guard that an admitted fence raised inside a savepoint
+// of tx (see pgcore.TopLevelSQL); call names the call in the error.
+func topLevel(ctx context.Context, tx *sql.Tx, call, resource string) error {
+	var top bool
+	if err := tx.QueryRowContext(ctx, pgcore.TopLevelSQL, resource).Scan(&top); err != nil {
+		return prefixed(fmt.Sprintf("pgsql: %s: savepoint check of %q", call, resource), translate(err))
+	}
+	if !top {
+		return invalid("%s of %q: %s", call, resource, pgcore.SavepointHint)
+	}
+	return nil
 }
 
 func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
@@ -74,7 +99,8 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 // can never deadlock on guard rows. A resource may appear only once. On the
 // first stale fence it returns that fence's [*fence.StaleError]; marks raised
 // before it are part of tx, which the caller must roll back. Each fence is
-// one statement.
+// one statement, and one more checks, as [Guard] does, that the guards stand
+// outside any savepoint.
 func GuardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.pgsql.guard_all", nil)
 	err := guardAll(ctx, tx, fences...)
@@ -86,9 +112,16 @@ func guardAll(ctx context.Context, tx *sql.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	return store.GuardAll(ctx, fences,
+	last := ""
+	err := store.GuardAll(ctx, fences,
 		func(f fence.Fence) error { return checkFence("GuardAll", f) },
-		func(f fence.Fence) error { return guard(ctx, tx, f) })
+		func(f fence.Fence) error { last = f.Resource; return guard(ctx, tx, f) })
+	if err != nil {
+		return err
+	}
+	// Every guard of the call stands at one level of tx: checking one
+	// checks them all.
+	return topLevel(ctx, tx, "GuardAll", last)
 }
 
 // HighWater returns the high-water mark of resource: the newest fence the

@@ -9,8 +9,10 @@
 // fence is admitted when its token is above the mark, or equal to it and
 // presented by the mark's holder ([fence.Admits]); admission raises the mark
 // in the same statement. [Guard] does this as the first statement of the
-// caller's transaction and leaves the guard row locked until the transaction
-// ends, so everything the transaction then reads and writes is fenced: no
+// caller's transaction, at its top level (it refuses to run inside a
+// savepoint, whose rollback would undo it), and leaves the guard row locked
+// until the transaction ends, so everything the transaction then reads and
+// writes is fenced: no
 // older holder can be admitted in between, and newer holders wait for it. A
 // refused fence returns an error, prefixed "postgres:" like every error of
 // the package, that matches [fence.ErrStale] and wraps a [*fence.StaleError]

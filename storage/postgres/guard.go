@@ -42,6 +42,16 @@ const (
 // concurrent raise of the mark surfaces as an error matching [ErrRetryable].
 // ctx bounds the statements, including the wait for the row lock.
 //
+// The guard must stand at the top level of tx, outside any savepoint: a
+// rollback to a savepoint taken before it (pgx's Tx.Begin on a transaction
+// makes one, and so does an ORM's nested transaction) undoes the mark and
+// releases the row lock, and the rest of tx runs unfenced while a newer
+// holder commits. So Guard checks, in the same round trip (one batch), that
+// the row it admitted is held by tx's top level; inside a savepoint it
+// returns an error matching [fence.ErrInvalid] that says so, and tx must be
+// rolled back. [InTx], [Exec], [Query] and [Once] guard at the top level by
+// construction.
+//
 // The guard table's marks protect only what is fenced through it; row-level
 // marks kept by a [Table] are separate, and neither checks the other.
 func Guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
@@ -58,7 +68,34 @@ func guardChecked(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err := checkFence("Guard", f); err != nil {
 		return err
 	}
-	return guard(ctx, tx, f)
+	return guardTop(ctx, tx, "Guard", f)
+}
+
+// guardTop is guard for a transaction of the caller's, which may stand
+// inside a savepoint (pgx's Tx.Begin makes one): the guard and the check
+// that it stands at the top level (pgcore.TopLevelSQL) go in one batch,
+// one round trip, and a guard inside a savepoint is refused.
+func guardTop(ctx context.Context, tx pgx.Tx, call string, f fence.Fence) error {
+	b := &pgx.Batch{}
+	b.Queue(guardSQL, f.Resource, int64(f.Token), f.Holder)
+	b.Queue(pgcore.TopLevelSQL, f.Resource)
+	br := tx.SendBatch(ctx, b)
+	var admitted, top bool
+	gerr := br.QueryRow().Scan(&admitted)
+	terr := br.QueryRow().Scan(&top)
+	if err := br.Close(); gerr == nil && terr == nil {
+		terr = err
+	}
+	if gerr != nil {
+		return guarded(ctx, tx, f, gerr)
+	}
+	if terr != nil {
+		return prefixed(fmt.Sprintf("postgres: %s: savepoint check of %q", call, f.Resource), translate(terr, f))
+	}
+	if !top {
+		return invalid("%s of %q: %s", call, f.Resource, pgcore.SavepointHint)
+	}
+	return nil
 }
 
 func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
@@ -67,6 +104,12 @@ func guard(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 	if err == nil {
 		return nil
 	}
+	return guarded(ctx, tx, f, err)
+}
+
+// guarded is the error of a guard statement that returned err: a stale
+// refusal (no row) with the mark f lost to, or the translated error.
+func guarded(ctx context.Context, tx pgx.Tx, f fence.Fence, err error) error {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return prefixed(fmt.Sprintf("postgres: guard %s", f), translate(err, f))
 	}
@@ -97,9 +140,17 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
+	n := 0
 	return store.GuardAll(ctx, fences,
 		func(f fence.Fence) error { return checkFence("GuardAll", f) },
-		func(f fence.Fence) error { return guard(ctx, tx, f) })
+		func(f fence.Fence) error {
+			// Every guard of the call stands at one level of tx: the last
+			// one's batch checks them all.
+			if n++; n == len(fences) {
+				return guardTop(ctx, tx, "GuardAll", f)
+			}
+			return guard(ctx, tx, f)
+		})
 }
 
 // HighWater returns the high-water mark of resource: the newest fence the
