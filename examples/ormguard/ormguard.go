@@ -34,13 +34,20 @@ type Account struct {
 	Balance int64
 }
 
-// DepositGORM adds amount to account id in a GORM transaction fenced by f.
-// A stale f returns an error matching fence.ErrStale, and GORM rolls back.
+// DepositGORM adds amount to account id in a GORM transaction fenced by f,
+// whether GORM prepares statements (PrepareStmt) or not. Call it as the
+// outermost Transaction, never a nested one (a savepoint, whose rollback
+// would undo the guard). A stale f returns an error matching
+// fence.ErrStale, and GORM rolls back.
 func DepositGORM(ctx context.Context, gdb *gorm.DB, f fence.Fence, id, amount int64) error {
 	return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
+		pool := tx.Statement.ConnPool
+		if p, ok := pool.(*gorm.PreparedStmtTX); ok { // PrepareStmt: true
+			pool = p.Tx
+		}
+		sqlTx, ok := pool.(*sql.Tx)
 		if !ok {
-			return fmt.Errorf("ormguard: GORM transaction over %T, not a *sql.Tx", tx.Statement.ConnPool)
+			return fmt.Errorf("ormguard: GORM transaction over %T, not a *sql.Tx", pool)
 		}
 		if err := mysql.Guard(ctx, sqlTx, f); err != nil {
 			return err

@@ -93,3 +93,34 @@ func TestCommandLine(t *testing.T) {
 		t.Fatalf("unreachable server printed:\n%s", stderr.String())
 	}
 }
+
+// TestDepositGORMWithPrepareStmt: the GORM recipe works when GORM prepares
+// statements (PrepareStmt, under which its transaction runs over a
+// *gorm.PreparedStmtTX), and still refuses a stale fence.
+func TestDepositGORMWithPrepareStmt(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	if err := migrations.UpMySQL(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO accounts VALUES (42, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db}), &gorm.Config{Logger: logger.Discard, PrepareStmt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DepositGORM(ctx, gdb, fence.Fence{Resource: "account:42", Token: 2, Holder: "new"}, 42, 10); err != nil {
+		t.Fatalf("GORM deposit with PrepareStmt: %v", err)
+	}
+	if err := DepositGORM(ctx, gdb, fence.Fence{Resource: "account:42", Token: 1, Holder: "old"}, 42, 100); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale GORM deposit with PrepareStmt = %v, want ErrStale", err)
+	}
+	var balance int64
+	if err := db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&balance); err != nil || balance != 10 {
+		t.Fatalf("balance = %d (%v), want 10", balance, err)
+	}
+}

@@ -1,7 +1,8 @@
 // Command pgsqlorm shows a fenced write through GORM, sqlx and bun on
 // PostgreSQL, with storage/pgsql. With GORM and sqlx, pgsql.InTx begins the
 // transaction and guards the fence as its first statement, and the library
-// works on the same *sql.Tx. With bun, the library begins the transaction
+// works on the same *sql.Tx (GORM with PrepareStmt too; DepositGORMTransaction
+// shows GORM's own Transaction instead). With bun, the library begins the transaction
 // (RunInTx) and pgsql.Guard runs first in it, on the *sql.Tx that a bun.Tx
 // holds. A stale fence is refused before the library reads anything,
 // through each of them, and writes nothing.
@@ -48,18 +49,67 @@ type Account struct {
 
 // DepositGORM adds amount to account id in a transaction fenced by f, doing
 // its work through GORM: a GORM session runs on InTx's *sql.Tx, so every
-// statement GORM sends comes after the guard. A stale f returns an error
-// matching fence.ErrStale, and nothing is written.
+// statement GORM sends comes after the guard. It works whether gdb prepares
+// statements (PrepareStmt) or not. A stale f returns an error matching
+// fence.ErrStale, and nothing is written.
 func DepositGORM(ctx context.Context, db *sql.DB, gdb *gorm.DB, f fence.Fence, id, amount int64) error {
 	return pgsql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
-		g := gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
-		g.Statement.ConnPool = tx // GORM's own Begin does the same
+		g := GORMOn(ctx, gdb, tx)
 		var a Account
 		if err := g.First(&a, id).Error; err != nil {
 			return err
 		}
 		return g.Model(&a).Update("balance", a.Balance+amount).Error
 	})
+}
+
+// GORMOn returns a GORM session of gdb whose statements run on tx, as
+// GORM's own Begin would set it up: with PrepareStmt, statements are
+// prepared on tx through gdb's statement cache; without, sent as they are.
+func GORMOn(ctx context.Context, gdb *gorm.DB, tx *sql.Tx) *gorm.DB {
+	g := gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
+	if p, ok := gdb.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
+		g.Statement.ConnPool = &gorm.PreparedStmtTX{Tx: tx, PreparedStmtDB: p}
+	} else {
+		g.Statement.ConnPool = tx
+	}
+	return g
+}
+
+// DepositGORMTransaction adds amount to account id in a GORM transaction
+// fenced by f: GORM begins the transaction, and pgsql.Guard is its first
+// statement. Call it as the outermost Transaction: inside a nested one (a
+// savepoint) pgsql.Guard refuses to run. A stale f returns an error
+// matching fence.ErrStale, and GORM rolls back.
+func DepositGORMTransaction(ctx context.Context, gdb *gorm.DB, f fence.Fence, id, amount int64) error {
+	return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		sqlTx, err := SQLTx(tx)
+		if err != nil {
+			return err
+		}
+		if err := pgsql.Guard(ctx, sqlTx, f); err != nil {
+			return err // GORM rolls back
+		}
+		var a Account
+		if err := tx.First(&a, id).Error; err != nil {
+			return err
+		}
+		return tx.Model(&a).Update("balance", a.Balance+amount).Error
+	})
+}
+
+// SQLTx returns the *sql.Tx under a GORM transaction, whether gdb prepares
+// statements (PrepareStmt: the transaction's pool is then a
+// *gorm.PreparedStmtTX holding the *sql.Tx) or not.
+func SQLTx(tx *gorm.DB) (*sql.Tx, error) {
+	pool := tx.Statement.ConnPool
+	if p, ok := pool.(*gorm.PreparedStmtTX); ok {
+		pool = p.Tx
+	}
+	if t, ok := pool.(*sql.Tx); ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("GORM transaction over %T, not a *sql.Tx: call this inside Transaction, on a *gorm.DB opened on a *sql.DB", pool)
 }
 
 // DepositSqlx adds amount to account id in a transaction fenced by f, doing

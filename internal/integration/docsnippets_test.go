@@ -95,12 +95,12 @@ const snippetParams = `ctx context.Context, locker *lock.Locker, client *redis.C
 var snippetPreambles = map[string]string{
 	// README, Coming from redsync or redislock.
 	`f, err := locker.FenceLock(ctx, mutex.Name(), mutex.Value()) // redsync, after mutex.Lock()`: `var mutex *redsync.Mutex`,
-	// README, An ORM on database/sql: a GORM transaction.
-	`return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error { // gdb is a *gorm.DB`: `var gdb *gorm.DB
+	// README, An ORM on database/sql: a GORM session on InTx's transaction.
+	`return pgsql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error { // db is gdb's *sql.DB`: `var gdb *gorm.DB
 type Account struct{ ID, Balance int64 }
 var id, amount int64`,
 	// docs/recipes.md, MySQL: GORM and sqlx transactions.
-	`err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {`: `var gdb *gorm.DB
+	`err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error { // the outermost one, not a nested one`: `var gdb *gorm.DB
 var dbx *sqlx.DB
 type Account struct{ ID, Balance int64 }
 var id, amount int64`,

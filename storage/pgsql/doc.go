@@ -25,8 +25,12 @@
 //   - [InTx] begins a transaction, guards one fence as its first statement,
 //     runs your function and commits, rolling back on any error. It is the
 //     usual fenced read-modify-write. Your function gets the *sql.Tx: hand it
-//     to your ORM (GORM: gorm.Open(postgres.New(postgres.Config{Conn: tx}));
-//     sqlx: wrap the *sql.Tx, or use sqlx.Tx.Tx).
+//     to your ORM. GORM, with or without PrepareStmt: g :=
+//     gdb.Session(&gorm.Session{Context: ctx, NewDB: true}), then
+//     g.Statement.ConnPool = tx, as GORM's own Begin does (opening a second
+//     *gorm.DB on tx fails under PrepareStmt). sqlx: wrap the *sql.Tx in a
+//     *sqlx.Tx. The README and examples/pgsqlorm show both, and GORM's own
+//     Transaction with Guard.
 //   - [Guard] is the same guard inside a transaction you began yourself;
 //     make it the transaction's first statement, at its top level: never
 //     inside a savepoint (a nested transaction), whose rollback would undo
