@@ -42,6 +42,18 @@ func TestUnencodableArgumentIsNotUnknown(t *testing.T) {
 			}
 		}
 	}
+	// The pipelined calls: the batch's statements are encoded before any
+	// of it is sent.
+	stmt := postgres.Statement{SQL: `UPDATE counter SET n = $1 WHERE id = 1`, Args: []any{bad}}
+	for hname, b := range map[string]postgres.Batcher{"pool": pool, "simple protocol pool": simple} {
+		if _, err := postgres.Exec(ctx, b, fenceOf("c", 1, "h"), stmt); err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
+			t.Errorf("Exec on a %s with an argument pgx cannot encode = %v, want a known outcome", hname, err)
+		}
+		err := postgres.Query(ctx, b, fenceOf("c", 1, "h"), stmt, func(pgx.Rows) error { return nil })
+		if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
+			t.Errorf("Query on a %s with an argument pgx cannot encode = %v, want a known outcome", hname, err)
+		}
+	}
 	if n, _ := counter(t, ctx, pool); n != 0 {
 		t.Fatalf("counter = %d, want 0: nothing may be written", n)
 	}
