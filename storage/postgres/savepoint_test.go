@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -94,5 +96,45 @@ func TestGuardInSavepointRefused(t *testing.T) {
 			t.Errorf("%s at the top level: %v", name, err)
 		}
 		_ = top.Rollback(ctx)
+	}
+}
+
+// TestGuardCheckRidesInOneFlight: the savepoint check goes in the guard's
+// batch, so Guard in a transaction of the caller's costs one flight of
+// messages, as the guard statement alone did.
+func TestGuardCheckRidesInOneFlight(t *testing.T) {
+	ctx, pool := setup(t)
+	var writes, reads atomic.Int64
+	cfg := pool.Config().ConnConfig.Copy()
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: &writes, reads: &reads}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	f := fenceOf("flight", 1, "h")
+	for i := range 2 { // the first run warms the statement cache
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w0 := writes.Load()
+		if err := postgres.Guard(ctx, tx, f); err != nil {
+			t.Fatal(err)
+		}
+		w := writes.Load() - w0
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && w != 1 {
+			t.Fatalf("Guard took %d flights, want 1", w)
+		}
 	}
 }

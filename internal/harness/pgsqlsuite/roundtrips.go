@@ -147,8 +147,26 @@ func testRoundTrips(t *testing.T, d Driver) {
 		n++
 		return tbl.Update(ctx, db, f, "a", pgsql.Set("balance", n))
 	})
-	t.Logf("%s round trips: plain transaction %d, InTx %d; autocommit UPDATE with arguments %d, Table.Update %d",
-		d.Name, plainTx, inTx, oneStatement, tableUpdate)
+	guardTx := tc.count(t, func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := pgsql.Guard(ctx, tx, f); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, update); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+	t.Logf("%s round trips: plain transaction %d, InTx %d, Guard in the caller's transaction %d; autocommit UPDATE with arguments %d, Table.Update %d",
+		d.Name, plainTx, inTx, guardTx, oneStatement, tableUpdate)
+	if guardTx != inTx+oneStatement {
+		t.Errorf("a transaction with Guard took %d round trips, want InTx's %d plus the savepoint check's %d", guardTx, inTx, oneStatement)
+	}
 	if inTx != plainTx+oneStatement {
 		t.Errorf("InTx took %d round trips, want the plain transaction's %d plus one statement's %d", inTx, plainTx, oneStatement)
 	}
