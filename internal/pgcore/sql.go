@@ -63,8 +63,11 @@ WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
 // was written (xmin) or locked (xmax) by the top-level transaction itself,
 // whereas inside a savepoint it carries the savepoint's own transaction id.
 // A rollback to that savepoint would undo the guard, its mark and its row
-// lock, and leave the rest of the transaction unfenced.
-const TopLevelSQL = `SELECT coalesce(bool_or(xmin = pg_current_xact_id()::xid OR xmax = pg_current_xact_id()::xid), false)
+// lock, and leave the rest of the transaction unfenced. txid_current()
+// (the top-level id with its epoch; its low 32 bits are the xid) is used
+// rather than pg_current_xact_id() so that it runs on every version.
+const TopLevelSQL = `SELECT coalesce(bool_or(xmin::text::bigint = txid_current() % 4294967296
+    OR xmax::text::bigint = txid_current() % 4294967296), false)
 FROM fencekit_guard WHERE resource = $1`
 
 // SavepointHint is the message for a guard refused inside a savepoint.
