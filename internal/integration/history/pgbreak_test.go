@@ -115,7 +115,7 @@ func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 
 // pgGuardPrefix starts the guard's conditional upsert (storage/postgres's
 // guardSQL).
-const pgGuardPrefix = "INSERT INTO fencekit_guard AS g (resource, token, holder)"
+const pgGuardPrefix = "WITH cur AS MATERIALIZED (\n    SELECT g.token, g.holder FROM fencekit_guard AS g WHERE g.resource = $1 FOR UPDATE"
 
 // unlockedGuard is the broken guard of the row-lock control: it reads the
 // mark without locking it, decides by the fence rule in the client, and
