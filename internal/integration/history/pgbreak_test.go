@@ -177,16 +177,16 @@ func (r errRow) Scan(dest ...any) error {
 // break is not found in the migration.
 func breakAdmitFunction(t testing.TB, admin *pgxpool.Pool, breaks []sqlBreak) {
 	t.Helper()
-	src, err := os.ReadFile("../../../migrations/00002_fencekit_guard_admit.sql")
+	src, err := os.ReadFile("../../../migrations/00005_fencekit_guard_admit_writes_on_change.sql")
 	if err != nil {
 		t.Fatalf("broken variant: %v", err)
 	}
 	s := string(src)
-	begin, end := strings.Index(s, "CREATE FUNCTION"), strings.Index(s, "$$;")
+	begin, end := strings.Index(s, "CREATE OR REPLACE FUNCTION"), strings.Index(s, "$$;")
 	if begin < 0 || end < begin {
 		t.Fatal("broken variant: fencekit_guard_admit not found in its migration: update the control")
 	}
-	fn := "CREATE OR REPLACE FUNCTION" + s[begin+len("CREATE FUNCTION"):end+2]
+	fn := s[begin : end+2]
 	for _, b := range breaks {
 		if !strings.Contains(fn, b.old) {
 			t.Fatalf("broken variant: %q not found in fencekit_guard_admit: update the control", b.old)
