@@ -43,6 +43,11 @@ const (
 	// myOnceAfter runs Once's work first and records its completion after,
 	// in a transaction of its own (myOnceAfterRun).
 	myOnceAfter
+	// mySnapshot judges InTx's and Once's fence from a plain read of the
+	// mark, the transaction's snapshot, instead of the locking read
+	// (myJudgeStmt): a holder whose mark a newer holder raised while it
+	// waited is admitted.
+	mySnapshot
 )
 
 // myBreaks is the statement changes of each SQL-changing variant. They keep
@@ -200,8 +205,9 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if br, ok := myBreaks[variant]; ok || variant == myNoRowLock {
-			conn = breakingConnector{Connector: conn, breaks: br, unlocked: variant == myNoRowLock, swapped: &r.swapped, exposed: &r.exposed}
+		if br, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
+			conn = breakingConnector{Connector: conn, breaks: br, unlocked: variant == myNoRowLock, judgeUnlocked: variant == mySnapshot,
+				swapped: &r.swapped, exposed: &r.exposed}
 		}
 		db := sql.OpenDB(conn)
 		db.SetMaxOpenConns(2)
@@ -235,7 +241,7 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
-	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock {
+	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
 	name := "mysql"

@@ -36,6 +36,7 @@ type breakingDB struct {
 	*pgxpool.Pool
 	breaks   []sqlBreak
 	unlocked bool
+	snapshot bool // the guard statement runs as snapshotGuard
 	swapped  *atomic.Int64
 	exposed  *atomic.Int64
 }
@@ -102,6 +103,10 @@ func (t breakingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 	if t.db.unlocked && strings.HasPrefix(sql, pgGuardPrefix) && len(args) == 3 {
 		t.db.swapped.Add(1)
 		return unlockedGuard(ctx, t.Tx, args[0].(string), args[1].(int64), args[2].(string), t.db.exposed)
+	}
+	if t.db.snapshot && strings.HasPrefix(sql, pgGuardPrefix) && len(args) == 3 {
+		t.db.swapped.Add(1)
+		return snapshotGuard(ctx, t.Tx, args[0].(string), args[1].(int64), args[2].(string), t.db.exposed)
 	}
 	return t.Tx.QueryRow(ctx, t.db.rewrite(sql), args...)
 }
