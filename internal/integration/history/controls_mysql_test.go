@@ -47,3 +47,9 @@ func TestMySQLControlOnceAfter(t *testing.T) {
 func TestMySQLControlSnapshot(t *testing.T) {
 	myBrokenControl(t, "mysql guard judging from its snapshot", mySnapshot)
 }
+
+// TestMySQLControlOnceNoIgnore: Once's record written by INSERT without
+// IGNORE, so that a Once on a done key fails instead of reporting done.
+func TestMySQLControlOnceNoIgnore(t *testing.T) {
+	myBrokenControl(t, "mysql Once failing on a done key", myOnceNoIgnore)
+}
