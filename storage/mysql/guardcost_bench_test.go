@@ -8,25 +8,27 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/pgsqlsuite"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
 
-// BenchmarkGuardCost sets each fenced call beside its plain counterpart,
-// on one connection with interpolateParams (one round trip a statement):
-//   - PlainTx: BEGIN, UPDATE, COMMIT; InTx: the same through InTx under
-//     the fence that holds the mark (every write of a lease after its
-//     first); InTxFirst: under a new token each time (a lease's first
-//     write, which raises the mark);
-//   - PlainUpdate: one autocommit UPDATE of a row; TableUpdate and
-//     TableUpdateFirst: the same row through Table.Update.
+// BenchmarkGuardCost alternates each fenced call with its plain
+// counterpart on one connection with interpolateParams (one round trip a
+// statement), as pgsqlsuite.Paired does: plain-ns/op, fenced-ns/op,
+// fenced/plain, and the rows each side writes (the session's Handler_write
+// and Handler_update; InnoDB does not count an UPDATE that changes
+// nothing).
+//   - InTx: InTx of one UPDATE under the fence that holds the mark (every
+//     write of a lease after its first), beside BEGIN, UPDATE, COMMIT;
+//     InTxFirst: under a new token each time (a lease's first write);
+//   - TableUpdate, TableUpdateFirst: Table.Update of a row, beside one
+//     autocommit UPDATE of it.
 //
-// Each reports rows/op, the rows its calls wrote (the session's
-// Handler_write and Handler_update: InnoDB does not count an UPDATE that
-// changes nothing). Run with -count 5 for interleaved runs;
+// The commit's log flush (innodb_flush_log_at_trx_commit) is the server's
+// setting, not a session's: both sides pay it as the server has it.
 // FENCEKIT_BENCH_LATENCY (such as 1ms) delays each direction through a
-// proxy. The commit's log flush (innodb_flush_log_at_trx_commit) is a
-// server setting, not a session's: it stays as the server has it.
+// proxy. Take the medians of -count 5:
 //
 //	go test -run '^$' -bench GuardCost -count 5 ./storage/mysql/
 func BenchmarkGuardCost(b *testing.B) {
@@ -49,89 +51,53 @@ func BenchmarkGuardCost(b *testing.B) {
 	tbl := mysql.Table{Name: "accounts", Key: "id"}
 	token := fence.Token(0)
 	next := func() fence.Fence { token++; return fence.Fence{Resource: "bench", Token: token, Holder: "h"} }
-	fn := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, benchUpdate, 1)
-		return err
-	}
-	inTx := func(f fence.Fence) {
-		if err := mysql.InTx(ctx, db, nil, f, fn); err != nil {
-			b.Fatal(err)
+	plainTx := func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
 		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, benchUpdate, 1); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	inTx := func(f fence.Fence) error {
+		return mysql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, benchUpdate, 1)
+			return err
+		})
 	}
 	var n int64
-	tableUpdate := func(f fence.Fence) {
+	plainUpdate := func() error {
 		n++
-		if err := tbl.Update(ctx, db, f, 1, mysql.Set("balance", n)); err != nil {
-			b.Fatal(err)
-		}
+		_, err := db.ExecContext(ctx, `UPDATE accounts SET balance = ? WHERE id = ?`, n, 1)
+		return err
 	}
+	tableUpdate := func(f fence.Fence) error {
+		n++
+		return tbl.Update(ctx, db, f, 1, mysql.Set("balance", n))
+	}
+	rows := func() int64 { return sessionRowWrites(b, ctx, db) }
 
-	b.Run("PlainTx", func(b *testing.B) {
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.ExecContext(ctx, benchUpdate, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("InTx", func(b *testing.B) {
 		f := next()
-		inTx(f) // the lease's first write, untimed
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			inTx(f)
-		}
+		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(f) })
 	})
 	b.Run("InTxFirst", func(b *testing.B) {
-		inTx(next()) // the guard row exists from here on
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			inTx(next())
-		}
-	})
-	b.Run("PlainUpdate", func(b *testing.B) {
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			n++
-			if _, err := db.ExecContext(ctx, `UPDATE accounts SET balance = ? WHERE id = ?`, n, 1); err != nil {
-				b.Fatal(err)
-			}
-		}
+		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(next()) })
 	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()
-		tableUpdate(f)
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			tableUpdate(f)
-		}
+		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(f) })
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
-		defer countRowWrites(b, ctx, db)()
-		for b.Loop() {
-			tableUpdate(next())
-		}
+		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
 	})
 }
 
-// countRowWrites reads the rows db's one connection has written so far
-// and returns a function that reports, per iteration of b, how many more
-// it wrote (rows/op).
-func countRowWrites(b *testing.B, ctx context.Context, db *sql.DB) func() {
-	before := sessionRowWrites(b, ctx, db)
-	return func() {
-		b.ReportMetric(float64(sessionRowWrites(b, ctx, db)-before)/float64(b.N), "rows/op")
-	}
-}
-
-// sessionRowWrites is the session's Handler_write plus Handler_update.
+// sessionRowWrites is the session's Handler_write plus Handler_update: the
+// rows db's one connection has written.
 func sessionRowWrites(b *testing.B, ctx context.Context, db *sql.DB) int64 {
 	b.Helper()
 	var n int64

@@ -12,26 +12,25 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/pgsqlsuite"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/migrations"
 	"github.com/fencekit/fencekit/storage/postgres"
 )
 
-// BenchmarkGuardCost sets each fenced call beside its plain counterpart,
-// on one connection whose session runs with synchronous_commit off (so
-// that the commit's flush, the same on both sides, does not hide the
-// guard):
-//   - PlainTx: BEGIN, UPDATE, COMMIT; InTx: the same through InTx under
-//     the fence that holds the mark (every write of a lease after its
-//     first); InTxFirst: under a new token each time (a lease's first
-//     write, which raises the mark);
-//   - PlainUpdate: one autocommit UPDATE of a row; TableUpdate and
-//     TableUpdateFirst: the same row through Table.Update.
+// BenchmarkGuardCost alternates each fenced call with its plain
+// counterpart on one connection (pgsqlsuite.Paired: plain-ns/op,
+// fenced-ns/op, fenced/plain, and the row versions each side writes, from
+// pg_stat_user_tables). The session runs with synchronous_commit off, so
+// that the commit's flush, the same on both sides, does not hide the guard.
+//   - InTx: InTx of one UPDATE under the fence that holds the mark (every
+//     write of a lease after its first), beside BEGIN, UPDATE, COMMIT;
+//     InTxFirst: under a new token each time (a lease's first write);
+//   - TableUpdate, TableUpdateFirst: Table.Update of a row, beside one
+//     autocommit UPDATE of it.
 //
-// Each reports rows/op and guard-rows/op, the row versions written (all
-// tables, and the guard table), from pg_stat_user_tables. Run with
-// -count 5 for interleaved runs; FENCEKIT_BENCH_LATENCY (such as 1ms)
-// delays each direction through a proxy.
+// FENCEKIT_BENCH_LATENCY (such as 1ms) delays each direction through a
+// proxy. Take the medians of -count 5:
 //
 //	go test -run '^$' -bench GuardCost -count 5 ./storage/postgres/
 func BenchmarkGuardCost(b *testing.B) {
@@ -80,103 +79,64 @@ func BenchmarkGuardCost(b *testing.B) {
 	tbl := postgres.Table{Name: pgx.Identifier{"accounts"}, Key: "id"}
 	token := fence.Token(0)
 	next := func() fence.Fence { token++; return fence.Fence{Resource: "bench", Token: token, Holder: "h"} }
-	fn := func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, update)
-		return err
-	}
-	inTx := func(f fence.Fence) {
-		if err := postgres.InTx(ctx, pool, pgx.TxOptions{}, f, fn); err != nil {
-			b.Fatal(err)
+	plainTx := func() error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
 		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, update); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	inTx := func(f fence.Fence) error {
+		return postgres.InTx(ctx, pool, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, update)
+			return err
+		})
 	}
 	var n int64
-	tableUpdate := func(f fence.Fence) {
+	plainUpdate := func() error {
 		n++
-		if err := tbl.Update(ctx, pool, f, 1, postgres.Set("balance", n)); err != nil {
-			b.Fatal(err)
-		}
+		_, err := pool.Exec(ctx, `UPDATE accounts SET balance = $2 WHERE id = $1`, 1, n)
+		return err
 	}
+	tableUpdate := func(f fence.Fence) error {
+		n++
+		return tbl.Update(ctx, pool, f, 1, postgres.Set("balance", n))
+	}
+	rows := func() int64 { return schemaRowVersions(b, ctx, pool) }
 
-	b.Run("PlainTx", func(b *testing.B) {
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, update); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("InTx", func(b *testing.B) {
 		f := next()
-		inTx(f) // the lease's first write, untimed
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			inTx(f)
-		}
+		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(f) })
 	})
 	b.Run("InTxFirst", func(b *testing.B) {
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			inTx(next())
-		}
-	})
-	b.Run("PlainUpdate", func(b *testing.B) {
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			n++
-			if _, err := pool.Exec(ctx, `UPDATE accounts SET balance = $2 WHERE id = $1`, 1, n); err != nil {
-				b.Fatal(err)
-			}
-		}
+		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(next()) })
 	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()
-		tableUpdate(f)
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			tableUpdate(f)
-		}
+		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(f) })
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
-		defer countRowVersions(b, ctx, pool)()
-		for b.Loop() {
-			tableUpdate(next())
-		}
+		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
 	})
-}
-
-// countRowVersions reads the row versions written so far in the schema of
-// pool (one connection) and returns a function that reports, per iteration
-// of b, how many more were written: rows/op over every table,
-// guard-rows/op in the guard table.
-func countRowVersions(b *testing.B, ctx context.Context, pool *pgxpool.Pool) func() {
-	all, guard := schemaRowVersions(b, ctx, pool)
-	return func() {
-		all2, guard2 := schemaRowVersions(b, ctx, pool)
-		b.ReportMetric(float64(all2-all)/float64(b.N), "rows/op")
-		b.ReportMetric(float64(guard2-guard)/float64(b.N), "guard-rows/op")
-	}
 }
 
 // schemaRowVersions returns the row versions (inserted and updated) written
-// to the tables of pool's schema, and to its guard table, once the
-// statistics of the connection's own transactions are flushed.
-func schemaRowVersions(b *testing.B, ctx context.Context, pool *pgxpool.Pool) (all, guard int64) {
+// to the tables of pool's schema, once the statistics of the connection's
+// own transactions are flushed (pool has one connection).
+func schemaRowVersions(b *testing.B, ctx context.Context, pool *pgxpool.Pool) int64 {
 	b.Helper()
 	if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
 		b.Fatal(err)
 	}
-	err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::bigint,
-	coalesce(sum(n_tup_ins + n_tup_upd) FILTER (WHERE relname = 'fencekit_guard'), 0)::bigint
-FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&all, &guard)
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::bigint
+FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return all, guard
+	return n
 }
