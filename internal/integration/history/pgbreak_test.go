@@ -118,8 +118,8 @@ func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	return t.Tx.SendBatch(ctx, b)
 }
 
-// pgGuardPrefix starts the guard's conditional upsert (storage/postgres's
-// guardSQL).
+// pgGuardPrefix starts the guard statement (pgcore.GuardSQL, which
+// storage/postgres and storage/pgsql send): its CTE that locks the row.
 const pgGuardPrefix = "WITH cur AS MATERIALIZED (\n    SELECT g.token, g.holder FROM fencekit_guard AS g WHERE g.resource = $1 FOR UPDATE"
 
 // unlockedGuard is the broken guard of the row-lock control: it reads the
