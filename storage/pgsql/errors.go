@@ -75,7 +75,8 @@ func translate(err error) error {
 type notMigratedError struct{ err error }
 
 func (e *notMigratedError) Error() string {
-	return "fencekit's schema is missing (run migrations.Up(ctx, db) once per database): " + e.err.Error()
+	return "fencekit's schema is missing (run migrations.Up(ctx, db) once per database" +
+		pgcore.MigrationNote(e.err.Error()) + "): " + e.err.Error()
 }
 
 func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }

@@ -179,6 +179,14 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	if err := migrations.Up(ctx, admin); err != nil {
 		t.Fatalf("migrations: %v", err)
 	}
+	if br, ok := pgBreaks[variant]; ok {
+		// The guard's rule runs in fencekit_guard_try: break it there.
+		for _, fn := range brokenGuardFunctions(t, br[:1]) {
+			if _, err := admin.ExecContext(ctx, fn); err != nil {
+				t.Fatalf("broken variant: %v", err)
+			}
+		}
+	}
 	for _, q := range []string{
 		`CREATE TABLE kv (key text PRIMARY KEY, val text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 0, fence_token bigint, fence_holder text)`,
 		`INSERT INTO kv (key) SELECT 'k' || i FROM generate_series(1, ` + strconv.Itoa(pgRows) + `) AS i`,

@@ -59,8 +59,9 @@ const (
 )
 
 // pgBreaks is the statement changes of each SQL-changing variant: the
-// guard's upsert and its function share their text; the row-level
-// admission is Table's.
+// first is made in the guard functions of migration 00005 (the batch's and
+// the transactions', which share their text), the second in Table's
+// row-level admission, sent as a statement.
 var pgBreaks = map[pgVariant][]sqlBreak{
 	pgTokenGE: {
 		{"WHERE EXCLUDED.token > g.token", "WHERE EXCLUDED.token >= g.token"},
@@ -70,8 +71,8 @@ var pgBreaks = map[pgVariant][]sqlBreak{
 		{"(EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)", "(EXCLUDED.token = g.token)"},
 		{`("fence_token" = $2 AND "fence_holder" = $3)`, `("fence_token" = $2)`},
 	},
-	// The guard statement is replaced whole (snapshotGuard), the function
-	// by this change.
+	// The transactions' guard statement is replaced whole (snapshotGuard),
+	// the batch's function by this change.
 	pgSnapshot: {
 		{"WHERE g.resource = p_resource FOR UPDATE;", "WHERE g.resource = p_resource;"},
 	},
