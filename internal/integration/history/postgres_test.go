@@ -245,7 +245,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		t.Cleanup(pool.Close)
 		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
 		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
-			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot, swapped: &r.swapped, exposed: &r.exposed})
+			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot, functions: ok, swapped: &r.swapped, exposed: &r.exposed})
 		} else {
 			r.dbs = append(r.dbs, pool)
 		}
