@@ -14,7 +14,13 @@
 //     per resource, the newest fence admitted for it;
 //   - fencekit_guard_admit(resource, token, holder): the admission rule as a
 //     function that raises SQLSTATE FK001 on a stale fence, used by the
-//     storage/postgres package's one-round-trip batch;
+//     storage/postgres package's one-round-trip batch; 00005 replaces it
+//     with one that writes the guard row only when the mark changes;
+//   - fencekit_guard_try(resource, token, holder) (00005): the same rule,
+//     returning false on a stale fence instead of raising, used by the
+//     transaction paths of storage/postgres and storage/pgsql (Guard,
+//     GuardAll, InTx, Once), which fail with their ErrNotMigrated, naming
+//     00005, until it is applied;
 //   - fencekit_once(key, resource, token, holder, done_at): one completion
 //     record per key of work run through storage/postgres's Once, with an
 //     index on done_at for deleting old records. holder is the holder's

@@ -80,7 +80,7 @@ func MissingOwnObject(s ServerError) bool {
 }
 
 // ownObjects are the tables and functions the migrations create.
-var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_once"}
+var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_guard_try", "fencekit_once"}
 
 // NamesOwnObject reports whether msg, a server error's message, names one of
 // fencekit's own objects as a whole identifier (so fencekit_guard does not
@@ -122,4 +122,15 @@ func EncodeRefused(err error) bool {
 		m := e.Error()
 		return strings.HasPrefix(m, "failed to encode args[") || strings.HasPrefix(m, "unable to encode ")
 	})
+}
+
+// MigrationNote names the migration that creates the object msg (a server
+// error's message) reports missing, when a database migrated by an earlier
+// release lacks it: "; migration 00005 adds fencekit_guard_try", or "" for
+// objects every release's migrations create.
+func MigrationNote(msg string) string {
+	if strings.Contains(msg, "fencekit_guard_try") {
+		return "; migration 00005 adds fencekit_guard_try"
+	}
+	return ""
 }

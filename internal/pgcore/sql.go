@@ -4,16 +4,27 @@ package pgcore
 // the migrations package and found through the connection's search_path.
 const (
 	// GuardSQL admits (resource, token, holder) and raises the mark, or
-	// returns no row when the fence is stale. ON CONFLICT DO UPDATE locks the
-	// conflicting row even when its WHERE is false, so a stale caller holds
-	// the row lock too and the mark it then reads is the one it lost to.
-	GuardSQL = `INSERT INTO fencekit_guard AS g (resource, token, holder)
-VALUES ($1, $2, $3)
-ON CONFLICT (resource) DO UPDATE
-    SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
-    WHERE EXCLUDED.token > g.token
-       OR (EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)
-RETURNING true`
+	// returns no row when the fence is stale, without aborting the
+	// transaction. It always takes the guard row's lock, and writes a new
+	// row version only when the mark changes: a transaction that presents
+	// the fence that already holds the mark (every write of a lease after
+	// its first) locks the row and writes nothing.
+	//
+	// The rule runs in fencekit_guard_try (migration 00005), whose
+	// statements the server plans once per session: drivers that do not
+	// prepare statements (lib/pq, pgx's simple protocol) plan only this
+	// call each time. The function locks the row with FOR UPDATE, which at
+	// READ COMMITTED waits for a holder's transaction and then returns the
+	// row version it locked, not the one in the statement's snapshot:
+	// judging the mark from the snapshot would admit a fence that a newer
+	// holder, committed while it waited, has made stale. When the locked
+	// row holds this very fence, it admits from it; otherwise its upsert
+	// judges by the admission rule against the row it locks (ON CONFLICT DO
+	// UPDATE locks the conflicting row even when its WHERE is false, so a
+	// stale caller holds the row lock too and the mark it then reads is the
+	// one it lost to), and waits for and judges a row that another
+	// transaction inserted meanwhile.
+	GuardSQL = `SELECT true WHERE fencekit_guard_try($1, $2, $3)`
 
 	// HighWaterSQL reads a resource's mark.
 	HighWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`

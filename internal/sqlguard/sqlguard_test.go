@@ -2,6 +2,7 @@ package sqlguard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -193,5 +194,49 @@ func TestRetryEndedByContextNamesStoreOnce(t *testing.T) {
 	const want = "test: retry: context canceled (last error: conflict on row 1: test: retry it)"
 	if err.Error() != want {
 		t.Fatalf("err %q, want %q", err, want)
+	}
+}
+
+// TestCommitOutcome: a COMMIT's outcome is known only when the error
+// proves that nothing committed: database/sql's rollback for an ended
+// context, or an error the adapter's notApplied recognises. A transaction
+// that the caller's function ended itself, and every other error, leave
+// the outcome unknown.
+func TestCommitOutcome(t *testing.T) {
+	errRefused := errors.New("test: the server refused COMMIT")
+	errBroken := errors.New("test: connection broken")
+	notApplied := func(err error) (error, bool) {
+		if errors.Is(err, errRefused) {
+			return fmt.Errorf("test: op: %w", err), true
+		}
+		return nil, false
+	}
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		unknown bool
+		is      error
+	}{
+		{"committed", live, nil, false, nil},
+		{"rolled back by database/sql for the ended context", ended, sql.ErrTxDone, false, context.Canceled},
+		{"ended by the caller's function", live, sql.ErrTxDone, true, sql.ErrTxDone},
+		{"refused by the server", live, errRefused, false, errRefused},
+		{"broken connection", live, errBroken, true, errBroken},
+		{"broken connection, context ended", ended, errBroken, true, errBroken},
+	} {
+		got := commitOutcome(c.ctx, "test: op", c.err, notApplied)
+		switch {
+		case c.err == nil && got != nil:
+			t.Errorf("%s: %v, want nil", c.name, got)
+		case c.err == nil:
+		case errors.Is(got, fence.ErrOutcomeUnknown) != c.unknown:
+			t.Errorf("%s: %v; want an unknown outcome %v", c.name, got, c.unknown)
+		case !errors.Is(got, c.is):
+			t.Errorf("%s: %v; want it to match %v", c.name, got, c.is)
+		}
 	}
 }

@@ -71,6 +71,12 @@ func (s *Store) Commit(ctx context.Context, tx *sql.Tx, op string, notApplied fu
 			return &fence.OutcomeUnknownError{Op: op, Err: ctx.Err()}
 		}
 	}
+	return commitOutcome(ctx, op, err, notApplied)
+}
+
+// commitOutcome classifies err, what tx.Commit returned for op, as
+// [Store.Commit] says; ctx is the call's context.
+func commitOutcome(ctx context.Context, op string, err error, notApplied func(error) (error, bool)) error {
 	switch {
 	case err == nil:
 		return nil

@@ -131,9 +131,14 @@
 // database/sql sends BEGIN, each statement and COMMIT as separate round
 // trips, and without interpolateParams=true in the DSN the driver prepares
 // every statement that has arguments (one more round trip each). A fenced
-// write is BEGIN, guard, your statements and COMMIT; the guard adds a
-// locking read on refusals. A resource's first [InTx] or [Once] also reads
-// the missing row, rolls back, creates the row and begins again.
+// write is BEGIN, guard, your statements and COMMIT. The guard of [InTx]
+// and [Once] is one locking read that judges the mark, and writes nothing
+// when the mark is the fence itself (every transaction of a lease after
+// its first); the transaction that raises the mark (a lease's first) sends
+// the raise as a second statement. [Guard] and [GuardAll] upsert the mark,
+// a row write every time, and add a locking read on refusals. A
+// resource's first [InTx] or [Once] also reads the missing row, rolls
+// back, creates the row and begins again.
 //
 // # Deadlocks on guard rows
 //

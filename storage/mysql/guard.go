@@ -44,17 +44,24 @@ ON DUPLICATE KEY UPDATE
     holder     = IF(? > token OR (? = token AND ? = holder), ?, holder),
     token      = IF(? > token OR (? = token AND ? = holder), ?, token)`
 
-	// admitSQL admits (token, holder) on a resource whose guard row exists,
-	// raising its mark. Arguments: token, holder, resource, token, token,
-	// holder. It changes the row exactly when it admits (admissions grows),
-	// so it counts 1 row for an admission and 0 for a refusal or a missing
-	// row whatever clientFoundRows says. On an existing row it takes only
-	// that row's lock (an equality search on the primary key), never a gap
-	// lock, so it cannot deadlock with an insert. At READ COMMITTED, InnoDB
-	// may skip a row another transaction holds when the row's last committed
-	// mark refuses the fence: the locking read of the mark that follows a
-	// count of 0 settles it.
-	admitSQL = `UPDATE fencekit_guard
+	// judgeSQL locks a resource's guard row (an equality search on the
+	// primary key: the row's record lock only) and judges the fence by the
+	// admission rule against the mark it locked. Arguments: token, token,
+	// holder, token, holder, resource. As a locking read it sees the newest
+	// committed mark, whatever the transaction's snapshot: a plain read
+	// would show a holder the mark it held before a newer holder, committed
+	// while this one waited, raised it. admits is the rule; holds says that
+	// the mark is this very fence, which then needs no write.
+	judgeSQL = `SELECT token, holder, (? > token OR (? = token AND ? = holder)) AS admits, (? = token AND ? = holder) AS holds
+FROM fencekit_guard WHERE resource = ? FOR UPDATE`
+
+	// raiseSQL raises the mark of a resource whose guard row tx has locked
+	// and judged (judgeSQL) lower than the fence. Arguments: holder, token,
+	// resource, token, token, holder. It repeats the admission rule, so it
+	// counts 1 row exactly when it admits (admissions grows, which makes the
+	// count the same whatever clientFoundRows says) and can never lower a
+	// mark.
+	raiseSQL = `UPDATE fencekit_guard
 SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ?
 WHERE resource = ? AND (? > token OR (? = token AND ? = holder))`
 
@@ -276,52 +283,43 @@ var errNoGuardRow = errors.New("mysql: no guard row")
 // statement of its own and begins again. Inside the transaction only
 // existing rows are locked, each by its own record lock, so two such
 // transactions never deadlock on guard rows.
+//
+// It locks the row and judges f against the mark it locked (judgeSQL).
+// When the mark is f itself (every transaction of a lease after its
+// first), the row is left as it is: one statement, and no row written.
+// Only a fence that raises the mark writes it, in a second statement
+// (raiseSQL).
 func admitExisting(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	t, h := int64(f.Token), f.Holder
-	// Twice at most: a second count of 0 comes with the row locked by tx
-	// (the locking read below), so the mark it is refused by is final.
-	for range 2 {
-		res, err := tx.ExecContext(ctx, admitSQL, h, t, f.Resource, t, t, h)
-		if err != nil {
-			return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return prefixed(fmt.Sprintf("mysql: guard %s", f), err)
-		}
-		if n == 1 {
-			return nil
-		}
-		mark, found, err := lockMark(ctx, tx, f.Resource)
-		switch {
-		case err != nil:
-			return err
-		case !found:
-			return errNoGuardRow
-		case !fence.Admits(mark, f):
-			return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
-		}
-		// At READ COMMITTED the UPDATE skipped a row whose holder then
-		// rolled back, or the row was created between the two statements:
-		// the mark admits f, and tx now holds the row.
-	}
-	return prefixed(fmt.Sprintf("mysql: guard %s", f), errors.New("the guard row changed while it was locked"))
-}
-
-// lockMark reads a resource's mark with a locking read, reporting whether
-// its guard row exists.
-func lockMark(ctx context.Context, tx *sql.Tx, resource string) (fence.Fence, bool, error) {
-	mark := fence.Fence{Resource: resource}
+	mark := fence.Fence{Resource: f.Resource}
 	var token int64
-	err := tx.QueryRowContext(ctx, markSQL, resource).Scan(&token, &mark.Holder)
+	var admits, holds bool
+	err := tx.QueryRowContext(ctx, judgeSQL, t, t, h, t, h, f.Resource).Scan(&token, &mark.Holder, &admits, &holds)
+	mark.Token = fence.Token(token)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return mark, false, nil
+		return errNoGuardRow
 	case err != nil:
-		return fence.Fence{}, false, prefixed(fmt.Sprintf("mysql: high-water mark of %q", resource), translate(err, true))
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
+	case holds:
+		return nil
+	case !admits:
+		return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
 	}
-	mark.Token = fence.Token(token)
-	return mark, true, nil
+	res, err := tx.ExecContext(ctx, raiseSQL, h, t, f.Resource, t, t, h)
+	if err != nil {
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), err)
+	}
+	if n != 1 {
+		// tx holds the row, so its mark cannot have changed since it was
+		// judged.
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), errors.New("the guard row changed while it was locked"))
+	}
+	return nil
 }
 
 // createAttempts bounds how often createGuardRow runs its statement again

@@ -66,7 +66,10 @@
 // does the plain UPDATE; with binary_parameters=yes in its connection
 // string, 4 and 1. pgx's stdlib prepares a statement on a connection's first
 // use of it (one more round trip, once). A refused fence costs a second
-// statement, to read the mark it lost to.
+// statement, to read the mark it lost to. The guard locks the guard row
+// every time but writes it only when the mark changes: a transaction under
+// the fence that holds the mark (every one of a lease after its first)
+// writes the rows of its own statements and no other.
 //
 // # Isolation levels and retries
 //

@@ -109,7 +109,8 @@ func (e *wrongDatabaseError) Unwrap() error { return e.err }
 type notMigratedError struct{ err error }
 
 func (e *notMigratedError) Error() string {
-	return "fencekit's schema is missing (run migrations.Up(ctx, db) once per database): " + e.err.Error()
+	return "fencekit's schema is missing (run migrations.Up(ctx, db) once per database" +
+		pgcore.MigrationNote(e.err.Error()) + "): " + e.err.Error()
 }
 
 func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }

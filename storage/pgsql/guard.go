@@ -10,9 +10,9 @@ import (
 	"github.com/fencekit/fencekit/internal/pgcore"
 )
 
-// Guard admits f inside tx by the rule of [fence.Admits], as one conditional
-// upsert on the guard table (the statement storage/postgres sends, so both
-// packages keep one mark per resource). On success the resource's
+// Guard admits f inside tx by the rule of [fence.Admits], as one statement on
+// the guard table (a call of fencekit_guard_try, which storage/postgres sends
+// too, so both packages keep one mark per resource). On success the resource's
 // high-water mark is (f.Token, f.Holder) and its guard row stays locked
 // until tx ends, so that other holders of the resource wait for tx and then
 // see its mark. Make it the first statement of tx: then everything tx reads
@@ -29,8 +29,9 @@ import (
 // then holds the guard row lock too (which makes the reported mark exact),
 // so roll it back promptly. At REPEATABLE READ and SERIALIZABLE a concurrent
 // raise of the mark surfaces as an error matching [ErrRetryable], as do
-// deadlocks. A missing guard table returns an error matching
-// [ErrNotMigrated]. Bad input (a nil ctx or tx, an invalid fence) is refused
+// deadlocks. A missing guard table or function returns an error matching
+// [ErrNotMigrated]: a database migrated before migration 00005 lacks
+// fencekit_guard_try, and the error names that migration. Bad input (a nil ctx or tx, an invalid fence) is refused
 // with an error matching [fence.ErrInvalid] before anything is sent. ctx
 // bounds the statements, including the wait for the row lock.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -126,6 +127,29 @@ func TestExecNotMigrated(t *testing.T) {
 	defer tx.Rollback(ctx)
 	if err := postgres.Guard(ctx, tx, fenceOf("r", 1, "h")); !errors.Is(err, postgres.ErrNotMigrated) {
 		t.Fatalf("Guard without migrations = %v, want ErrNotMigrated", err)
+	}
+}
+
+// TestBefore00005: on a database migrated before 00005 (without
+// fencekit_guard_try), the transaction paths fail with ErrNotMigrated
+// naming the migration and change nothing, while the batch, whose
+// fencekit_guard_admit predates it, keeps working.
+func TestBefore00005(t *testing.T) {
+	ctx, pool := setup(t)
+	mustExec(t, ctx, pool, `DROP FUNCTION IF EXISTS fencekit_guard_try(text, bigint, text)`)
+	ran := false
+	err := postgres.InTx(ctx, pool, pgx.TxOptions{}, fenceOf("counter", 1, "h"), func(context.Context, pgx.Tx) error {
+		ran = true
+		return nil
+	})
+	if !errors.Is(err, postgres.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00005") || ran {
+		t.Fatalf("InTx without fencekit_guard_try = %v (ran %v), want ErrNotMigrated naming migration 00005", err, ran)
+	}
+	if m, err := postgres.HighWater(ctx, pool, "counter"); err != nil || m.Token != 0 {
+		t.Fatalf("mark = %v, %v, want none", m, err)
+	}
+	if _, err := postgres.Exec(ctx, pool, fenceOf("counter", 2, "h"), postgres.Statement{SQL: `UPDATE counter SET n = 2 WHERE id = 1`}); err != nil {
+		t.Fatalf("Exec without fencekit_guard_try = %v, want it admitted", err)
 	}
 }
 

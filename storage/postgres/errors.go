@@ -152,7 +152,7 @@ type notMigratedError struct {
 }
 
 func (e *notMigratedError) Error() string {
-	return "fencekit's schema is missing (" + e.apply + "): " + e.err.Error()
+	return "fencekit's schema is missing (" + e.apply + pgcore.MigrationNote(e.err.Error()) + "): " + e.err.Error()
 }
 
 func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }

@@ -16,7 +16,8 @@ import (
 // storage/pgsql's too, so both packages keep one mark per resource.
 const (
 	// guardSQL admits (resource, token, holder) and raises the mark, or
-	// returns no row when the fence is stale; see pgcore.GuardSQL.
+	// returns no row when the fence is stale, through fencekit_guard_try;
+	// see pgcore.GuardSQL.
 	guardSQL = pgcore.GuardSQL
 
 	// highWaterSQL reads a resource's mark.
@@ -27,8 +28,9 @@ const (
 	guardAdmitSQL = pgcore.GuardAdmitSQL
 )
 
-// Guard admits f inside tx by the rule of [fence.Admits], as one conditional
-// upsert on the guard table. On success the resource's high-water mark is
+// Guard admits f inside tx by the rule of [fence.Admits], as one statement on
+// the guard table (a call of fencekit_guard_try, from migration 00005:
+// without it, an error matching [ErrNotMigrated] that names the migration). On success the resource's high-water mark is
 // (f.Token, f.Holder) and its guard row stays locked until tx ends, so that
 // other holders of the resource wait for tx and then see its mark: call Guard
 // before reading or writing what the resource protects, and those reads and

@@ -14,22 +14,22 @@ import (
 	"github.com/fencekit/fencekit/storage/pgsql"
 )
 
-// Bench runs the suite's benchmarks through d, each against its plain
-// counterpart on the same connection:
-//   - PlainTx: BEGIN, UPDATE, COMMIT; InTx: the same through pgsql.InTx,
-//     with the guard as one more statement;
-//   - PlainUpdate: one autocommit UPDATE of a row; TableUpdate: the same
-//     row's fenced update through Table.Update, one statement too.
+// Bench runs the suite's benchmarks through d: each alternates a fenced
+// call and its plain counterpart on the same connection and times each, so
+// that both see the same machine load, and reports plain-ns/op,
+// fenced-ns/op and fenced/plain:
+//   - InTx: pgsql.InTx of one UPDATE under the fence that holds the mark
+//     (every write of a lease after its first), beside BEGIN, UPDATE,
+//     COMMIT; InTxFirst: under a new token each time (a lease's first
+//     write, which raises the mark);
+//   - TableUpdate: Table.Update of a row under the fence holding the row's
+//     mark, beside one autocommit UPDATE of the row; TableUpdateFirst: under
+//     a new token each time.
 //
-// Compare them with benchstat or by their ns/op. The session runs with
-// synchronous_commit off, so that a COMMIT does not wait for the disk and
-// the figures count round trips and server work; with commits that wait
-// for an fsync, the guard's share is smaller.
-//
-// FENCEKIT_BENCH_LATENCY (a Go duration, such as 1ms) sends every
-// connection through a proxy that delays each chunk of bytes by that much
-// each way: round trips then dominate, and the ratios count them, which a
-// loaded machine's loopback figures cannot do reliably.
+// Each also reports plain-rows/op and fenced-rows/op, the row versions
+// each side writes (inserts and updates over every table of the schema,
+// from pg_stat_user_tables), counted over a hundred untimed calls of each.
+// Run with -count 5 and take the medians.
 func Bench(b *testing.B, d Driver) {
 	ctx := context.Background()
 	u := testenv.PostgresURL(b) + "&synchronous_commit=off"
@@ -68,49 +68,104 @@ func Bench(b *testing.B, d Driver) {
 		}
 	}
 	const update = `UPDATE counter SET n = n + 1 WHERE id = 1`
-	f := fence.Fence{Resource: "bench", Token: 1, Holder: "h"}
 	tbl := pgsql.Table{Name: "accounts", Key: "id"}
-
-	b.Run("PlainTx", func(b *testing.B) {
-		for b.Loop() {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.ExecContext(ctx, update); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
+	token := fence.Token(0)
+	next := func() fence.Fence { token++; return fence.Fence{Resource: "bench", Token: token, Holder: "h"} }
+	plainTx := func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
 		}
-	})
-	b.Run("InTx", func(b *testing.B) {
-		for b.Loop() {
-			err := pgsql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, update)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+		if _, err := tx.ExecContext(ctx, update); err != nil {
+			_ = tx.Rollback()
+			return err
 		}
-	})
+		return tx.Commit()
+	}
+	inTx := func(f fence.Fence) error {
+		return pgsql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, update)
+			return err
+		})
+	}
 	var n int64
-	b.Run("PlainUpdate", func(b *testing.B) {
-		for b.Loop() {
-			n++
-			if _, err := db.ExecContext(ctx, `UPDATE accounts SET balance = $2 WHERE id = $1`, 1, n); err != nil {
-				b.Fatal(err)
-			}
-		}
+	plainUpdate := func() error {
+		n++
+		_, err := db.ExecContext(ctx, `UPDATE accounts SET balance = $2 WHERE id = $1`, 1, n)
+		return err
+	}
+	tableUpdate := func(f fence.Fence) error {
+		n++
+		return tbl.Update(ctx, db, f, 1, pgsql.Set("balance", n))
+	}
+	rows := func() int64 { return rowVersions(b, ctx, db) }
+
+	b.Run("InTx", func(b *testing.B) {
+		f := next()
+		Paired(b, rows, plainTx, func() error { return inTx(f) })
+	})
+	b.Run("InTxFirst", func(b *testing.B) {
+		Paired(b, rows, plainTx, func() error { return inTx(next()) })
 	})
 	b.Run("TableUpdate", func(b *testing.B) {
-		for b.Loop() {
-			n++
-			if err := tbl.Update(ctx, db, f, 1, pgsql.Set("balance", n)); err != nil {
-				b.Fatal(err)
-			}
-		}
+		f := next()
+		Paired(b, rows, plainUpdate, func() error { return tableUpdate(f) })
 	})
+	b.Run("TableUpdateFirst", func(b *testing.B) {
+		Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
+	})
+}
+
+// Paired times plain and fenced alternately, one call each per iteration,
+// and reports plain-ns/op, fenced-ns/op and fenced/plain. Before timing, it
+// runs each a hundred times and reports the row versions each wrote per
+// call (plain-rows/op, fenced-rows/op), as rows counts them; the fenced
+// side's first call comes before its count, so that a fence that holds
+// the mark from then on is counted as it is timed.
+func Paired(b *testing.B, rows func() int64, plain, fenced func() error) {
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(fenced())
+	perCall := func(fn func() error) float64 {
+		before := rows()
+		for range 100 {
+			must(fn())
+		}
+		return float64(rows()-before) / 100
+	}
+	plainRows, fencedRows := perCall(plain), perCall(fenced)
+	var plainTime, fencedTime time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		must(plain())
+		t1 := time.Now()
+		must(fenced())
+		plainTime += t1.Sub(t0)
+		fencedTime += time.Since(t1)
+	}
+	b.ReportMetric(float64(plainTime.Nanoseconds())/float64(b.N), "plain-ns/op")
+	b.ReportMetric(float64(fencedTime.Nanoseconds())/float64(b.N), "fenced-ns/op")
+	b.ReportMetric(float64(fencedTime)/float64(plainTime), "fenced/plain")
+	b.ReportMetric(plainRows, "plain-rows/op")
+	b.ReportMetric(fencedRows, "fenced-rows/op")
+}
+
+// rowVersions returns the row versions (inserted and updated) written to
+// the tables of db's schema. The statistics of the connection's own
+// transactions are flushed first: db has one connection.
+func rowVersions(b *testing.B, ctx context.Context, db *sql.DB) int64 {
+	b.Helper()
+	if _, err := db.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	err := db.QueryRowContext(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::bigint
+FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

@@ -20,7 +20,28 @@ func init() {
 		test{"ContextEndsBeforeCommit", testContextEndsBeforeCommit},
 		test{"RefusedCommitIsKnown", testRefusedCommitIsKnown},
 		test{"AutocommitReplyLost", testAutocommitReplyLost},
+		test{"FunctionCommitsItself", testFunctionCommitsItself},
 	)
+}
+
+// testFunctionCommitsItself: a function that commits InTx's transaction
+// itself leaves InTx nothing to commit, and InTx cannot know what that
+// commit did: an unknown outcome, never a claim that nothing applied (here
+// the write did).
+func testFunctionCommitsItself(t *testing.T, d Driver) {
+	e := setup(t, d)
+	err := pgsql.InTx(e.ctx, e.db, nil, fenceOf("r", 1, "h"), func(ctx context.Context, tx *sql.Tx) error {
+		if err := increment(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if !errors.Is(err, fence.ErrOutcomeUnknown) {
+		t.Fatalf("InTx = %v, want an unknown outcome", err)
+	}
+	if n := e.counter(); n != 1 {
+		t.Fatalf("counter = %d, want 1 (the function's own commit)", n)
+	}
 }
 
 // proxied returns a database reached through a fault proxy, on e's schema.

@@ -41,3 +41,15 @@ func TestMySQLControlNoRowLock(t *testing.T) {
 func TestMySQLControlOnceAfter(t *testing.T) {
 	myBrokenControl(t, "mysql Once recording after the work", myOnceAfter)
 }
+
+// TestMySQLControlSnapshot: InTx's and Once's guard judging the mark from
+// the transaction's snapshot instead of a locking read.
+func TestMySQLControlSnapshot(t *testing.T) {
+	myBrokenControl(t, "mysql guard judging from its snapshot", mySnapshot)
+}
+
+// TestMySQLControlOnceNoIgnore: Once's record written by INSERT without
+// IGNORE, so that a Once on a done key fails instead of reporting done.
+func TestMySQLControlOnceNoIgnore(t *testing.T) {
+	myBrokenControl(t, "mysql Once failing on a done key", myOnceNoIgnore)
+}

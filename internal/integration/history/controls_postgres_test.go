@@ -68,3 +68,10 @@ func TestPostgresControlNoRowLock(t *testing.T) {
 func TestPostgresControlOnceAfter(t *testing.T) {
 	pgBrokenControl(t, "Once recording after the work", pgOnceAfter)
 }
+
+// TestPostgresControlSnapshot: a guard that locks the row but judges the
+// holder of the mark from its statement's snapshot, in the transaction's
+// guard and in the batch guard's function.
+func TestPostgresControlSnapshot(t *testing.T) {
+	pgBrokenControl(t, "guards judging from their snapshot", pgSnapshot)
+}

@@ -11,7 +11,8 @@
 // A checker must be able to fail, so each one counts what it judged by kind
 // (calls of each operation that returned a definite answer, refusals,
 // conflicts, open calls placed, Once calls whose unknown outcome a retry
-// told, attacks answered) and fails a run that judged fewer of a kind than
+// told, Once calls the server refused, which the model allows only where
+// the work would have run, attacks answered) and fails a run that judged fewer of a kind than
 // its floor, a rate per second of the budget (Judgments, Rates). The
 // workloads attack as well as replay honest clients: fences no lock issued
 // (a live grant's token with another holder, its holder with an older

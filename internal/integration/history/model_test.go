@@ -157,6 +157,7 @@ func TestPgModel(t *testing.T) {
 	exec := func(f Mark, d string) PgIn { return PgIn{Key: "k", Op: PgExec, Fence: f, Data: d} }
 	row := func(f Mark, d string) PgIn { return PgIn{Key: "k", Op: PgRowUpd, Fence: f, Data: d} }
 	rmw := func(f Mark, d string) PgIn { return PgIn{Key: "k", Op: PgTxRMW, Fence: f, Data: d} }
+	once := func(f Mark, key int, d string) PgIn { return PgIn{Key: "k", Op: PgOnce, Fence: f, Once: key, Data: d} }
 	okOut := PgOut{Status: Ok}
 	cases := []struct {
 		name  string
@@ -188,6 +189,14 @@ func TestPgModel(t *testing.T) {
 		{"an aborted write that applied", []porcupine.Operation{
 			op(0, exec(f1, "x"), PgOut{Status: Aborted}, 0, 1),
 			op(1, read, PgOut{Status: Ok, Data: "x", Version: 1, Guard: f1}, 2, 3),
+		}, false},
+		{"a Once refused by the server before its work ran", []porcupine.Operation{
+			op(0, once(f1, 1, "x"), PgOut{Status: Failed}, 0, 1),
+			op(1, once(f1, 1, "y"), PgOut{Status: Ok, Ran: true}, 2, 3),
+		}, true},
+		{"a Once on a done key fails instead of reporting done", []porcupine.Operation{
+			op(0, once(f1, 1, "x"), PgOut{Status: Ok, Ran: true}, 0, 1),
+			op(1, once(f1, 1, "y"), PgOut{Status: Failed}, 2, 3),
 		}, false},
 	}
 	model := PgModel.ToModel()

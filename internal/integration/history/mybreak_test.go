@@ -22,8 +22,9 @@ import (
 
 // myGuardPrefix starts Guard's upsert (storage/mysql's guardSQL), whose
 // arguments begin with resource, token, holder; myAdmitPrefix starts the
-// admission of InTx and Once on an existing guard row (admitSQL), whose
-// arguments begin with holder, token, resource.
+// raise of InTx and Once on an existing guard row (raiseSQL, after
+// judgeSQL locked and judged it), whose arguments begin with holder, token,
+// resource.
 const (
 	myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
 	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = admissions + 1"
@@ -36,8 +37,11 @@ const (
 // prepares every statement and each passes here.
 type breakingConnector struct {
 	driver.Connector
-	breaks           []sqlBreak
-	unlocked         bool
+	breaks   []sqlBreak
+	unlocked bool
+	// judgeUnlocked: storage/mysql's judgment of InTx and Once reads the
+	// mark without its lock (myJudgeStmt); unlocked implies it.
+	judgeUnlocked    bool
 	swapped, exposed *atomic.Int64
 }
 
@@ -81,6 +85,10 @@ func (b *breakingConn) PrepareContext(ctx context.Context, q string) (driver.Stm
 	if b.c.unlocked && (strings.HasPrefix(q, myGuardPrefix) || strings.HasPrefix(q, myAdmitPrefix)) {
 		b.c.swapped.Add(1)
 		return unlockedStmt{b: b, admit: strings.HasPrefix(q, myAdmitPrefix)}, nil
+	}
+	if (b.c.unlocked || b.c.judgeUnlocked) && strings.Contains(q, myJudgeLocked) {
+		b.c.swapped.Add(1)
+		return myJudgeStmt{b: b, q: strings.Replace(q, myJudgeLocked, myJudgeSnapshot, 1)}, nil
 	}
 	return b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, b.c.rewrite(q))
 }

@@ -43,6 +43,15 @@ const (
 	// myOnceAfter runs Once's work first and records its completion after,
 	// in a transaction of its own (myOnceAfterRun).
 	myOnceAfter
+	// mySnapshot judges InTx's and Once's fence from a plain read of the
+	// mark, the transaction's snapshot, instead of the locking read
+	// (myJudgeStmt): a holder whose mark a newer holder raised while it
+	// waited is admitted.
+	mySnapshot
+	// myOnceNoIgnore writes Once's record with INSERT instead of INSERT
+	// IGNORE: a Once on a done key then fails with a duplicate key instead
+	// of reporting the work done.
+	myOnceNoIgnore
 )
 
 // myBreaks is the statement changes of each SQL-changing variant. They keep
@@ -56,6 +65,28 @@ var myBreaks = map[myVariant][]sqlBreak{
 		{"(? = token AND ? = holder)", "(? = token AND (? = holder OR TRUE))"},
 		{"`fence_holder` = ?))", "(`fence_holder` = ? OR TRUE)))"},
 	},
+	myOnceNoIgnore: {
+		{"INSERT IGNORE INTO fencekit_once", "INSERT INTO fencekit_once"},
+	},
+}
+
+// erDupEntry is MySQL's error for a duplicate key.
+const erDupEntry = 1062
+
+// serverRefused reports whether err holds the server's error reply to a
+// statement, other than those of a connection or statement that the
+// workload's faults killed (ER_QUERY_INTERRUPTED, ER_SERVER_SHUTDOWN,
+// ER_CONNECTION_KILLED): a definite answer, not a fault.
+func serverRefused(err error) bool {
+	var my *gomysql.MySQLError
+	if !errors.As(err, &my) {
+		return false
+	}
+	switch my.Number {
+	case 1317, 1053, 1927:
+		return false
+	}
+	return true
 }
 
 const (
@@ -200,8 +231,9 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if br, ok := myBreaks[variant]; ok || variant == myNoRowLock {
-			conn = breakingConnector{Connector: conn, breaks: br, unlocked: variant == myNoRowLock, swapped: &r.swapped, exposed: &r.exposed}
+		if br, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
+			conn = breakingConnector{Connector: conn, breaks: br, unlocked: variant == myNoRowLock, judgeUnlocked: variant == mySnapshot,
+				swapped: &r.swapped, exposed: &r.exposed}
 		}
 		db := sql.OpenDB(conn)
 		db.SetMaxOpenConns(2)
@@ -235,7 +267,7 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
-	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock {
+	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
 	name := "mysql"
@@ -550,6 +582,9 @@ func (r *myRun) once(w int, rng *rand.Rand, key string, f fence.Fence, d string)
 		} else {
 			ran, err = mysql.Once(cctx, r.dbs[w], f, okey, work)
 		}
+		if my := (*gomysql.MySQLError)(nil); errors.As(err, &my) && my.Number == erDupEntry {
+			r.exposed.Add(1) // the record's insert met the done key's record
+		}
 		cancel()
 		out = r.outcome(in, err)
 		if out.Status == Ok {
@@ -598,6 +633,10 @@ func (r *myRun) outcome(in PgIn, err error) PgOut {
 	case errors.Is(err, mysql.ErrRetryable):
 		out.Status = Aborted
 		r.aborted.Add(1)
+	case in.Op == PgOnce && serverRefused(err):
+		// The server answered: the call is over, and the model judges
+		// whether failing was allowed.
+		out.Status = Failed
 	case errors.Is(err, fence.ErrNotFound), errors.Is(err, fence.ErrInvalid), errors.Is(err, mysql.ErrNotMigrated):
 		r.t.Errorf("%s on %s: %v", in.Op, in.Key, err)
 		out.Status = Unknown

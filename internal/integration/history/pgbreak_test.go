@@ -20,8 +20,9 @@ import (
 
 // The broken variants of the PostgreSQL guards are built here, in test
 // code: the guard's statements are rewritten on their way to the server
-// (sqlBreak), the batch guard's function is replaced in the test's own
-// schema (breakAdmitFunction), and the row lock and Once's order are
+// (sqlBreak), the guard functions (the batch's fencekit_guard_admit, the
+// transactions' fencekit_guard_try) are replaced in the test's own schema
+// (breakAdmitFunction), and the row lock and Once's order are
 // replaced by broken versions of their own (unlockedGuard, onceAfter).
 
 // sqlBreak is one change to a statement the guards send: every statement
@@ -36,11 +37,18 @@ type breakingDB struct {
 	*pgxpool.Pool
 	breaks   []sqlBreak
 	unlocked bool
-	swapped  *atomic.Int64
-	exposed  *atomic.Int64
+	snapshot bool // the guard statement runs as snapshotGuard
+	// functions: the guard functions are broken in the schema
+	// (breakAdmitFunction), so a statement that calls one counts as changed.
+	functions bool
+	swapped   *atomic.Int64
+	exposed   *atomic.Int64
 }
 
 func (d breakingDB) rewrite(sql string) string {
+	if d.functions && (strings.Contains(sql, "fencekit_guard_try(") || strings.Contains(sql, "fencekit_guard_admit(")) {
+		d.swapped.Add(1)
+	}
 	for _, b := range d.breaks {
 		if strings.Contains(sql, b.old) {
 			sql = strings.ReplaceAll(sql, b.old, b.new)
@@ -103,6 +111,10 @@ func (t breakingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 		t.db.swapped.Add(1)
 		return unlockedGuard(ctx, t.Tx, args[0].(string), args[1].(int64), args[2].(string), t.db.exposed)
 	}
+	if t.db.snapshot && strings.HasPrefix(sql, pgGuardPrefix) && len(args) == 3 {
+		t.db.swapped.Add(1)
+		return snapshotGuard(ctx, t.Tx, args[0].(string), args[1].(int64), args[2].(string), t.db.exposed)
+	}
 	return t.Tx.QueryRow(ctx, t.db.rewrite(sql), args...)
 }
 
@@ -113,9 +125,9 @@ func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	return t.Tx.SendBatch(ctx, b)
 }
 
-// pgGuardPrefix starts the guard's conditional upsert (storage/postgres's
-// guardSQL).
-const pgGuardPrefix = "INSERT INTO fencekit_guard AS g (resource, token, holder)"
+// pgGuardPrefix starts the guard statement (pgcore.GuardSQL, which
+// storage/postgres and storage/pgsql send): its call of fencekit_guard_try.
+const pgGuardPrefix = "SELECT true WHERE fencekit_guard_try($1, $2, $3)"
 
 // unlockedGuard is the broken guard of the row-lock control: it reads the
 // mark without locking it, decides by the fence rule in the client, and
@@ -171,31 +183,46 @@ func (r errRow) Scan(dest ...any) error {
 	return nil
 }
 
-// breakAdmitFunction replaces fencekit_guard_admit, in the test's own schema
-// (the connection's search_path), by the migration's function with breaks
-// applied: the batch guard then admits by the broken rule. It fails t if a
-// break is not found in the migration.
+// breakAdmitFunction replaces the guard functions of migration 00005
+// (fencekit_guard_admit, the batch's, and fencekit_guard_try, the
+// transactions'), in the test's own schema (the connection's search_path),
+// by the migration's functions with breaks applied: the guards then admit
+// by the broken rule. It fails t if a break is not found in each function.
 func breakAdmitFunction(t testing.TB, admin *pgxpool.Pool, breaks []sqlBreak) {
 	t.Helper()
-	src, err := os.ReadFile("../../../migrations/00002_fencekit_guard_admit.sql")
+	for _, fn := range brokenGuardFunctions(t, breaks) {
+		if _, err := admin.Exec(context.Background(), fn); err != nil {
+			t.Fatalf("broken variant: %v", err)
+		}
+	}
+}
+
+// brokenGuardFunctions returns migration 00005's functions with breaks
+// applied, each a statement that replaces one.
+func brokenGuardFunctions(t testing.TB, breaks []sqlBreak) []string {
+	t.Helper()
+	src, err := os.ReadFile("../../../migrations/00005_fencekit_guard_admit_writes_on_change.sql")
 	if err != nil {
 		t.Fatalf("broken variant: %v", err)
 	}
-	s := string(src)
-	begin, end := strings.Index(s, "CREATE FUNCTION"), strings.Index(s, "$$;")
-	if begin < 0 || end < begin {
-		t.Fatal("broken variant: fencekit_guard_admit not found in its migration: update the control")
-	}
-	fn := "CREATE OR REPLACE FUNCTION" + s[begin+len("CREATE FUNCTION"):end+2]
-	for _, b := range breaks {
-		if !strings.Contains(fn, b.old) {
-			t.Fatalf("broken variant: %q not found in fencekit_guard_admit: update the control", b.old)
+	up, _, _ := strings.Cut(string(src), "-- +goose Down")
+	var fns []string
+	for _, name := range []string{"fencekit_guard_admit", "fencekit_guard_try"} {
+		begin := strings.Index(up, "CREATE OR REPLACE FUNCTION "+name+"(")
+		end := strings.Index(up[max(begin, 0):], "$$;")
+		if begin < 0 || end < 0 {
+			t.Fatalf("broken variant: %s not found in its migration: update the control", name)
 		}
-		fn = strings.ReplaceAll(fn, b.old, b.new)
+		fn := up[begin : begin+end+3]
+		for _, b := range breaks {
+			if !strings.Contains(fn, b.old) {
+				t.Fatalf("broken variant: %q not found in %s: update the control", b.old, name)
+			}
+			fn = strings.ReplaceAll(fn, b.old, b.new)
+		}
+		fns = append(fns, fn)
 	}
-	if _, err := admin.Exec(context.Background(), fn); err != nil {
-		t.Fatalf("broken variant: %v", err)
-	}
+	return fns
 }
 
 // onceAfter is the broken Once of its control: it runs the work in one

@@ -122,6 +122,15 @@ var PgModel = porcupine.NondeterministicModel{
 			return []any{s, n}
 		case Aborted:
 			return []any{s}
+		case Failed:
+			// A Once that the server refused with an error of its own
+			// changed nothing. It is legal only where the work would have
+			// run (the fence admitted, the key not done): a Once on a done
+			// key must report done, never fail.
+			if in.Op == PgOnce && !want.Ran {
+				return nil
+			}
+			return []any{s}
 		}
 		if out != want {
 			return nil
@@ -182,6 +191,8 @@ func PgKinds(op porcupine.Operation) []string {
 		k = append(k, "conflict")
 	case Aborted:
 		k = append(k, "aborted")
+	case Failed:
+		k = append(k, "once failed")
 	case Ok:
 		if in.Op == PgOnce && out.Ran {
 			k = append(k, "once ran")

@@ -147,6 +147,12 @@ func TestPgsqlControlNoRowLock(t *testing.T) {
 	pgsqlBrokenControl(t, "pgsql guard without the row lock", pgNoRowLock)
 }
 
+// TestPgsqlControlSnapshot: a guard that locks the row but judges the
+// holder of the mark from its statement's snapshot.
+func TestPgsqlControlSnapshot(t *testing.T) {
+	pgsqlBrokenControl(t, "pgsql guard judging from its snapshot", pgSnapshot)
+}
+
 // TestPgsqlControlOnceAfter: a Once that runs the work, then records it in
 // a transaction of its own.
 func TestPgsqlControlOnceAfter(t *testing.T) {
@@ -172,6 +178,14 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	t.Cleanup(func() { _ = admin.Close() })
 	if err := migrations.Up(ctx, admin); err != nil {
 		t.Fatalf("migrations: %v", err)
+	}
+	if br, ok := pgBreaks[variant]; ok {
+		// The guard's rule runs in fencekit_guard_try: break it there.
+		for _, fn := range brokenGuardFunctions(t, br[:1]) {
+			if _, err := admin.ExecContext(ctx, fn); err != nil {
+				t.Fatalf("broken variant: %v", err)
+			}
+		}
 	}
 	for _, q := range []string{
 		`CREATE TABLE kv (key text PRIMARY KEY, val text NOT NULL DEFAULT '', version bigint NOT NULL DEFAULT 0, fence_token bigint, fence_holder text)`,
@@ -209,7 +223,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
 			_ = db.Close()
 			conn := dsnConnector{drv: db.Driver(), dsn: pu.String()}
-			db = sql.OpenDB(pgsqlConnector{unlocked: variant == pgNoRowLock,
+			db = sql.OpenDB(pgsqlConnector{unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot,
 				breakingConnector: breakingConnector{Connector: conn, breaks: br, swapped: &r.swapped, exposed: &r.exposed}})
 		}
 		db.SetMaxOpenConns(3) // a session and the older grant racing it, and one to spare

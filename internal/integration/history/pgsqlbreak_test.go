@@ -27,6 +27,7 @@ import (
 type pgsqlConnector struct {
 	breakingConnector
 	unlocked bool
+	snapshot bool // the guard statement runs as pgsqlSnapshotStmt
 }
 
 func (c pgsqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -34,12 +35,13 @@ func (c pgsqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgsqlConn{breakingConn: conn.(*breakingConn), unlocked: c.unlocked}, nil
+	return pgsqlConn{breakingConn: conn.(*breakingConn), unlocked: c.unlocked, snapshot: c.snapshot}, nil
 }
 
 type pgsqlConn struct {
 	*breakingConn
 	unlocked bool
+	snapshot bool
 }
 
 func (b pgsqlConn) Prepare(q string) (driver.Stmt, error) {
@@ -50,6 +52,10 @@ func (b pgsqlConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, e
 	if b.unlocked && strings.HasPrefix(q, pgGuardPrefix) {
 		b.c.swapped.Add(1)
 		return pgsqlUnlockedStmt{b: b.breakingConn}, nil
+	}
+	if b.snapshot && strings.HasPrefix(q, pgGuardPrefix) {
+		b.c.swapped.Add(1)
+		return pgsqlSnapshotStmt{b: b.breakingConn}, nil
 	}
 	return b.breakingConn.PrepareContext(ctx, q)
 }

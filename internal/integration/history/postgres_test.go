@@ -49,11 +49,19 @@ const (
 	// pgOnceAfter runs Once's work first and records its completion after,
 	// in a transaction of its own (onceAfter).
 	pgOnceAfter
+	// pgSnapshot judges the holder of the mark from the statement's
+	// snapshot instead of the row version its lock returns: the guard
+	// statement locks the row but admits the mark's fence as its snapshot
+	// shows it (pgSnapshotGuardSQL), and the batch guard's function reads
+	// the mark without FOR UPDATE. A holder whose mark a newer holder
+	// raised while it waited is admitted.
+	pgSnapshot
 )
 
 // pgBreaks is the statement changes of each SQL-changing variant: the
-// guard's upsert and its function share their text; the row-level
-// admission is Table's.
+// first is made in the guard functions of migration 00005 (the batch's and
+// the transactions', which share their text), the second in Table's
+// row-level admission, sent as a statement.
 var pgBreaks = map[pgVariant][]sqlBreak{
 	pgTokenGE: {
 		{"WHERE EXCLUDED.token > g.token", "WHERE EXCLUDED.token >= g.token"},
@@ -62,6 +70,11 @@ var pgBreaks = map[pgVariant][]sqlBreak{
 	pgNoHolder: {
 		{"(EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)", "(EXCLUDED.token = g.token)"},
 		{`("fence_token" = $2 AND "fence_holder" = $3)`, `("fence_token" = $2)`},
+	},
+	// The transactions' guard statement is replaced whole (snapshotGuard),
+	// the batch's function by this change.
+	pgSnapshot: {
+		{"WHERE g.resource = p_resource FOR UPDATE;", "WHERE g.resource = p_resource;"},
 	},
 }
 
@@ -232,7 +245,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		t.Cleanup(pool.Close)
 		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
 		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
-			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, swapped: &r.swapped, exposed: &r.exposed})
+			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot, functions: ok, swapped: &r.swapped, exposed: &r.exposed})
 		} else {
 			r.dbs = append(r.dbs, pool)
 		}

@@ -1,0 +1,129 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/storage/mysql"
+)
+
+// guardRow returns what every write of resource's guard row changes: its
+// admissions count and its time.
+func guardRow(t testing.TB, ctx context.Context, db mysql.Querier, resource string) string {
+	t.Helper()
+	var admissions int64
+	var at string
+	err := db.QueryRowContext(ctx, `SELECT admissions, CAST(updated_at AS CHAR) FROM fencekit_guard WHERE resource = ?`, resource).Scan(&admissions, &at)
+	if err != nil {
+		t.Fatalf("guard row of %q: %v", resource, err)
+	}
+	return fmt.Sprintf("%d at %s", admissions, at)
+}
+
+// TestInTxWritesTheGuardRowOnlyWhenTheMarkChanges: InTx (and Once, which
+// guards the same way) presenting the fence that holds the mark leaves the
+// guard row as it is; one that raises the mark writes it; a refused one
+// leaves it.
+func TestInTxWritesTheGuardRowOnlyWhenTheMarkChanges(t *testing.T) {
+	ctx, db := setup(t)
+	raise(t, ctx, db, fenceOf("r", 5, "a"))
+	steps := []struct {
+		f       fence.Fence
+		admit   bool
+		written bool
+	}{
+		{fenceOf("r", 5, "a"), true, false},
+		{fenceOf("r", 5, "a"), true, false},
+		{fenceOf("r", 5, "b"), false, false},
+		{fenceOf("r", 4, "a"), false, false},
+		{fenceOf("r", 6, "b"), true, true},
+		{fenceOf("r", 6, "b"), true, false},
+	}
+	for i, s := range steps {
+		before := guardRow(t, ctx, db, "r")
+		// updated_at has microseconds: a write a microsecond later shows.
+		time.Sleep(time.Millisecond)
+		err := mysql.InTx(ctx, db, nil, s.f, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
+			return err
+		})
+		if (err == nil) != s.admit {
+			t.Fatalf("step %d: InTx(%v) = %v, want admitted %v", i, s.f, err, s.admit)
+		}
+		if after := guardRow(t, ctx, db, "r"); (after != before) != s.written {
+			t.Errorf("step %d: InTx(%v) wrote the guard row: %v (admissions and time %s, then %s), want %v", i, s.f, after != before, before, after, s.written)
+		}
+	}
+	if got := mark(t, ctx, db, "r"); got != fenceOf("r", 6, "b") {
+		t.Fatalf("mark = %v, want r/6/b", got)
+	}
+}
+
+// TestInTxMarkHolderLosesToTheRaiseItWaitedFor: the holder of the mark
+// runs InTx while a newer holder's transaction, which raised the mark,
+// holds the guard row. A plain read in the waiting transaction would still
+// see the old mark (its snapshot, at either level); the guard must judge
+// the row it locks once the newer transaction commits: stale.
+func TestInTxMarkHolderLosesToTheRaiseItWaitedFor(t *testing.T) {
+	for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted} {
+		t.Run(level.String(), func(t *testing.T) {
+			ctx, db := setup(t)
+			old, newer := fenceOf("r", 5, "old"), fenceOf("r", 6, "new")
+			raise(t, ctx, db, old)
+			tx1, _ := begin(t, ctx, db, level)
+			if err := mysql.Guard(ctx, tx1, newer); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- mysql.InTx(ctx, db, &sql.TxOptions{Isolation: level}, old, func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
+					return err
+				})
+			}()
+			waitAnyBlocked(t, ctx, db, done)
+			if err := tx1.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			wantStale(t, <-done, newer)
+			if n, _ := counter(t, ctx, db); n != 0 {
+				t.Fatalf("n = %d after the stale holder's InTx, want 0", n)
+			}
+		})
+	}
+}
+
+// waitAnyBlocked polls until a connection to the test's database waits on
+// a row lock, failing t after a deadline or when done delivers first (the
+// call it waits for returned without waiting).
+func waitAnyBlocked(t testing.TB, ctx context.Context, db mysql.Querier, done chan error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX x
+JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+WHERE p.DB = DATABASE() AND x.trx_state = 'LOCK WAIT'`).Scan(&n)
+		if err != nil {
+			t.Fatalf("INNODB_TRX: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the call returned (%v) without waiting for the row lock", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection waited on a lock")
+		}
+		// InnoDB refreshes what INNODB_TRX shows only when nobody read it
+		// for 100 ms: polling faster would see the same snapshot forever.
+		time.Sleep(150 * time.Millisecond)
+	}
+}
