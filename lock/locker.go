@@ -118,8 +118,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // client after fencekit's caller returned, until the client's read timeout
 // (5 s by default) or until the client is closed; Close waits for such
 // calls, and for the release that follows an acquisition among them, only
-// within the bound, and leaves the rest to the client. Calls started
-// after Close are not waited for. Close is idempotent.
+// within the bound, and leaves the rest to the client. The same holds for
+// a subscription connection that broke and is being made again on a
+// silent server (go-redis holds the subscription through the dial and
+// handshake, up to its read timeout): Close waits for its goroutines only
+// within the bound. Calls started after Close are not waited for. Close is
+// idempotent.
 func (l *Locker) Close() {
 	l.closeOnce.Do(func() {
 		deadline := time.Now().Add(cleanupTimeout)
@@ -129,7 +133,7 @@ func (l *Locker) Close() {
 		close(l.closing)
 		l.stopping()
 		if l.hub != nil {
-			l.hub.close()
+			l.hub.close(deadline)
 		}
 		waitUntil(&l.renewers, deadline)
 		waitUntil(&l.cleanups, deadline)
