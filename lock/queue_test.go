@@ -742,14 +742,19 @@ func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
 		lockers = append(lockers, l)
 	}
 	for round := range 3 {
-		gone := mustAcquire(t, lockers[0], resource, 300*time.Millisecond) // never released
+		// Never released. Its lease is long enough for the three waiters
+		// to queue on a loaded machine, and is cut short in Redis once they
+		// have: it runs out then, as a vanished holder's does.
+		gone := mustAcquire(t, lockers[0], resource, 30*time.Second)
 		got := make(chan acquired, 3)
-		// Queued in the order c, b, a, each in its own Locker; the last to
-		// queue has the shortest wait for the lease's end.
+		// Queued in the order c, b, a, each in its own Locker.
 		names := []string{"c", "b", "a"}
 		for i, name := range names {
 			startWaiter(ctx, lockers[(i+round)%3], name, resource, 30*time.Second, got)
 			waitQueued(t, c, lockers[0], resource, int64(i+1))
+		}
+		if err := c.PExpire(ctx, lockers[0].LockKey(resource), 300*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
 		}
 		prev := gone
 		for _, want := range names {
