@@ -1053,3 +1053,75 @@ func TestTryAcquireRespectsTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A waiter queued when its Locker is closed leaves the queue, since no
+// grant message can reach it any more, and waits by timed retries that do
+// not queue it again; it still gets the lock once the holder releases it.
+// Its script calls are counted: every one of them after Close is a timed
+// retry on the wait strategy, none refreshes a queue entry.
+func TestAClosedLockerNoLongerQueues(t *testing.T) {
+	const resource = "closedqueue"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hook, wl, hc, hl := waiterAndHolder(t)
+	queue, waiting := queueKeys(hl, resource)
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, wl, "w", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+
+	hook.Take()
+	wl.Close()
+	closed := time.Now()
+	deadline := closed.Add(3 * time.Second)
+	for {
+		n, err := hc.ZCard(ctx, queue).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter of a closed Locker still queued %v after Close, after %d script calls", time.Since(closed).Round(time.Millisecond), scriptCalls(hook.Take()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	left := time.Since(closed)
+	hook.Take()
+	const window = 2 * time.Second
+	time.Sleep(window)
+	calls := scriptCalls(hook.Take())
+	t.Logf("the waiter left the queue %v after Close; then %d script calls in %v, on the wait strategy", left.Round(time.Millisecond), calls, window)
+	if n, err := hc.ZCard(ctx, queue).Result(); err != nil || n != 0 {
+		t.Fatalf("queue after %v of timed retries: %d waiters (%v), want 0", window, n, err)
+	}
+	if n, err := hc.HLen(ctx, waiting).Result(); err != nil || n != 0 {
+		t.Fatalf("waiter entries after %v of timed retries: %d (%v), want 0", window, n, err)
+	}
+	if calls == 0 {
+		t.Fatalf("no script call in %v after Close: the waiter stopped trying", window)
+	}
+
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, got, 5*time.Second)
+	if a.lease.Fence().Token <= holder.Fence().Token {
+		t.Fatalf("token %d after %d", a.lease.Fence().Token, holder.Fence().Token)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptCalls counts the script calls among names.
+func scriptCalls(names []string) int {
+	n := 0
+	for _, name := range names {
+		if name == "evalsha" || name == "eval" {
+			n++
+		}
+	}
+	return n
+}

@@ -92,6 +92,24 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 	}()
 	fallbacks := 0
 	for {
+		if w != nil && l.isClosing() {
+			// Close stopped the subscription for good, so no grant message
+			// can reach this waiter any more: it leaves the queue (a grant
+			// made to it meanwhile is given back and handed on) and waits
+			// by timed retries that respect the queue without joining it,
+			// as with WithWait, instead of holding a place that a release
+			// would hand it without telling it.
+			l.hub.leave(w, false)
+			w = nil
+			if a.queued() {
+				acq := ""
+				if cfg.owner != "" {
+					acq = a.holder
+				}
+				l.cleanup(ctx, resource, a.holder, acq)
+				a.ref, a.place, a.head = 0, -1, false
+			}
+		}
 		var ready, lost <-chan struct{}
 		confirmed := false
 		if w != nil {
@@ -207,4 +225,14 @@ func (l *Locker) handedOver(resource string, ttl time.Duration, cfg acquireConfi
 	keys, _ := l.resourceKeys(&lease.keyBuf, resource)
 	l.grantLease(lease, keys, a.holder, fence.Fence{Resource: resource, Token: fence.Token(g.token), Holder: a.holder}, a.sent.Add(g.age), ttl, ttl, cfg)
 	return lease
+}
+
+// isClosing reports whether Close has been called.
+func (l *Locker) isClosing() bool {
+	select {
+	case <-l.closing:
+		return true
+	default:
+		return false
+	}
 }
