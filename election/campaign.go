@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockaccess"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -147,20 +150,78 @@ type reply struct {
 }
 
 // fanOut runs call on every node, in parallel when there are several, and
-// returns their replies in node order.
+// returns their replies in node order. It keeps the lock's deadline rules
+// (see package rediscall): each call returns by ctx's end whatever the
+// client's options, and under Redlock each node's call is bounded by the
+// node timeout too, so fanOut returns once every node answered, the node
+// timeout passed, or ctx ended; a node without an answer then has a
+// *rediscall.CutError (or errNodeTimeout). A call cut short goes on in the
+// background until its client gives up on it, and the Locker's Close waits
+// for it within its bound.
 func (e *Election) fanOut(ctx context.Context, call func(context.Context, redis.UniversalClient) (any, error)) []reply {
+	run := func(ctx context.Context, n lockaccess.Node) reply {
+		r, ok := rediscall.Run(ctx, n.Calls, func(ctx context.Context) reply {
+			v, err := call(ctx, n.Client)
+			return reply{v, err}
+		}, nil)
+		if !ok {
+			r.err = &rediscall.CutError{Err: ctx.Err()}
+		}
+		return r
+	}
 	out := make([]reply, len(e.nodes))
-	if len(e.nodes) == 1 {
-		out[0].val, out[0].err = call(ctx, e.nodes[0])
+	if len(e.nodes) == 1 && e.timeout == 0 {
+		out[0] = run(ctx, e.nodes[0])
 		return out
 	}
-	var wg sync.WaitGroup
-	for i, c := range e.nodes {
-		wg.Go(func() { out[i].val, out[i].err = call(ctx, c) })
+	var (
+		mu      sync.Mutex
+		pending = len(e.nodes)
+		all     = make(chan struct{})
+	)
+	for i := range out {
+		out[i].err = errNodeTimeout
 	}
-	wg.Wait()
-	return out
+	for i, n := range e.nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, e.timeout)
+			r := run(nctx, n)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if pending < 0 {
+				return // fanOut returned without this node's answer
+			}
+			out[i] = r
+			if pending--; pending == 0 {
+				close(all)
+			}
+		}()
+	}
+	timer := time.NewTimer(e.timeout)
+	defer timer.Stop()
+	select {
+	case <-all:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	pending = -1
+	res := slices.Clone(out)
+	if err := ctx.Err(); err != nil {
+		for i := range res {
+			if res[i].err == errNodeTimeout {
+				res[i].err = &rediscall.CutError{Err: err}
+			}
+		}
+	}
+	return res
 }
+
+// errNodeTimeout is the error of a Redlock node that did not answer within
+// the node timeout.
+var errNodeTimeout = errors.New("no reply within the node timeout")
 
 // Term is one candidate's time as leader, from the [Election.Campaign] that
 // won it until [Term.Done] closes. Its fence is fixed for its life. A Term

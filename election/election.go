@@ -33,9 +33,10 @@ type Election struct {
 	ttl    time.Duration
 	margin time.Duration // the drift allowance: a term ends this long before its lease's validity runs out
 
-	nodes   []redis.UniversalClient
+	nodes   []lockaccess.Node
 	quorum  int
-	sharded string // "1" when announcements use SPUBLISH (a cluster)
+	timeout time.Duration // the node timeout under Redlock, 0 on one node
+	sharded string        // "1" when announcements use SPUBLISH (a cluster)
 
 	lockKey, recordKey, channel string
 
@@ -97,7 +98,7 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 			return nil, err
 		}
 	}
-	nodes, quorum := lockaccess.Clients(l)
+	nodes, quorum, timeout := lockaccess.Nodes(l)
 	if len(nodes) == 0 {
 		return nil, invalid("New", "the Locker has no Redis client")
 	}
@@ -105,8 +106,8 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election: New: telemetry: %w", err)
 	}
-	e := &Election{locker: l, name: name, ttl: c.ttl, margin: Drift(c.ttl), nodes: nodes, quorum: quorum, tel: tel}
-	if _, ok := nodes[0].(*redis.ClusterClient); ok {
+	e := &Election{locker: l, name: name, ttl: c.ttl, margin: Drift(c.ttl), nodes: nodes, quorum: quorum, timeout: timeout, tel: tel}
+	if _, ok := nodes[0].Client.(*redis.ClusterClient); ok {
 		e.sharded = "1"
 	}
 	// The leader record and its channel share the lock key's hash tag, so
