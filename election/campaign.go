@@ -30,6 +30,9 @@ import (
 // [Term.Done]); its fence, [Term.Fence], carries a token above every
 // earlier term's. Present it with every write the leader makes.
 //
+// Campaign on an Election whose [lock.Locker] was closed returns an error
+// matching [ErrClosed]: a closed Locker renews no lease.
+//
 // ctx bounds the wait. When it ends, Campaign returns an error matching
 // ctx.Err() and holds nothing: a lock granted meanwhile is released to the
 // next candidate. An invalid argument returns an error matching
@@ -59,6 +62,11 @@ const (
 
 func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	for {
+		if lockaccess.Closed(e.locker) {
+			// A closed Locker renews nothing: a term won now would be lost
+			// a TTL later, and won again, for ever.
+			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, ErrClosed)
+		}
 		lease, err := e.locker.Acquire(ctx, e.name, e.ttl, lock.AutoRenew())
 		if err != nil {
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, err)
@@ -291,14 +299,22 @@ func (t *Term) Leading() bool {
 // had already ended; an error matching ctx.Err() when ctx ended before
 // the release was known to reach Redis (it goes on in the background,
 // bounded, and [lock.Locker.Close] waits for it); or the Redis error, when
-// the lock then runs out its TTL.
+// the lock then runs out its TTL. Resign returns by ctx's end in every
+// case, a term lost to a silent Redis included (its release then goes on
+// in the background, bounded by the TTL).
 func (t *Term) Resign(ctx context.Context) error {
 	if err := checkCtx("Resign", ctx); err != nil {
 		return err
 	}
 	if !t.end(fmt.Errorf("election: term %d of %q: %w", t.fence.Token, t.e.name, ErrResigned)) {
-		<-t.released
-		return nil
+		// The term had ended: wait for its release (a lost term's goes on
+		// for up to a TTL when Redis is silent) no longer than ctx allows.
+		select {
+		case <-t.released:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("election: Resign %q term %d: the ended term's release is still under way: %w", t.e.name, t.fence.Token, ctx.Err())
+		}
 	}
 	err := t.lease.Release(ctx)
 	close(t.released)

@@ -23,6 +23,11 @@ var (
 	// until the lease's validity, less the drift allowance, ran out. Such
 	// an error also matches [lock.ErrNotHeld].
 	ErrLost = errors.New("election: term lost")
+
+	// ErrClosed means the election's [lock.Locker] was closed: it renews no
+	// lease, so [Election.Campaign] and [Run] refuse to win a term that
+	// nobody would keep.
+	ErrClosed = errors.New("election: the Locker is closed")
 )
 
 // invalidError is a rejected argument: it names the call and the problem,
