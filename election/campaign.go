@@ -267,10 +267,11 @@ func (t *Term) Value() string { return t.value }
 
 // Done returns a channel that is closed when the term ends: by
 // [Term.Resign], or as soon as its lease can no longer be known held (a
-// renewal refused, or renewals failing until the lease's validity less the
-// drift allowance ran out). It closes before any other candidate can be
-// elected, as long as the clock assumption of the package doc holds: stop
-// acting as leader when it closes. [Term.Err] says why it closed.
+// renewal refused, or renewals failing until the lease's validity came
+// within the step-down margin, [Election.StepDown]). It closes at least
+// that margin before any other candidate can be elected, as long as the
+// clock assumption of the package doc holds: stop acting as leader when it
+// closes. [Term.Err] says why it closed.
 func (t *Term) Done() <-chan struct{} { return t.done }
 
 // Err returns nil while the term lasts; then an error matching
@@ -284,7 +285,7 @@ func (t *Term) Err() error {
 
 // Leading reports whether the term is still known to lead on the local
 // clock at the moment of the call: it has not ended and its lease's
-// validity is above the drift allowance. Unlike a look at [Term.Done], it
+// validity is above the step-down margin. Unlike a look at [Term.Done], it
 // does not depend on a goroutine having run since the validity ran out (a
 // process resumed from a long pause). A pause after the check outlasts any
 // check: keep presenting the fence.
@@ -364,7 +365,7 @@ func (t *Term) watch() {
 	for {
 		v := t.lease.Validity()
 		if v <= t.e.margin {
-			t.lost(fmt.Errorf("lease validity within the drift allowance (%v): %w", t.e.margin, lock.ErrNotHeld))
+			t.lost(fmt.Errorf("lease validity within the step-down margin (%v): %w", t.e.margin, lock.ErrNotHeld))
 			return
 		}
 		timer.Reset(v - t.e.margin)
