@@ -114,7 +114,7 @@ func (e *Election) record(ctx context.Context, f fence.Fence, value string) (rec
 	tok := strconv.FormatUint(uint64(f.Token), 10)
 	life := e.ttl.Milliseconds()
 	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-		return setLeaderScript.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
+		return e.setLeader.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
 	})
 	ok, held := 0, 0
 	var above fence.Token

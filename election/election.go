@@ -48,6 +48,8 @@ type Election struct {
 
 	lockKey, recordKey, channel string
 
+	setLeader *redis.Script // set_leader.lua; the model's controls send a broken one
+
 	tel *instruments
 }
 
@@ -154,7 +156,7 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election: New: telemetry: %w", err)
 	}
-	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, nodes: nodes, quorum: quorum, timeout: timeout, tel: tel}
+	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, nodes: nodes, quorum: quorum, timeout: timeout, tel: tel, setLeader: setLeaderScript}
 	if _, ok := nodes[0].Client.(*redis.ClusterClient); ok {
 		e.sharded = "1"
 	}

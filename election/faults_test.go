@@ -80,6 +80,11 @@ func cutLeader(t *testing.T, srv *testenv.RedisServer, name string) cutRound {
 	if r.cutToDone >= r.cutToLeader {
 		t.Errorf("old term ended %v after the cut, new leader elected %v after it: two leaders believed they led", r.cutToDone, r.cutToLeader)
 	}
+	// And by the margin: the documented default (a quarter of the TTL), of
+	// which a loaded machine's delays may eat two thirds.
+	if gap := r.cutToLeader - r.cutToDone; gap < stepDownMargin/3 {
+		t.Errorf("old term ended %v before the new leader was elected, below a third of the %v step-down margin", gap, stepDownMargin)
+	}
 	if r.b.Fence().Token <= a.Fence().Token {
 		t.Errorf("new term's token %d not above the old one's %d", r.b.Fence().Token, a.Fence().Token)
 	}
