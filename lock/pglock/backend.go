@@ -1,0 +1,386 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// Timings of the wait queue, the same as the Redis lock's: a waiter
+// refreshes its entry once a second, and an entry lapses three seconds
+// after its last refresh, so a waiter that vanished is passed over.
+const (
+	queueRefresh = time.Second
+	queueLife    = 3 * queueRefresh
+	// nextInLine is how much later than the first each further waiter
+	// named by its place tries at a lease's end, in case those ahead of it
+	// vanished.
+	nextInLine = 20 * time.Millisecond
+	// pollMin is the first delay of a waiter that polls because no
+	// notification can reach it (the listener is down, or LISTEN cannot
+	// work, as behind PgBouncer in transaction mode); it doubles up to
+	// queueRefresh.
+	pollMin = 10 * time.Millisecond
+	// cleanupBound bounds the background release of a grant whose caller
+	// gave up while it was in flight, and Close's wait for it.
+	cleanupBound = 2 * time.Second
+	// reclaimBatch is how many rows one reclaim deletes at most.
+	reclaimBatch = 1000
+)
+
+// querier is what the backend needs of its pool: one statement at a time.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// backend is the PostgreSQL lock: grants, releases, extensions, waiting
+// in arrival order and the record beside the lock, each one statement on
+// the server's clock.
+type backend struct {
+	db        querier
+	pool      *pgxpool.Pool
+	retention time.Duration
+	listen    *listener     // nil when waiters poll
+	onTry     func()        // tests: called before each try
+	refresh   time.Duration // how often a waiter refreshes its entry
+	life      time.Duration // how long an entry lives unrefreshed
+
+	bg     sync.WaitGroup // background releases and the reclaimer
+	stop   chan struct{}
+	closed sync.Once
+}
+
+// config is what a backend is made with.
+type config struct {
+	retention time.Duration
+	poll      bool          // no LISTEN: waiters poll with backoff
+	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
+	refresh   time.Duration // tests: the queue's refresh (0: queueRefresh)
+}
+
+func newBackend(pool *pgxpool.Pool, cfg config) *backend {
+	b := &backend{db: pool, pool: pool, retention: cfg.retention, stop: make(chan struct{}),
+		refresh: queueRefresh, life: queueLife}
+	if cfg.refresh > 0 {
+		b.refresh, b.life = cfg.refresh, 3*cfg.refresh
+	}
+	if !cfg.poll {
+		b.listen = newListener(pool)
+	}
+	if cfg.reclaim > 0 {
+		b.bg.Add(1)
+		go b.reclaimLoop(cfg.reclaim)
+	}
+	return b
+}
+
+// close stops the listener and the reclaimer and waits, within
+// cleanupBound, for background releases.
+func (b *backend) close() {
+	b.closed.Do(func() {
+		close(b.stop)
+		if b.listen != nil {
+			b.listen.close()
+		}
+		done := make(chan struct{})
+		go func() { b.bg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(cleanupBound + time.Second):
+		}
+	})
+}
+
+// grant is a lease the server granted: its token and what was left of it
+// when the server answered.
+type grant struct {
+	token     fence.Token
+	remaining time.Duration
+	fromClock bool // no row was found: the token came from the clock alone
+	retried   bool // already held by this holder (a retry or a hand-over)
+}
+
+// refusal is a refused try: what is left of the current lease, and the
+// caller's place in the queue (-1 when it did not queue).
+type refusal struct {
+	remaining time.Duration
+	place     int
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// checkArgs refuses bad input before anything is sent.
+func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Duration, needTTL bool) error {
+	if ctx == nil {
+		return invalid("%s %q: nil context", op, resource)
+	}
+	if resource == "" {
+		return invalid("%s: empty resource name", op)
+	}
+	if len(resource) > fence.MaxResourceLen {
+		return invalid("%s: resource name of %d bytes is longer than %d", op, len(resource), fence.MaxResourceLen)
+	}
+	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "h"}).Validate(); err != nil {
+		return invalid("%s: %v", op, err)
+	}
+	if holder == "" || strings.ContainsRune(holder, 0) {
+		return invalid("%s %q: empty holder id or one with a NUL byte", op, resource)
+	}
+	if needTTL {
+		if ttl < time.Millisecond {
+			return invalid("%s %q: lease %v is shorter than 1ms", op, resource, ttl)
+		}
+		if ttl > lock.MaxTTL {
+			return invalid("%s %q: lease %v is longer than %v", op, resource, ttl, lock.MaxTTL)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pglock: %s %q: %w", op, resource, err)
+	}
+	return nil
+}
+
+// try makes one attempt to grant resource to holder for ttl, in one round
+// trip. life > 0 queues a refused caller with that entry life; ordered
+// makes a free lock go to the first live waiter ahead of the caller. It
+// returns the grant, or a refusal (nil error), or an error.
+func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, life time.Duration, ordered bool) (*grant, *refusal, error) {
+	if err := checkArgs(ctx, op, resource, holder, ttl, true); err != nil {
+		return nil, nil, err
+	}
+	if b.onTry != nil {
+		b.onTry()
+	}
+	var lifeArg any
+	if life > 0 {
+		lifeArg = int32(ms(life))
+	}
+	var (
+		kind  int32
+		token *int64
+		rem   *int64
+		place *int32
+	)
+	err := b.db.QueryRow(ctx, acquireSQL, resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered).
+		Scan(&kind, &token, &rem, &place)
+	if err != nil {
+		return nil, nil, translate(ctx, op, resource, err)
+	}
+	remaining := time.Duration(0)
+	if rem != nil {
+		remaining = time.Duration(*rem) * time.Millisecond
+	}
+	switch kind {
+	case replyGranted, replyHeld:
+		if token == nil || *token < 1 {
+			return nil, nil, fmt.Errorf("pglock: %s %q: the server granted no token", op, resource)
+		}
+		g := &grant{token: fence.Token(*token), remaining: remaining, retried: kind == replyHeld}
+		g.fromClock = kind == replyGranted && place != nil && *place == 1
+		return g, nil, nil
+	case replyRefused:
+		r := &refusal{remaining: remaining, place: -1}
+		if place != nil {
+			r.place = int(*place)
+		}
+		return nil, r, nil
+	}
+	return nil, nil, fmt.Errorf("pglock: %s %q: unknown reply kind %d", op, resource, kind)
+}
+
+// tryAcquire is one attempt that respects the queue without joining it.
+// If the attempt's outcome is unknown (ctx ended or the connection broke
+// with the request sent), whatever it may have taken is released in the
+// background, so no lock is left that nobody knows about.
+func (b *backend) tryAcquire(ctx context.Context, resource, holder string, ttl time.Duration) (*grant, error) {
+	g, r, err := b.try(ctx, "TryAcquire", resource, holder, ttl, 0, true)
+	if err != nil {
+		if mayHaveRun(err) {
+			b.releaseInBackground(resource, holder, false)
+		}
+		return nil, err
+	}
+	if r != nil {
+		return nil, &lock.NotAcquiredError{Resource: resource, Remaining: r.remaining}
+	}
+	return g, nil
+}
+
+// release frees resource if holder holds it, handing it to the first live
+// waiter in the same statement. It reports whether holder held it.
+func (b *backend) release(ctx context.Context, resource, holder string) (bool, error) {
+	return b.releaseAs(ctx, "Release", resource, holder, false)
+}
+
+func (b *backend) releaseAs(ctx context.Context, op, resource, holder string, leaving bool) (bool, error) {
+	if err := checkArgs(ctx, op, resource, holder, 0, false); err != nil {
+		return false, err
+	}
+	var held bool
+	if err := b.db.QueryRow(ctx, releaseSQL, resource, holder, ms(b.retention), leaving).Scan(&held); err != nil {
+		return false, translate(ctx, op, resource, err)
+	}
+	return held, nil
+}
+
+// releaseInBackground releases (leaving: and dequeues) holder's grant of
+// resource after its caller gave up, within cleanupBound.
+func (b *backend) releaseInBackground(resource, holder string, leaving bool) {
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupBound)
+		defer cancel()
+		for {
+			_, err := b.releaseAs(ctx, "release", resource, holder, leaving)
+			if err == nil || ctx.Err() != nil || !mayHaveRun(err) && !isConnErr(err) {
+				return
+			}
+			// The connection broke: a fresh one from the pool tries again;
+			// a release run twice is a release.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// isConnErr reports whether err is a broken connection rather than a
+// server's answer.
+func isConnErr(err error) bool {
+	_, isServer := serverError(err)
+	return !isServer
+}
+
+// extend lengthens holder's lease of resource to at least ttl from now and
+// returns what is left of it; lock.ErrNotHeld when holder does not hold it.
+func (b *backend) extend(ctx context.Context, resource, holder string, ttl time.Duration) (time.Duration, error) {
+	if err := checkArgs(ctx, "Extend", resource, holder, ttl, true); err != nil {
+		return 0, err
+	}
+	var rem int64
+	if err := b.db.QueryRow(ctx, extendSQL, resource, holder, ms(ttl), ms(b.retention)).Scan(&rem); err != nil {
+		return 0, translate(ctx, "Extend", resource, err)
+	}
+	if rem == extendNotHeld {
+		return 0, fmt.Errorf("pglock: Extend %q: %w", resource, lock.ErrNotHeld)
+	}
+	return time.Duration(rem) * time.Millisecond, nil
+}
+
+// errRecordNewer means the record beside the lock names a newer token than
+// the writer's: the writer was deposed.
+var errRecordNewer = errors.New("pglock: the record names a newer grant")
+
+// setRecord writes value as the record beside resource's lock, for the
+// grant (holder, token) only while it holds the lock, and notifies
+// watchers. lock.ErrNotHeld when it does not hold it.
+func (b *backend) setRecord(ctx context.Context, resource, holder string, token fence.Token, value string) error {
+	if err := checkArgs(ctx, "SetRecord", resource, holder, 0, false); err != nil {
+		return err
+	}
+	if token < 1 || token > fence.MaxToken {
+		return invalid("SetRecord %q: token %d out of range", resource, token)
+	}
+	if strings.ContainsRune(value, 0) {
+		return invalid("SetRecord %q: value holds a NUL byte", resource)
+	}
+	var r int32
+	if err := b.db.QueryRow(ctx, setRecordSQL, resource, holder, int64(token), value).Scan(&r); err != nil {
+		return translate(ctx, "SetRecord", resource, err)
+	}
+	switch r {
+	case recordWritten:
+		return nil
+	case recordNewer:
+		return fmt.Errorf("pglock: SetRecord %q: %w", resource, errRecordNewer)
+	}
+	return fmt.Errorf("pglock: SetRecord %q: %w", resource, lock.ErrNotHeld)
+}
+
+// record is the record beside resource's lock while the grant that wrote
+// it holds the lock; ok is false otherwise.
+type record struct {
+	value  string
+	token  fence.Token
+	holder string
+}
+
+func (b *backend) record(ctx context.Context, resource string) (record, bool, error) {
+	if err := checkArgs(ctx, "Record", resource, "-", 0, false); err != nil {
+		return record{}, false, err
+	}
+	var (
+		rec   record
+		token int64
+	)
+	err := b.db.QueryRow(ctx, recordSQL, resource).Scan(&rec.value, &token, &rec.holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, translate(ctx, "Record", resource, err)
+	}
+	rec.token = fence.Token(token)
+	return rec, true, nil
+}
+
+// reclaim deletes up to max rows of idle resources whose retention has
+// passed, and lapsed queue entries; it returns how many lock rows went.
+func (b *backend) reclaim(ctx context.Context, max int) (int, error) {
+	var n int32
+	if err := b.db.QueryRow(ctx, reclaimSQL, int32(max)).Scan(&n); err != nil {
+		return 0, translate(ctx, "reclaim", "*", err)
+	}
+	return int(n), nil
+}
+
+// reclaimLoop reclaims idle rows every period until the backend closes.
+func (b *backend) reclaimLoop(period time.Duration) {
+	defer b.bg.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		for {
+			n, err := b.reclaim(ctx, reclaimBatch)
+			if err != nil || n < reclaimBatch {
+				break
+			}
+		}
+		cancel()
+	}
+}
+
+// watchRecord subscribes to writes of the record beside resource's lock:
+// each delivers the written token (as decimal text), and "" when the
+// listener reconnected (a write may have been missed: read the record).
+// It returns nil when the backend polls; stop with unwatch.
+func (b *backend) watchRecord(resource string) *subscription {
+	if b.listen == nil {
+		return nil
+	}
+	return b.listen.subscribe("r:" + mark(resource))
+}
+
+func (b *backend) unwatch(s *subscription) {
+	if s != nil {
+		b.listen.unsubscribe(s)
+	}
+}
