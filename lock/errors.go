@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +19,7 @@ var (
 
 	// ErrNotHeld means the lease is no longer held: it expired, was released,
 	// or Redis lost it. Another holder may have the lock; nothing was changed.
-	ErrNotHeld = errors.New("lock: lease not held")
+	ErrNotHeld = lockbackend.ErrNotHeld
 
 	// ErrReleased is what [Lease.Err] matches, besides [ErrNotHeld], once
 	// the lease was given up by [Lease.Release] rather than lost.
@@ -27,7 +28,7 @@ var (
 	// ErrTokensExhausted means the next token would pass [fence.MaxToken]:
 	// the token state was advanced to the top of the token space. No lock
 	// was taken and nothing was changed; tokens are never repeated.
-	ErrTokensExhausted = errors.New("lock: token space exhausted, the next token would pass fence.MaxToken")
+	ErrTokensExhausted = lockbackend.ErrTokensExhausted
 )
 
 // This package's own messages for the module-wide sentinels: callers match
