@@ -101,38 +101,63 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 -- +goose StatementEnd
 
--- fencekit_lock_notify tells the waiters of resource what changed, on the
--- channel fencekit_lock: "<resource mark> <granted> <head>", the marks of
--- the waiter just granted the lock and of the waiter t_now first ('-' for
--- none, '*' for every waiter: the lock is free).
+-- fencekit_lock_heads names the first three live waiters of resource by
+-- their marks, separated by spaces, '-' for each place nobody holds.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION fencekit_lock_notify(p_resource text, granted text, head text) RETURNS void
+CREATE OR REPLACE FUNCTION fencekit_lock_heads(p_resource text, t_now timestamptz) RETURNS text
 LANGUAGE sql AS $$
-    SELECT pg_notify('fencekit_lock', fencekit_lock_mark(p_resource) || ' ' || granted || ' ' || head)
+    SELECT concat_ws(' ', coalesce(m[1], '-'), coalesce(m[2], '-'), coalesce(m[3], '-'))
+    FROM (SELECT array(SELECT fencekit_lock_mark(waiter) FROM fencekit_lock_waiter
+        WHERE resource = p_resource AND refreshed + life_ms * interval '1 millisecond' >= t_now
+        ORDER BY id LIMIT 3) AS m) AS q
 $$;
 -- +goose StatementEnd
 
--- fencekit_lock_head is the mark of the first live waiter of resource, '-'
--- for none.
+-- fencekit_lock_notify tells the waiters of resource what changed, on the
+-- channel fencekit_lock, in one payload of nine words:
+--   "<resource mark> <granted> <token> <ref> <age ms> <remaining ms> <first> <second> <third>"
+-- granted is the mark of the waiter just handed the lock ('-' for none),
+-- with its token, the entry it was granted on (ref: the entry's last
+-- refresh, in µs) and how long after that refresh the grant was made;
+-- remaining is what is left of the current lease (-2: the lock is free);
+-- then the marks of the first three live waiters ('-' for none).
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION fencekit_lock_head(p_resource text, t_now timestamptz) RETURNS text
+CREATE OR REPLACE FUNCTION fencekit_lock_notify(p_resource text, granted text, token bigint, ref bigint,
+    age_ms bigint, remaining_ms bigint, t_now timestamptz) RETURNS void
 LANGUAGE sql AS $$
-    SELECT coalesce((SELECT fencekit_lock_mark(waiter) FROM fencekit_lock_waiter
-        WHERE resource = p_resource AND refreshed + life_ms * interval '1 millisecond' >= t_now
-        ORDER BY id LIMIT 1), '-')
+    SELECT pg_notify('fencekit_lock', concat_ws(' ', fencekit_lock_mark(p_resource), granted, token, ref,
+        age_ms, remaining_ms, fencekit_lock_heads(p_resource, t_now)))
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_us is t in microseconds since the epoch.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_us(t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT floor(extract(epoch FROM t) * 1000000)::bigint
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_ms is what is left of a lease ending at until, in ms.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_ms(until timestamptz, t_now timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT greatest(0, floor(extract(epoch FROM until - t_now) * 1000))::bigint
 $$;
 -- +goose StatementEnd
 
 -- fencekit_lock_hand_over grants the locked row r, free, to the first live
 -- waiter of its queue, taking that waiter's entry out and dropping the
 -- lapsed ones ahead of it, and notifies the grant. It returns the waiter
--- granted, or NULL when none was live (then every lapsed entry is gone).
+-- granted, or NULL when none was live (then every lapsed entry is gone,
+-- and, if there was any, the waiters are told the lock is free).
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_hand_over(r fencekit_lock, t_now timestamptz, p_retention_ms bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     w fencekit_lock_waiter;
     t bigint;
+    seen boolean := false;
 BEGIN
     FOR w IN SELECT * FROM fencekit_lock_waiter WHERE resource = r.resource ORDER BY id LOOP
         DELETE FROM fencekit_lock_waiter WHERE resource = r.resource AND waiter = w.waiter;
@@ -142,34 +167,43 @@ BEGIN
                 expires_at = t_now + w.lease_ms * interval '1 millisecond',
                 retain_until = fencekit_lock_keep(t, t_now + w.lease_ms * interval '1 millisecond', p_retention_ms)
             WHERE resource = r.resource;
-            PERFORM fencekit_lock_notify(r.resource, fencekit_lock_mark(w.waiter), fencekit_lock_head(r.resource, t_now));
+            PERFORM fencekit_lock_notify(r.resource, fencekit_lock_mark(w.waiter), t, fencekit_lock_us(w.refreshed),
+                greatest(0, floor(extract(epoch FROM t_now - w.refreshed) * 1000))::bigint, w.lease_ms, t_now);
             RETURN w.waiter;
         END IF;
+        seen := true;
     END LOOP;
+    IF seen THEN
+        -- Waiters were queued, none live: the lock is free for whoever tries.
+        PERFORM fencekit_lock_notify(r.resource, '-', 0, 0, 0, -2, t_now);
+    END IF;
     RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
 
 -- fencekit_lock_acquire grants resource to holder for lease_ms, or refuses.
--- It answers (kind, token, remaining_ms, place):
---   kind 1: granted t_now, token the new one (place 1 when the row was new or
+-- It answers (kind, token, remaining_ms, place, ref):
+--   kind 1: granted now, token the new one (place 1 when the row was new or
 --     reclaimed: the token came from the clock alone);
 --   kind 2: already held by this holder (a retried grant whose reply was
 --     lost, or a waiter the lock was handed to): its token and what is left
 --     of its lease;
---   kind 0: refused; remaining_ms is what is left of the current lease,
---     and place the caller's place in the queue when it queued (0 first),
---     NULL otherwise.
+--   kind 0: refused; remaining_ms is what is left of the current lease;
+--     when the caller queued, place is its place among the live waiters (0
+--     first) and ref names its entry as refreshed (µs); NULL otherwise.
 -- life_ms NULL: the caller does not queue; otherwise a refused caller
 -- queues (or refreshes its entry, keeping its place) with that life.
 -- ordered: the caller respects the queue: a free lock with live waiters
 -- ahead of the caller goes to the first of them, and the caller is refused.
--- Every check comes before the first write.
+-- A caller that leaves the queue by a grant while among its first three
+-- tells the waiters now first. Every check comes before the first write:
+-- a refused call changes nothing but its own queue entry (and, when it
+-- found the lock free, the hand-over to the waiter ahead of it).
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_acquire(p_resource text, p_holder text, p_lease_ms bigint,
     p_retention_ms bigint, p_life_ms integer, ordered boolean,
-    OUT kind integer, OUT token bigint, OUT remaining_ms bigint, OUT place integer)
+    OUT kind integer, OUT token bigint, OUT remaining_ms bigint, OUT place integer, OUT ref bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     r fencekit_lock;
@@ -180,15 +214,15 @@ BEGIN
     r := fencekit_lock_row(p_resource);
     t_now := clock_timestamp();
     IF r.holder IS NOT NULL AND r.expires_at > t_now THEN
-        remaining_ms := floor(extract(epoch FROM r.expires_at - t_now) * 1000)::bigint;
+        remaining_ms := fencekit_lock_ms(r.expires_at, t_now);
         IF r.holder = p_holder THEN
-            DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder;
+            PERFORM fencekit_lock_dequeue(p_resource, p_holder, remaining_ms, t_now);
             kind := 2;
             token := r.token;
             RETURN;
         END IF;
         kind := 0;
-        place := fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now);
+        SELECT e.place, e.ref INTO place, ref FROM fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now) e;
         RETURN;
     END IF;
     IF ordered AND EXISTS (SELECT 1 FROM fencekit_lock_waiter
@@ -196,19 +230,18 @@ BEGIN
                 (SELECT id FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder),
                 9223372036854775807)) THEN
         granted := fencekit_lock_hand_over(r, t_now, p_retention_ms);
+        SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource;
         IF granted = p_holder THEN
-            -- Every live entry ahead had lapsed: the grant went to this caller.
-            SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource;
+            -- Every entry ahead had lapsed: the grant went to this caller.
             kind := 1;
             token := r.token;
             remaining_ms := p_lease_ms;
             RETURN;
         END IF;
         IF granted IS NOT NULL THEN
-            SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource;
             kind := 0;
-            remaining_ms := floor(extract(epoch FROM r.expires_at - t_now) * 1000)::bigint;
-            place := fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now);
+            remaining_ms := fencekit_lock_ms(r.expires_at, t_now);
+            SELECT e.place, e.ref INTO place, ref FROM fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now) e;
             RETURN;
         END IF;
     END IF;
@@ -219,7 +252,7 @@ BEGIN
         retain_until = fencekit_lock_keep(fencekit_lock_acquire.token, t_now + p_lease_ms * interval '1 millisecond', p_retention_ms)
     WHERE resource = p_resource;
     IF p_life_ms IS NOT NULL OR ordered THEN
-        DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder;
+        PERFORM fencekit_lock_dequeue(p_resource, p_holder, p_lease_ms, t_now);
     END IF;
     kind := 1;
     remaining_ms := p_lease_ms;
@@ -232,25 +265,47 @@ $$;
 
 -- fencekit_lock_enqueue queues holder for resource (or refreshes its entry,
 -- keeping its place) when life_ms is not NULL, and returns its place (0
--- first among the live entries); NULL when it does not queue.
+-- first among the live entries) and its entry's refresh in µs; NULLs when
+-- it does not queue.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_enqueue(p_resource text, p_holder text, p_lease_ms bigint,
-    p_life_ms integer, t_now timestamptz) RETURNS integer
+    p_life_ms integer, t_now timestamptz, OUT place integer, OUT ref bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     my_id bigint;
 BEGIN
     IF p_life_ms IS NULL THEN
-        RETURN NULL;
+        RETURN;
     END IF;
     INSERT INTO fencekit_lock_waiter AS w (resource, waiter, refreshed, life_ms, lease_ms)
     VALUES (p_resource, p_holder, t_now, p_life_ms, p_lease_ms)
     ON CONFLICT (resource, waiter) DO UPDATE
         SET refreshed = EXCLUDED.refreshed, life_ms = EXCLUDED.life_ms, lease_ms = EXCLUDED.lease_ms
     RETURNING w.id INTO my_id;
-    RETURN (SELECT count(*) FROM fencekit_lock_waiter
+    place := (SELECT count(*) FROM fencekit_lock_waiter
         WHERE resource = p_resource AND id < my_id
           AND refreshed + fencekit_lock_waiter.life_ms * interval '1 millisecond' >= t_now);
+    ref := fencekit_lock_us(t_now);
+END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_dequeue takes holder's entry out of resource's queue, if it
+-- has one, and when it was among the first three live waiters tells the
+-- waiters now first where they stand (remaining_ms: what is left of the
+-- current lease, -2 when the lock is free).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_dequeue(p_resource text, p_holder text, remaining_ms bigint,
+    t_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    heads text;
+BEGIN
+    heads := fencekit_lock_heads(p_resource, t_now);
+    DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder;
+    IF FOUND AND position(fencekit_lock_mark(p_holder) IN heads) > 0 THEN
+        PERFORM fencekit_lock_notify(p_resource, '-', 0, 0, 0, remaining_ms, t_now);
+    END IF;
 END
 $$;
 -- +goose StatementEnd
@@ -259,7 +314,8 @@ $$;
 -- the same statement, hands it to the first live waiter. It returns true
 -- if released, false if holder did not hold it (a retried release finds
 -- it gone). leaving: the holder is a waiter giving up: its queue entry
--- goes too, and when it was first the waiter t_now first is told.
+-- goes too, and when it was among the first three the waiters now first
+-- are told where they stand.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_release(p_resource text, p_holder text, p_retention_ms bigint,
     leaving boolean) RETURNS boolean
@@ -267,19 +323,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
     r fencekit_lock;
     t_now timestamptz;
-    was_head boolean;
+    held boolean;
 BEGIN
     SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource FOR UPDATE;
     t_now := clock_timestamp();
     -- r.resource is NULL when there is no row.
+    held := coalesce(r.holder = p_holder AND r.expires_at > t_now, false);
     IF leaving THEN
-        was_head := fencekit_lock_head(p_resource, t_now) = fencekit_lock_mark(p_holder);
-        DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder;
-        IF was_head THEN
-            PERFORM fencekit_lock_notify(p_resource, '-', fencekit_lock_head(p_resource, t_now));
-        END IF;
+        PERFORM fencekit_lock_dequeue(p_resource, p_holder,
+            CASE WHEN held OR r.expires_at IS NULL OR r.expires_at <= t_now THEN -2
+                 ELSE fencekit_lock_ms(r.expires_at, t_now) END, t_now);
     END IF;
-    IF r.resource IS NULL OR r.holder IS DISTINCT FROM p_holder OR r.expires_at <= t_now THEN
+    IF NOT held THEN
         RETURN false;
     END IF;
     IF fencekit_lock_hand_over(r, t_now, p_retention_ms) IS NULL THEN
@@ -289,6 +344,16 @@ BEGIN
     END IF;
     RETURN true;
 END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_ttl is what is left in ms of holder's lease of resource, or
+-- -3 when holder does not hold it. Reads only.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_ttl(p_resource text, p_holder text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT fencekit_lock_ms(expires_at, clock_timestamp()) FROM fencekit_lock
+        WHERE resource = p_resource AND holder = p_holder AND expires_at > clock_timestamp()), -3)
 $$;
 -- +goose StatementEnd
 
@@ -323,13 +388,15 @@ $$;
 
 -- fencekit_lock_set_record writes the record beside resource's lock: only
 -- while holder holds it with token, and never over a record of a newer
--- token. It returns 1 when the record names this grant (written t_now, or by
--- an earlier run that a retry repeats), 0 when holder no longer holds the
--- lock, and -1 when the record names a newer token. A write announces the
--- record on the channel fencekit_lock_record: "<resource mark> <token>".
+-- token. The row is kept at least linger_ms past the lease. It returns 1
+-- when the record names this grant (written now, or by an earlier run that
+-- a retry repeats), 0 when holder no longer holds the lock, and minus the
+-- record's token when the record names a newer token. A write announces
+-- the record on the channel fencekit_lock_record:
+-- "<resource mark> <token> <value>" (without the value past 7000 bytes).
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_set_record(p_resource text, p_holder text, p_token bigint,
-    p_value text) RETURNS integer
+    p_value text, p_linger_ms bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     r fencekit_lock;
@@ -340,15 +407,55 @@ BEGIN
         RETURN 0;
     END IF;
     IF r.record_token > p_token OR (r.record_token = p_token AND r.record_holder <> p_holder) THEN
-        RETURN -1;
+        RETURN -r.record_token;
     END IF;
-    IF r.record_token = p_token AND r.record_value = p_value THEN
-        RETURN 1;
-    END IF;
-    UPDATE fencekit_lock SET record_value = p_value, record_token = p_token, record_holder = p_holder
+    UPDATE fencekit_lock SET record_value = p_value, record_token = p_token, record_holder = p_holder,
+        retain_until = greatest(retain_until, expires_at + p_linger_ms * interval '1 millisecond')
     WHERE resource = p_resource;
-    PERFORM pg_notify('fencekit_lock_record', fencekit_lock_mark(p_resource) || ' ' || p_token);
+    IF r.record_token IS DISTINCT FROM p_token OR r.record_value IS DISTINCT FROM p_value THEN
+        -- A value too long for a notification's payload (8000 bytes) is
+        -- announced by its token alone: watchers read it.
+        PERFORM pg_notify('fencekit_lock_record', fencekit_lock_mark(p_resource) || ' ' || p_token
+            || CASE WHEN octet_length(p_value) <= 7000 THEN ' ' || p_value ELSE '' END);
+    END IF;
     RETURN 1;
+END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_keep_record keeps the record of holder's grant with token
+-- at least linger_ms past its lease; it returns false when the lock or the
+-- record is no longer that grant's.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_keep_record(p_resource text, p_holder text, p_token bigint,
+    p_linger_ms bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE fencekit_lock SET retain_until = greatest(retain_until, expires_at + p_linger_ms * interval '1 millisecond')
+    WHERE resource = p_resource AND holder = p_holder AND token = p_token AND record_holder = p_holder
+      AND record_token = p_token AND expires_at > clock_timestamp();
+    RETURN FOUND;
+END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_advance raises resource's counter to at least p_token,
+-- never lowering it, so that the next grant's token is above it; the row
+-- is kept until the clock has passed the counter.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_advance(p_resource text, p_token bigint, p_retention_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r fencekit_lock;
+BEGIN
+    r := fencekit_lock_row(p_resource);
+    IF r.token < p_token THEN
+        UPDATE fencekit_lock SET token = p_token,
+            retain_until = greatest(retain_until, fencekit_lock_keep(p_token, coalesce(expires_at, clock_timestamp()), p_retention_ms))
+        WHERE resource = p_resource;
+        RETURN p_token;
+    END IF;
+    RETURN r.token;
 END
 $$;
 -- +goose StatementEnd
@@ -394,14 +501,20 @@ $$;
 -- +goose Down
 DROP FUNCTION IF EXISTS fencekit_lock_reclaim(integer);
 DROP FUNCTION IF EXISTS fencekit_lock_record(text);
-DROP FUNCTION IF EXISTS fencekit_lock_set_record(text, text, bigint, text);
+DROP FUNCTION IF EXISTS fencekit_lock_advance(text, bigint, bigint);
+DROP FUNCTION IF EXISTS fencekit_lock_keep_record(text, text, bigint, bigint);
+DROP FUNCTION IF EXISTS fencekit_lock_set_record(text, text, bigint, text, bigint);
 DROP FUNCTION IF EXISTS fencekit_lock_extend(text, text, bigint, bigint);
+DROP FUNCTION IF EXISTS fencekit_lock_ttl(text, text);
 DROP FUNCTION IF EXISTS fencekit_lock_release(text, text, bigint, boolean);
-DROP FUNCTION IF EXISTS fencekit_lock_enqueue(text, text, bigint, integer, timestamptz);
 DROP FUNCTION IF EXISTS fencekit_lock_acquire(text, text, bigint, bigint, integer, boolean);
+DROP FUNCTION IF EXISTS fencekit_lock_dequeue(text, text, bigint, timestamptz);
+DROP FUNCTION IF EXISTS fencekit_lock_enqueue(text, text, bigint, integer, timestamptz);
 DROP FUNCTION IF EXISTS fencekit_lock_hand_over(fencekit_lock, timestamptz, bigint);
-DROP FUNCTION IF EXISTS fencekit_lock_head(text, timestamptz);
-DROP FUNCTION IF EXISTS fencekit_lock_notify(text, text, text);
+DROP FUNCTION IF EXISTS fencekit_lock_ms(timestamptz, timestamptz);
+DROP FUNCTION IF EXISTS fencekit_lock_us(timestamptz);
+DROP FUNCTION IF EXISTS fencekit_lock_notify(text, text, bigint, bigint, bigint, bigint, timestamptz);
+DROP FUNCTION IF EXISTS fencekit_lock_heads(text, timestamptz);
 DROP FUNCTION IF EXISTS fencekit_lock_keep(bigint, timestamptz, bigint);
 DROP FUNCTION IF EXISTS fencekit_lock_next(bigint, timestamptz);
 DROP FUNCTION IF EXISTS fencekit_lock_row(text);

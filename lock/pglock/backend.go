@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -114,6 +115,7 @@ type grant struct {
 type refusal struct {
 	remaining time.Duration
 	place     int
+	ref       int64 // the caller's queue entry as refreshed (µs); 0 when not queued
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -169,9 +171,10 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		token *int64
 		rem   *int64
 		place *int32
+		ref   *int64
 	)
 	err := b.db.QueryRow(ctx, acquireSQL, resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered).
-		Scan(&kind, &token, &rem, &place)
+		Scan(&kind, &token, &rem, &place, &ref)
 	if err != nil {
 		return nil, nil, translate(ctx, op, resource, err)
 	}
@@ -191,6 +194,9 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		r := &refusal{remaining: remaining, place: -1}
 		if place != nil {
 			r.place = int(*place)
+		}
+		if ref != nil {
+			r.ref = *ref
 		}
 		return nil, r, nil
 	}
@@ -256,11 +262,11 @@ func (b *backend) releaseInBackground(resource, holder string, leaving bool) {
 	}()
 }
 
-// isConnErr reports whether err is a broken connection rather than a
-// server's answer.
+// isConnErr reports whether err is a broken connection (or a session the
+// server ended, FATAL) rather than a server's answer to the statement.
 func isConnErr(err error) bool {
-	_, isServer := serverError(err)
-	return !isServer
+	s, isServer := serverError(err)
+	return !isServer || s.Final
 }
 
 // extend lengthens holder's lease of resource to at least ttl from now and
@@ -273,40 +279,94 @@ func (b *backend) extend(ctx context.Context, resource, holder string, ttl time.
 	if err := b.db.QueryRow(ctx, extendSQL, resource, holder, ms(ttl), ms(b.retention)).Scan(&rem); err != nil {
 		return 0, translate(ctx, "Extend", resource, err)
 	}
-	if rem == extendNotHeld {
+	if rem == notHeld {
 		return 0, fmt.Errorf("pglock: Extend %q: %w", resource, lock.ErrNotHeld)
 	}
 	return time.Duration(rem) * time.Millisecond, nil
 }
 
-// errRecordNewer means the record beside the lock names a newer token than
-// the writer's: the writer was deposed.
-var errRecordNewer = errors.New("pglock: the record names a newer grant")
+// recordNewerError is setRecord's refusal when the record names a newer
+// token than the writer's: the writer was deposed.
+type recordNewerError struct{ token fence.Token }
+
+func (e *recordNewerError) Error() string {
+	return fmt.Sprintf("pglock: the record names a newer grant, token %d", e.token)
+}
 
 // setRecord writes value as the record beside resource's lock, for the
-// grant (holder, token) only while it holds the lock, and notifies
-// watchers. lock.ErrNotHeld when it does not hold it.
-func (b *backend) setRecord(ctx context.Context, resource, holder string, token fence.Token, value string) error {
+// grant (holder, token) only while it holds the lock, keeps it at least
+// linger past the lease, and notifies watchers. lock.ErrNotHeld when it
+// does not hold it; a *recordNewerError when the record names a newer
+// token.
+func (b *backend) setRecord(ctx context.Context, resource, holder string, token fence.Token, value string, linger time.Duration) error {
 	if err := checkArgs(ctx, "SetRecord", resource, holder, 0, false); err != nil {
 		return err
 	}
 	if token < 1 || token > fence.MaxToken {
 		return invalid("SetRecord %q: token %d out of range", resource, token)
 	}
-	if strings.ContainsRune(value, 0) {
-		return invalid("SetRecord %q: value holds a NUL byte", resource)
+	if !utf8.ValidString(value) || strings.ContainsRune(value, 0) {
+		return invalid("SetRecord %q: value is not valid UTF-8 or holds a NUL byte", resource)
 	}
-	var r int32
-	if err := b.db.QueryRow(ctx, setRecordSQL, resource, holder, int64(token), value).Scan(&r); err != nil {
+	var r int64
+	if err := b.db.QueryRow(ctx, setRecordSQL, resource, holder, int64(token), value, ms(linger)).Scan(&r); err != nil {
 		return translate(ctx, "SetRecord", resource, err)
 	}
-	switch r {
-	case recordWritten:
+	switch {
+	case r == recordWritten:
 		return nil
-	case recordNewer:
-		return fmt.Errorf("pglock: SetRecord %q: %w", resource, errRecordNewer)
+	case r < 0:
+		return &recordNewerError{token: fence.Token(-r)}
 	}
 	return fmt.Errorf("pglock: SetRecord %q: %w", resource, lock.ErrNotHeld)
+}
+
+// keepRecord keeps the record of grant (holder, token) at least linger
+// past its lease; lock.ErrNotHeld when the lock or the record is no longer
+// that grant's.
+func (b *backend) keepRecord(ctx context.Context, resource, holder string, token fence.Token, linger time.Duration) error {
+	if err := checkArgs(ctx, "KeepRecord", resource, holder, 0, false); err != nil {
+		return err
+	}
+	var kept bool
+	if err := b.db.QueryRow(ctx, keepRecordSQL, resource, holder, int64(token), ms(linger)).Scan(&kept); err != nil {
+		return translate(ctx, "KeepRecord", resource, err)
+	}
+	if !kept {
+		return fmt.Errorf("pglock: KeepRecord %q: %w", resource, lock.ErrNotHeld)
+	}
+	return nil
+}
+
+// ttl is what is left of holder's lease of resource; lock.ErrNotHeld when
+// holder does not hold it.
+func (b *backend) ttl(ctx context.Context, resource, holder string) (time.Duration, error) {
+	if err := checkArgs(ctx, "TTL", resource, holder, 0, false); err != nil {
+		return 0, err
+	}
+	var rem int64
+	if err := b.db.QueryRow(ctx, ttlSQL, resource, holder).Scan(&rem); err != nil {
+		return 0, translate(ctx, "TTL", resource, err)
+	}
+	if rem == notHeld {
+		return 0, fmt.Errorf("pglock: TTL %q: %w", resource, lock.ErrNotHeld)
+	}
+	return time.Duration(rem) * time.Millisecond, nil
+}
+
+// advance raises resource's token counter to at least atLeast.
+func (b *backend) advance(ctx context.Context, resource string, atLeast fence.Token) error {
+	if err := checkArgs(ctx, "Advance", resource, "-", 0, false); err != nil {
+		return err
+	}
+	if atLeast < 1 || atLeast > fence.MaxToken {
+		return invalid("Advance %q: token %d out of range", resource, atLeast)
+	}
+	var n int64
+	if err := b.db.QueryRow(ctx, advanceSQL, resource, int64(atLeast), ms(b.retention)).Scan(&n); err != nil {
+		return translate(ctx, "Advance", resource, err)
+	}
+	return nil
 }
 
 // record is the record beside resource's lock while the grant that wrote

@@ -209,7 +209,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"long lease", func() error { _, err := b.extend(ctx, "r", "h", lock.MaxTTL+time.Millisecond); return err }},
 		{"empty holder", func() error { _, err := b.release(ctx, "r", ""); return err }},
 		{"nil context", func() error { var none context.Context; _, err := b.release(none, "r", "h"); return err }},
-		{"record token", func() error { return b.setRecord(ctx, "r", "h", 0, "v") }},
+		{"record token", func() error { return b.setRecord(ctx, "r", "h", 0, "v", 0) }},
 	}
 	for _, c := range cases {
 		err := c.call()

@@ -65,7 +65,7 @@ func testBackend(t *testing.T, pool *pgxpool.Pool, cfg config) *backend {
 	t.Cleanup(b.close)
 	if b.listen != nil {
 		select {
-		case <-b.listen.upOnce:
+		case <-b.listen.upped():
 		case <-time.After(10 * time.Second):
 			t.Fatal("the listener did not LISTEN within 10s")
 		}

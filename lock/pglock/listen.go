@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,32 +12,29 @@ import (
 )
 
 // listener is a backend's one LISTEN connection: it receives the lock's
-// and the record's notifications and hands each to the waiters and
-// watchers of its resource. It opens its own connection with the pool's
-// settings (a LISTEN must outlive any one statement, so a pooled
-// connection will not do) and opens it again, with backoff, when it
-// breaks; meanwhile up reports false and waiters poll.
+// and the record's notifications and hands each to the subscriptions of
+// its resource. It opens its own connection with the pool's settings (a
+// LISTEN must outlive any one statement, so a pooled connection will not
+// do) and opens it again, with backoff, when it breaks; while it is down,
+// waiters are told so (their coverage is lost) and poll.
 type listener struct {
 	cfg    *pgx.ConnConfig
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	subs   map[string]map[*subscription]struct{} // by resource mark
-	isUp   bool
-	upOnce chan struct{} // closed the first time LISTEN succeeded
+	mu    sync.Mutex
+	subs  map[string]map[*subscription]struct{} // by key: resource mark, or "r:" and it
+	isUp  bool
+	upC   chan struct{} // closed when LISTEN is next in place
+	downC chan struct{} // closed when the connection that LISTENs next breaks
 }
 
-// subscription receives the notifications of one resource.
+// subscription receives the notifications of one resource: each payload
+// after the resource's mark, and "" when the listener went down or came
+// back (a notification may have been missed).
 type subscription struct {
-	res string      // the resource's mark
-	c   chan string // payloads after the resource mark; "" when the listener reconnected
-}
-
-// note is a notification of the lock channel: the marks of the waiter
-// granted the lock and of the waiter now first ('-' none, '*' everyone).
-type note struct {
-	granted, head string
+	key string
+	c   chan string
 }
 
 func newListener(pool *pgxpool.Pool) *listener {
@@ -46,7 +44,8 @@ func newListener(pool *pgxpool.Pool) *listener {
 		cancel: cancel,
 		done:   make(chan struct{}),
 		subs:   make(map[string]map[*subscription]struct{}),
-		upOnce: make(chan struct{}),
+		upC:    make(chan struct{}),
+		downC:  make(chan struct{}),
 	}
 	go l.run(ctx)
 	return l
@@ -57,21 +56,40 @@ func (l *listener) close() {
 	<-l.done
 }
 
-// up reports whether notifications currently reach the waiters.
+// up reports whether notifications currently reach the subscriptions.
 func (l *listener) up() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.isUp
 }
 
-// subscribe registers for the notifications of resource (its mark).
-func (l *listener) subscribe(res string) *subscription {
-	s := &subscription{res: res, c: make(chan string, 8)}
+// state returns whether notifications flow now, the channel that closes
+// when they next do, and the one that closes when they next stop.
+func (l *listener) state() (up bool, upC, downC <-chan struct{}) {
 	l.mu.Lock()
-	m := l.subs[res]
+	defer l.mu.Unlock()
+	return l.isUp, l.upC, l.downC
+}
+
+// upped returns a channel closed once LISTEN is in place.
+func (l *listener) upped() <-chan struct{} {
+	up, upC, _ := l.state()
+	if up {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return upC
+}
+
+// subscribe registers for the notifications of key.
+func (l *listener) subscribe(key string) *subscription {
+	s := &subscription{key: key, c: make(chan string, 16)}
+	l.mu.Lock()
+	m := l.subs[key]
 	if m == nil {
 		m = make(map[*subscription]struct{})
-		l.subs[res] = m
+		l.subs[key] = m
 	}
 	m[s] = struct{}{}
 	l.mu.Unlock()
@@ -80,55 +98,71 @@ func (l *listener) subscribe(res string) *subscription {
 
 func (l *listener) unsubscribe(s *subscription) {
 	l.mu.Lock()
-	if m := l.subs[s.res]; m != nil {
+	if m := l.subs[s.key]; m != nil {
 		delete(m, s)
 		if len(m) == 0 {
-			delete(l.subs, s.res)
+			delete(l.subs, s.key)
 		}
 	}
 	l.mu.Unlock()
 }
 
-// deliver hands payload to every subscription of res, dropping it for a
-// subscriber that has eight unread (it will read those and try again).
-func (l *listener) deliver(res, payload string) {
+// deliver hands payload to every subscription of key; a subscription with
+// sixteen unread payloads gets "" in place of the oldest, which says that
+// one was missed.
+func (l *listener) deliver(key, payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[res] {
+	for s := range l.subs[key] {
+		send(s.c, payload)
+	}
+}
+
+// send puts payload on c; when c is full it makes room by dropping the
+// oldest and says that one was missed ("").
+func send(c chan string, payload string) {
+	for {
 		select {
-		case s.c <- payload:
+		case c <- payload:
+			return
+		default:
+		}
+		select {
+		case <-c:
+			payload = ""
 		default:
 		}
 	}
 }
 
-// setUp records whether notifications flow; on every change every
-// subscriber is told (""), since it may have missed one meanwhile.
+// setUp records whether notifications flow, and tells every subscription
+// of a change ("").
 func (l *listener) setUp(up bool) {
 	l.mu.Lock()
-	changed := l.isUp != up
+	if l.isUp == up {
+		l.mu.Unlock()
+		return
+	}
 	l.isUp = up
-	var all []*subscription
-	if changed {
-		for _, m := range l.subs {
-			for s := range m {
-				all = append(all, s)
-			}
+	if up {
+		close(l.upC)
+		l.downC = make(chan struct{})
+	} else {
+		close(l.downC)
+		l.upC = make(chan struct{})
+	}
+	for _, m := range l.subs {
+		for s := range m {
+			send(s.c, "")
 		}
 	}
 	l.mu.Unlock()
-	for _, s := range all {
-		select {
-		case s.c <- "":
-		default:
-		}
-	}
 }
 
 func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
+	defer l.setUp(false)
 	backoff := pollMin
-	first := true
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, l.cfg)
 		if err == nil {
@@ -136,10 +170,6 @@ func (l *listener) run(ctx context.Context) {
 			if err == nil {
 				backoff = pollMin
 				l.setUp(true)
-				if first {
-					first = false
-					close(l.upOnce)
-				}
 				for {
 					n, werr := conn.WaitForNotification(ctx)
 					if werr != nil {
@@ -168,11 +198,50 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
+// note is a notification of the lock channel (see fencekit_lock_notify).
+type note struct {
+	granted   string // mark of the waiter handed the lock, "-" for none
+	token     int64
+	ref       int64
+	age       time.Duration
+	remaining time.Duration // freeLock (in ms) when the lock is free
+	heads     [3]string     // marks of the first three live waiters
+}
+
 // parseNote reads a lock channel payload (after the resource mark).
 func parseNote(payload string) (note, bool) {
-	g, h, ok := strings.Cut(payload, " ")
-	if !ok {
+	f := strings.Fields(payload)
+	if len(f) != 8 {
 		return note{}, false
 	}
-	return note{granted: g, head: h}, true
+	var n note
+	var nums [4]int64
+	for i := range nums {
+		v, err := strconv.ParseInt(f[1+i], 10, 64)
+		if err != nil {
+			return note{}, false
+		}
+		nums[i] = v
+	}
+	n.granted = f[0]
+	n.token, n.ref = nums[0], nums[1]
+	n.age = time.Duration(nums[2]) * time.Millisecond
+	n.remaining = time.Duration(nums[3]) * time.Millisecond
+	copy(n.heads[:], f[5:])
+	return n, true
+}
+
+// placeOf is the place of mark among n's first three waiters, or -1.
+func (n note) placeOf(mark string) int {
+	for i, h := range n.heads {
+		if h == mark {
+			return i
+		}
+	}
+	return -1
+}
+
+// free reports whether n says the lock is free with no live waiter.
+func (n note) free() bool {
+	return n.granted == "-" && n.remaining == freeLock*time.Millisecond && n.heads[0] == "-"
 }

@@ -23,19 +23,19 @@ func TestRecordOnlyByHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.setRecord(ctx, "election", "h2", g1.token, "intruder"); !errors.Is(err, lock.ErrNotHeld) {
+	if err := b.setRecord(ctx, "election", "h2", g1.token, "intruder", time.Second); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("write by a non-holder = %v, want ErrNotHeld", err)
 	}
-	if err := b.setRecord(ctx, "election", "h1", g1.token, "leader-1"); err != nil {
+	if err := b.setRecord(ctx, "election", "h1", g1.token, "leader-1", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A retried write changes nothing and succeeds.
-	if err := b.setRecord(ctx, "election", "h1", g1.token, "leader-1"); err != nil {
+	if err := b.setRecord(ctx, "election", "h1", g1.token, "leader-1", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case p := <-w.c:
-		if p != strconv.FormatInt(int64(g1.token), 10) {
+		if p != strconv.FormatInt(int64(g1.token), 10)+" leader-1" {
 			t.Fatalf("notification %q, want token %d", p, g1.token)
 		}
 	case <-time.After(10 * time.Second):
@@ -50,14 +50,14 @@ func TestRecordOnlyByHolder(t *testing.T) {
 	if _, ok, err := b.record(ctx, "election"); err != nil || ok {
 		t.Fatalf("record after the lease's end: ok=%v, %v", ok, err)
 	}
-	if err := b.setRecord(ctx, "election", "h1", g1.token, "late"); !errors.Is(err, lock.ErrNotHeld) {
+	if err := b.setRecord(ctx, "election", "h1", g1.token, "late", time.Second); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("write after the lease's end = %v, want ErrNotHeld", err)
 	}
 	g2, err := b.tryAcquire(ctx, "election", "h2", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.setRecord(ctx, "election", "h2", g2.token, "leader-2"); err != nil {
+	if err := b.setRecord(ctx, "election", "h2", g2.token, "leader-2", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A record of a newer token is never overwritten by an older grant,
@@ -65,7 +65,8 @@ func TestRecordOnlyByHolder(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE fencekit_lock SET record_token = record_token + 10 WHERE resource = 'election'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.setRecord(ctx, "election", "h2", g2.token, "older"); !errors.Is(err, errRecordNewer) {
-		t.Fatalf("write under a newer record = %v, want errRecordNewer", err)
+	var newer *recordNewerError
+	if err := b.setRecord(ctx, "election", "h2", g2.token, "older", time.Second); !errors.As(err, &newer) || newer.token != g2.token+10 {
+		t.Fatalf("write under a newer record = %v, want recordNewerError naming %d", err, g2.token+10)
 	}
 }

@@ -95,7 +95,7 @@ func (b *backend) acquire(ctx context.Context, resource, holder string, ttl time
 				break wait // the listener reconnected or went down
 			}
 			n, ok := parseNote(payload)
-			if !ok || n.granted == me || n.head == me || n.head == "*" {
+			if !ok || n.granted == me || n.placeOf(me) >= 0 || n.free() {
 				timer.Stop()
 				break wait
 			}
