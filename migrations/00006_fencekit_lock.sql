@@ -96,7 +96,7 @@ $$;
 -- clock, so that once the row is gone the clock has passed every token.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_keep(n bigint, lease_end timestamptz, retention_ms bigint) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT greatest(lease_end, to_timestamp(n / 1000000.0)) + retention_ms * interval '1 millisecond'
 $$;
 -- +goose StatementEnd
@@ -105,11 +105,15 @@ $$;
 -- their marks, separated by spaces, '-' for each place nobody holds.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_heads(p_resource text, t_now timestamptz) RETURNS text
-LANGUAGE sql AS $$
-    SELECT concat_ws(' ', coalesce(m[1], '-'), coalesce(m[2], '-'), coalesce(m[3], '-'))
-    FROM (SELECT array(SELECT fencekit_lock_mark(waiter) FROM fencekit_lock_waiter
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    m text[];
+BEGIN
+    m := array(SELECT fencekit_lock_mark(waiter) FROM fencekit_lock_waiter
         WHERE resource = p_resource AND refreshed + life_ms * interval '1 millisecond' >= t_now
-        ORDER BY id LIMIT 3) AS m) AS q
+        ORDER BY id LIMIT 3);
+    RETURN concat_ws(' ', coalesce(m[1], '-'), coalesce(m[2], '-'), coalesce(m[3], '-'));
+END
 $$;
 -- +goose StatementEnd
 
@@ -124,9 +128,11 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_notify(p_resource text, granted text, token bigint, ref bigint,
     age_ms bigint, remaining_ms bigint, t_now timestamptz) RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_notify('fencekit_lock', concat_ws(' ', fencekit_lock_mark(p_resource), granted, token, ref,
-        age_ms, remaining_ms, fencekit_lock_heads(p_resource, t_now)))
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('fencekit_lock', concat_ws(' ', fencekit_lock_mark(p_resource), granted, token, ref,
+        age_ms, remaining_ms, fencekit_lock_heads(p_resource, t_now)));
+END
 $$;
 -- +goose StatementEnd
 
@@ -210,8 +216,17 @@ DECLARE
     t_now timestamptz;
     granted text;
     fresh boolean;
+    my_id bigint;
+    ahead bigint;
 BEGIN
-    r := fencekit_lock_row(p_resource);
+    -- The row, locked (fencekit_lock_row, written out: this is the hot path).
+    LOOP
+        SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO fencekit_lock (resource, token, retain_until)
+        VALUES (p_resource, 0, clock_timestamp())
+        ON CONFLICT (resource) DO NOTHING;
+    END LOOP;
     t_now := clock_timestamp();
     IF r.holder IS NOT NULL AND r.expires_at > t_now THEN
         remaining_ms := fencekit_lock_ms(r.expires_at, t_now);
@@ -225,10 +240,13 @@ BEGIN
         SELECT e.place, e.ref INTO place, ref FROM fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now) e;
         RETURN;
     END IF;
-    IF ordered AND EXISTS (SELECT 1 FROM fencekit_lock_waiter
-            WHERE resource = p_resource AND waiter <> p_holder AND id < coalesce(
-                (SELECT id FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder),
-                9223372036854775807)) THEN
+    IF ordered OR p_life_ms IS NOT NULL THEN
+        -- One look at the queue: the first entry of another waiter, and
+        -- this caller's own.
+        SELECT min(id) FILTER (WHERE waiter <> p_holder), min(id) FILTER (WHERE waiter = p_holder)
+        INTO ahead, my_id FROM fencekit_lock_waiter WHERE resource = p_resource;
+    END IF;
+    IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN
         granted := fencekit_lock_hand_over(r, t_now, p_retention_ms);
         SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource;
         IF granted = p_holder THEN
@@ -244,14 +262,22 @@ BEGIN
             SELECT e.place, e.ref INTO place, ref FROM fencekit_lock_enqueue(p_resource, p_holder, p_lease_ms, p_life_ms, t_now) e;
             RETURN;
         END IF;
+        -- Nobody ahead was live, and the lapsed entries (this caller's
+        -- too, if it had lapsed) are gone.
+        my_id := NULL;
     END IF;
     fresh := r.token = 0;
-    token := fencekit_lock_next(r.token, t_now);
+    -- fencekit_lock_next, written out.
+    token := greatest(r.token + 1, fencekit_lock_us(t_now));
+    IF token > 9007199254740991 THEN
+        RAISE EXCEPTION 'token space exhausted: the next token would pass 2^53-1'
+            USING ERRCODE = 'FK002';
+    END IF;
     UPDATE fencekit_lock SET holder = p_holder, token = fencekit_lock_acquire.token,
         expires_at = t_now + p_lease_ms * interval '1 millisecond',
         retain_until = fencekit_lock_keep(fencekit_lock_acquire.token, t_now + p_lease_ms * interval '1 millisecond', p_retention_ms)
     WHERE resource = p_resource;
-    IF p_life_ms IS NOT NULL OR ordered THEN
+    IF my_id IS NOT NULL THEN
         PERFORM fencekit_lock_dequeue(p_resource, p_holder, p_lease_ms, t_now);
     END IF;
     kind := 1;
@@ -299,11 +325,14 @@ CREATE OR REPLACE FUNCTION fencekit_lock_dequeue(p_resource text, p_holder text,
     t_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    heads text;
+    my_id bigint;
 BEGIN
-    heads := fencekit_lock_heads(p_resource, t_now);
-    DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder;
-    IF FOUND AND position(fencekit_lock_mark(p_holder) IN heads) > 0 THEN
+    DELETE FROM fencekit_lock_waiter WHERE resource = p_resource AND waiter = p_holder
+    RETURNING id INTO my_id;
+    -- Among the first three live entries: fewer than three live ones
+    -- were ahead of it.
+    IF FOUND AND (SELECT count(*) FROM fencekit_lock_waiter WHERE resource = p_resource AND id < my_id
+            AND refreshed + life_ms * interval '1 millisecond' >= t_now) < 3 THEN
         PERFORM fencekit_lock_notify(p_resource, '-', 0, 0, 0, remaining_ms, t_now);
     END IF;
 END
@@ -337,7 +366,8 @@ BEGIN
     IF NOT held THEN
         RETURN false;
     END IF;
-    IF fencekit_lock_hand_over(r, t_now, p_retention_ms) IS NULL THEN
+    IF NOT EXISTS (SELECT 1 FROM fencekit_lock_waiter WHERE resource = p_resource)
+            OR fencekit_lock_hand_over(r, t_now, p_retention_ms) IS NULL THEN
         UPDATE fencekit_lock SET holder = NULL, expires_at = NULL,
             retain_until = fencekit_lock_keep(r.token, t_now, p_retention_ms)
         WHERE resource = p_resource;
@@ -351,9 +381,18 @@ $$;
 -- -3 when holder does not hold it. Reads only.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_ttl(p_resource text, p_holder text) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce((SELECT fencekit_lock_ms(expires_at, clock_timestamp()) FROM fencekit_lock
-        WHERE resource = p_resource AND holder = p_holder AND expires_at > clock_timestamp()), -3)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    t_now timestamptz := clock_timestamp();
+    until timestamptz;
+BEGIN
+    SELECT expires_at INTO until FROM fencekit_lock
+    WHERE resource = p_resource AND holder = p_holder AND expires_at > t_now;
+    IF NOT FOUND THEN
+        RETURN -3;
+    END IF;
+    RETURN fencekit_lock_ms(until, t_now);
+END
 $$;
 -- +goose StatementEnd
 

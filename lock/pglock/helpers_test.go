@@ -14,7 +14,7 @@ import (
 
 // migratedPool is a pool in a schema of t's own, with the migrations
 // applied.
-func migratedPool(t *testing.T) *pgxpool.Pool {
+func migratedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -27,7 +27,7 @@ func migratedPool(t *testing.T) *pgxpool.Pool {
 
 // poolAt is a pool of url with the search_path of base (a pool from
 // migratedPool), closed when t ends.
-func poolAt(t *testing.T, base *pgxpool.Pool, rawURL string, params map[string]string) *pgxpool.Pool {
+func poolAt(t testing.TB, base *pgxpool.Pool, rawURL string, params map[string]string) *pgxpool.Pool {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -56,7 +56,7 @@ func poolAt(t *testing.T, base *pgxpool.Pool, rawURL string, params map[string]s
 }
 
 // testBackend is a backend on pool with cfg, closed when t ends.
-func testBackend(t *testing.T, pool *pgxpool.Pool, cfg config) *backend {
+func testBackend(t testing.TB, pool *pgxpool.Pool, cfg config) *backend {
 	t.Helper()
 	if cfg.retention == 0 {
 		cfg.retention = time.Minute
@@ -73,7 +73,7 @@ func testBackend(t *testing.T, pool *pgxpool.Pool, cfg config) *backend {
 	return b
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -81,7 +81,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 // rowOf reads resource's lock row: its counter, and whether it exists.
-func rowOf(t *testing.T, pool *pgxpool.Pool, resource string) (int64, bool) {
+func rowOf(t testing.TB, pool *pgxpool.Pool, resource string) (int64, bool) {
 	t.Helper()
 	var token int64
 	err := pool.QueryRow(context.Background(), `SELECT token FROM fencekit_lock WHERE resource = $1`, resource).Scan(&token)
@@ -92,7 +92,7 @@ func rowOf(t *testing.T, pool *pgxpool.Pool, resource string) (int64, bool) {
 }
 
 // waiters counts resource's queue entries.
-func waiters(t *testing.T, pool *pgxpool.Pool, resource string) int {
+func waiters(t testing.TB, pool *pgxpool.Pool, resource string) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM fencekit_lock_waiter WHERE resource = $1`, resource).Scan(&n); err != nil {
@@ -102,7 +102,7 @@ func waiters(t *testing.T, pool *pgxpool.Pool, resource string) int {
 }
 
 // eventually polls cond every 10ms until it holds or d has passed.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
