@@ -1,4 +1,4 @@
-package pglock
+package pglock_test
 
 import (
 	"context"
@@ -24,14 +24,15 @@ type lostUpdateRun struct {
 func (r lostUpdateRun) lost() int64 { return r.acked - r.final }
 
 // runIncrements runs the lock-set workload (after Jepsen's): workers, each
-// a backend of its own as a process would have, acquire the PostgreSQL
-// lock, read a counter, sometimes pause past their lease, write the
+// a Locker of pglock.New of its own as a process would have, acquire the
+// PostgreSQL lock, read a counter, sometimes pause past their lease, write the
 // counter plus one and release. fenced: the read and the write pass the
 // PostgreSQL guard (storage/postgres) with the lease's fence; otherwise
 // they are plain statements under the lock alone. Nothing else: no Redis.
 func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) lostUpdateRun {
 	t.Helper()
-	ctx := ctxFor(t, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY, n bigint NOT NULL); INSERT INTO `+table+` VALUES (1, 0)`); err != nil {
 		t.Fatal(err)
 	}
@@ -47,19 +48,18 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 	)
 	resource := "counter-" + table
 	for w := range workers {
-		b := testBackend(t, pool, config{})
+		l := newLocker(t, pool)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for range ops {
-				holder := fence.NewHolder()
-				g, err := b.acquire(ctx, resource, holder, lease)
+				ls, err := l.Acquire(ctx, resource, lease)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				f := fence.Fence{Resource: resource, Token: g.token, Holder: holder}
+				f := ls.Fence()
 				var n int64
 				read := func(ctx context.Context, tx pgx.Tx) error {
 					return tx.QueryRow(ctx, `SELECT n FROM `+table+` WHERE id = 1`).Scan(&n)
@@ -71,7 +71,7 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 				}
 				if errors.Is(err, fence.ErrStale) {
 					atomic.AddInt64(&run.refused, 1)
-					_, _ = b.release(ctx, resource, holder)
+					_ = ls.Release(ctx)
 					continue
 				}
 				if err != nil {
@@ -101,7 +101,7 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 				default:
 					atomic.AddInt64(&run.acked, 1)
 				}
-				_, _ = b.release(ctx, resource, holder)
+				_ = ls.Release(ctx)
 			}
 		}()
 	}
@@ -118,7 +118,7 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 // the same lock without the guard loses some in the same run (the
 // negative control, which shows the workload can see a loss).
 func TestNoLostUpdateOnPostgresAlone(t *testing.T) {
-	pool := migratedPool(t)
+	pool := migrated(t)
 	fenced := runIncrements(t, pool, "fenced_counter", true)
 	plain := runIncrements(t, pool, "plain_counter", false)
 	t.Logf("fenced: %d acknowledged, %d refused as stale, %d paused past the lease, final %d, lost %d",

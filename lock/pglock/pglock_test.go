@@ -1,14 +1,19 @@
 package pglock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/lock/pglock"
+	"github.com/fencekit/fencekit/migrations"
 )
 
 func TestNewRefusesBadInput(t *testing.T) {
@@ -22,4 +27,90 @@ func TestNewRefusesBadInput(t *testing.T) {
 	if _, err := pglock.New(pool, lock.WithPrefix("x:")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("New with a Redis key prefix = %v, want fence.ErrInvalid", err)
 	}
+}
+
+// newLocker is a Locker of pglock.New on a migrated schema of t's own.
+func newLocker(t *testing.T, pool *pgxpool.Pool, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	l, err := pglock.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+func migrated(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrations.UpPool(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// TestLockerOnPostgres: the Locker of pglock.New is the lock package's
+// Locker: TryAcquire, Extend, Release, Acquire waiting in the queue
+// (woken by the release), Do, and Advance.
+func TestLockerOnPostgres(t *testing.T) {
+	pool := migrated(t)
+	l := newLocker(t, pool)
+	other := newLocker(t, pool) // another process
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	lease, err := l.TryAcquire(ctx, "acct", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := lease.Fence()
+	if f.Token < 1_000_000_000_000_000 || f.Token > fence.MaxToken {
+		t.Fatalf("token %d: want a clock-anchored token (about 1.8e15)", f.Token)
+	}
+	if _, err := other.TryAcquire(ctx, "acct", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if err := lease.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan fence.Fence, 1)
+	go func() {
+		w, err := other.Acquire(ctx, "acct", 5*time.Second)
+		if err != nil {
+			t.Error(err)
+			got <- fence.Fence{}
+			return
+		}
+		got <- w.Fence()
+		_ = w.Release(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond) // let the waiter queue
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case wf := <-got:
+		if wf.Token <= f.Token {
+			t.Fatalf("waiter's token %d not above %d", wf.Token, f.Token)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter never had the lock")
+	}
+	ran := false
+	if err := l.Do(ctx, "acct", time.Second, func(ctx context.Context, f fence.Fence) error {
+		ran = f.Token > 0
+		return nil
+	}); err != nil || !ran {
+		t.Fatalf("Do = %v (ran %v)", err, ran)
+	}
+	if err := l.Advance(ctx, "acct", fence.MaxToken-10); err != nil {
+		t.Fatal(err)
+	}
+	last, err := l.TryAcquire(ctx, "acct", time.Second)
+	if err != nil || last.Fence().Token <= fence.MaxToken-10 {
+		t.Fatalf("TryAcquire after Advance = %v, %v", last, err)
+	}
+	_ = last.Release(ctx)
 }
