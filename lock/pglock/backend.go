@@ -13,23 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 )
 
-// Timings of the wait queue, the same as the Redis lock's: a waiter
-// refreshes its entry once a second, and an entry lapses three seconds
-// after its last refresh, so a waiter that vanished is passed over.
+// Timings of the backend.
 const (
-	queueRefresh = time.Second
-	queueLife    = 3 * queueRefresh
-	// nextInLine is how much later than the first each further waiter
-	// named by its place tries at a lease's end, in case those ahead of it
-	// vanished.
-	nextInLine = 20 * time.Millisecond
-	// pollMin is the first delay of a waiter that polls because no
-	// notification can reach it (the listener is down, or LISTEN cannot
-	// work, as behind PgBouncer in transaction mode); it doubles up to
-	// queueRefresh.
+	// pollMin is the first delay before the listener connects again after
+	// its connection broke; it doubles up to lockbackend.QueueRefresh.
 	pollMin = 10 * time.Millisecond
 	// cleanupBound bounds the background release of a grant whose caller
 	// gave up while it was in flight, and Close's wait for it.
@@ -51,8 +42,6 @@ type backend struct {
 	pool      *pgxpool.Pool
 	retention time.Duration
 	listen    *listener     // nil when waiters poll
-	onTry     func()        // tests: called before each try
-	refresh   time.Duration // how often a waiter refreshes its entry
 	life      time.Duration // how long an entry lives unrefreshed
 
 	bg     sync.WaitGroup // background releases and the reclaimer
@@ -65,15 +54,11 @@ type config struct {
 	retention time.Duration
 	poll      bool          // no LISTEN: waiters poll with backoff
 	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
-	refresh   time.Duration // tests: the queue's refresh (0: queueRefresh)
 }
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: pool, pool: pool, retention: cfg.retention, stop: make(chan struct{}),
-		refresh: queueRefresh, life: queueLife}
-	if cfg.refresh > 0 {
-		b.refresh, b.life = cfg.refresh, 3*cfg.refresh
-	}
+		life: lockbackend.QueueLife}
 	if !cfg.poll {
 		b.listen = newListener(pool)
 	}
@@ -158,9 +143,6 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, life time.Duration, ordered bool) (*grant, *refusal, error) {
 	if err := checkArgs(ctx, op, resource, holder, ttl, true); err != nil {
 		return nil, nil, err
-	}
-	if b.onTry != nil {
-		b.onTry()
 	}
 	var lifeArg any
 	if life > 0 {

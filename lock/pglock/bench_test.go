@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
 )
 
 // setLogged makes the lock's tables of pool's schema logged (WAL-written),
@@ -73,7 +74,7 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkHandoff measures the hand-over of one resource among 8
-// waiters, each with a backend (a LISTEN connection) of its own, as 8
+// waiters, each with a Locker (a LISTEN connection) of its own, as 8
 // processes would: from the start of the holder's release to the next
 // holder's Acquire returning. It reports the p50 and p99.
 func BenchmarkHandoff(b *testing.B) {
@@ -93,18 +94,23 @@ func BenchmarkHandoff(b *testing.B) {
 				wg        sync.WaitGroup
 			)
 			left.Store(int64(b.N))
-			backends := make([]*backend, waiters)
-			for i := range backends {
-				backends[i] = testBackend(b, pool, config{})
+			lockers := make([]*lock.Locker, waiters)
+			for i := range lockers {
+				l, err := New(pool)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				lockers[i] = l
 			}
 			b.ResetTimer()
 			for i := range waiters {
 				wg.Add(1)
-				go func(be *backend) {
+				go func(l *lock.Locker) {
 					defer wg.Done()
 					for left.Add(-1) >= 0 {
-						h := fence.NewHolder()
-						if _, err := be.acquire(ctx, "handoff", h, 10*time.Second); err != nil {
+						ls, err := l.Acquire(ctx, "handoff", 10*time.Second)
+						if err != nil {
 							b.Error(err)
 							return
 						}
@@ -114,12 +120,12 @@ func BenchmarkHandoff(b *testing.B) {
 							mu.Unlock()
 						}
 						releasing.Store(time.Now().UnixNano())
-						if _, err := be.release(ctx, "handoff", h); err != nil {
+						if err := ls.Release(ctx); err != nil {
 							b.Error(err)
 							return
 						}
 					}
-				}(backends[i])
+				}(lockers[i])
 			}
 			wg.Wait()
 			b.StopTimer()

@@ -205,7 +205,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"NUL resource", func() error { _, err := b.tryAcquire(ctx, "a\x00b", "h", time.Second); return err }},
 		{"bad UTF-8", func() error { _, err := b.tryAcquire(ctx, "\xff", "h", time.Second); return err }},
 		{"zero lease", func() error { _, err := b.tryAcquire(ctx, "r", "h", 0); return err }},
-		{"sub-ms lease", func() error { _, err := b.acquire(ctx, "r", "h", time.Microsecond); return err }},
+		{"sub-ms lease", func() error { _, _, err := b.try(ctx, "Acquire", "r", "h", time.Microsecond, 0, true); return err }},
 		{"long lease", func() error { _, err := b.extend(ctx, "r", "h", lock.MaxTTL+time.Millisecond); return err }},
 		{"empty holder", func() error { _, err := b.release(ctx, "r", ""); return err }},
 		{"nil context", func() error { var none context.Context; _, err := b.release(none, "r", "h"); return err }},

@@ -114,7 +114,12 @@ func TestTerminatedConnections(t *testing.T) {
 		t.Fatalf("after the terminations the grant is %+v, %v; want token %d", again, err, g.token)
 	}
 	got := make(chan error, 1)
-	go func() { _, err := b.acquire(ctx, "r", "w1", time.Second); got <- err }()
+	waiter, err := New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	go func() { _, err := waiter.Acquire(ctx, "r", time.Second); got <- err }()
 	eventually(t, 10*time.Second, "waiter queued", func() bool { return waiters(t, base, "r") == 1 })
 	eventually(t, 10*time.Second, "listener back", b.listen.up)
 	terminate()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // listener is a backend's one LISTEN connection: it receives the lock's
@@ -194,7 +196,7 @@ func (l *listener) run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, queueRefresh)
+		backoff = min(2*backoff, lockbackend.QueueRefresh)
 	}
 }
 

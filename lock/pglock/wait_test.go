@@ -1,24 +1,59 @@
-package pglock
+package pglock_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/fence"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/lock"
 )
 
-// TestWaitersInArrivalOrder: waiters from several backends (processes)
-// are granted the lock in the order they queued, each by the release of
-// the one before.
+// queued counts resource's queue entries.
+func queued(t *testing.T, pool *pgxpool.Pool, resource string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM fencekit_lock_waiter WHERE resource = $1`, resource).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// within polls cond every 10ms until it holds or d has passed.
+func within(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// expiry is when resource's current lease ends, on the server's clock
+// read back as a time.
+func expiry(t *testing.T, pool *pgxpool.Pool, resource string) time.Time {
+	t.Helper()
+	var end time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT expires_at FROM fencekit_lock WHERE resource = $1`, resource).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	return end
+}
+
+// TestWaitersInArrivalOrder: waiters of several Lockers (processes) are
+// granted the lock in the order they queued, each by the release of the
+// one before.
 func TestWaitersInArrivalOrder(t *testing.T) {
-	pool := migratedPool(t)
-	holderB := testBackend(t, pool, config{})
-	ctx := ctxFor(t, 60*time.Second)
-	if _, err := holderB.tryAcquire(ctx, "r", "h0", time.Minute); err != nil {
+	pool := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := newLocker(t, pool).TryAcquire(ctx, "r", time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 5
@@ -28,12 +63,11 @@ func TestWaitersInArrivalOrder(t *testing.T) {
 		wg    sync.WaitGroup
 	)
 	for i := range n {
-		b := testBackend(t, pool, config{}) // one per waiter: as many processes
+		l := newLocker(t, pool)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			holder := fmt.Sprintf("w%d", i)
-			g, err := b.acquire(ctx, "r", holder, time.Minute)
+			ls, err := l.Acquire(ctx, "r", time.Minute)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -41,135 +75,99 @@ func TestWaitersInArrivalOrder(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			if held, err := b.release(ctx, "r", holder); err != nil || !held {
-				t.Errorf("waiter %d release (token %d): %v, %v", i, g.token, held, err)
+			if err := ls.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
 			}
 		}()
 		// The next waiter comes once this one has queued.
-		eventually(t, 10*time.Second, "waiter queued", func() bool { return waiters(t, pool, "r") == i+1 })
+		within(t, 10*time.Second, "waiter queued", func() bool { return queued(t, pool, "r") == i+1 })
 	}
-	if _, err := holderB.release(ctx, "r", "h0"); err != nil {
+	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if len(order) != n {
+		t.Fatalf("%d of %d waiters granted", len(order), n)
+	}
 	for i, w := range order {
 		if w != i {
 			t.Fatalf("grant order %v, want arrival order", order)
 		}
 	}
-	if len(order) != n {
-		t.Fatalf("%d of %d waiters granted", len(order), n)
-	}
-}
-
-// TestReleaseWakesWaiterByNotification: with refreshes and lease-end tries
-// far away (an hour), only the release's notification can wake the waiter;
-// it holds the lock when it returns. The control without a listener polls.
-func TestReleaseWakesWaiterByNotification(t *testing.T) {
-	pool := migratedPool(t)
-	b := testBackend(t, pool, config{})
-	ctx := ctxFor(t, 60*time.Second)
-	if _, err := b.tryAcquire(ctx, "r", "h0", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	w := testBackend(t, pool, config{refresh: time.Hour})
-	tries := 0
-	w.onTry = func() { tries++ }
-	got := make(chan error, 1)
-	go func() {
-		_, err := w.acquire(ctx, "r", "w1", time.Minute)
-		got <- err
-	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return waiters(t, pool, "r") == 1 })
-	released := time.Now()
-	if _, err := b.release(ctx, "r", "h0"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter was not woken by the release")
-	}
-	t.Logf("woken %v after the release, %d tries", time.Since(released), tries)
-	// Two tries: the one that queued, the one the notification woke.
-	if tries != 2 {
-		t.Fatalf("%d tries, want 2 (queue, then woken)", tries)
-	}
-	if _, err := w.release(ctx, "r", "w1"); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestWaiterThatGivesUpLeaves: a waiter whose context ends leaves the
-// queue at once, and the waiter behind it is told it is first.
+// queue at once, and the waiter behind it has the lock when the lease
+// ends, not a refresh later.
 func TestWaiterThatGivesUpLeaves(t *testing.T) {
-	pool := migratedPool(t)
-	b := testBackend(t, pool, config{})
-	ctx := ctxFor(t, 60*time.Second)
-	if _, err := b.tryAcquire(ctx, "r", "h0", 2*time.Second); err != nil {
+	pool := migrated(t)
+	l := newLocker(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := l.TryAcquire(ctx, "r", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	quit, cancel := context.WithCancel(ctx)
+	quit, giveUp := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
-	go func() { _, err := b.acquire(quit, "r", "w1", time.Second); gaveUp <- err }()
-	eventually(t, 10*time.Second, "first waiter queued", func() bool { return waiters(t, pool, "r") == 1 })
+	go func() { _, err := newLocker(t, pool).Acquire(quit, "r", time.Second); gaveUp <- err }()
+	within(t, 10*time.Second, "first waiter queued", func() bool { return queued(t, pool, "r") == 1 })
 	second := make(chan time.Time, 1)
 	go func() {
-		if _, err := b.acquire(ctx, "r", "w2", time.Second); err != nil {
+		ls, err := newLocker(t, pool).Acquire(ctx, "r", time.Second)
+		if err != nil {
 			t.Error(err)
+		} else {
+			_ = ls.Release(ctx)
 		}
 		second <- time.Now()
 	}()
-	eventually(t, 10*time.Second, "second waiter queued", func() bool { return waiters(t, pool, "r") == 2 })
-	cancel()
+	within(t, 10*time.Second, "second waiter queued", func() bool { return queued(t, pool, "r") == 2 })
+	giveUp()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter that gave up: %v, want context.Canceled", err)
 	}
-	eventually(t, 5*time.Second, "entry gone", func() bool { return waiters(t, pool, "r") <= 1 })
-	var end time.Time
-	if err := pool.QueryRow(ctx, `SELECT expires_at FROM fencekit_lock WHERE resource = 'r'`).Scan(&end); err != nil {
-		t.Fatal(err)
-	}
+	within(t, 5*time.Second, "entry gone", func() bool { return queued(t, pool, "r") <= 1 })
+	end := expiry(t, pool, "r")
 	got := <-second
-	// The second waiter tries at the lease's end: generous bound for a
-	// loaded machine, far below the refresh-by-refresh cost of not knowing.
+	// Generous for a loaded machine, below the refresh (1s) that a waiter
+	// not told it is first would wait for.
 	if late := got.Sub(end); late > 900*time.Millisecond {
 		t.Fatalf("the second waiter had the lock %v after the lease's end", late)
 	}
 	t.Logf("second waiter granted %v after the lease's end", got.Sub(end))
 }
 
-// TestVanishedWaiterCostsItsLease: a waiter that queued and vanished is
-// handed the lock by the release; the live waiter behind it, told it is
-// first, has the lock once the vanished one's lease ends.
+// TestVanishedWaiterCostsItsLease: a waiter that queued and vanished (its
+// process stopped: it neither refreshes nor takes its grant) is handed the
+// lock by the release; the live waiter behind it has the lock once that
+// lease ends.
 func TestVanishedWaiterCostsItsLease(t *testing.T) {
-	pool := migratedPool(t)
-	b := testBackend(t, pool, config{})
-	ctx := ctxFor(t, 60*time.Second)
-	if _, err := b.tryAcquire(ctx, "r", "h0", time.Minute); err != nil {
+	pool := migrated(t)
+	l := newLocker(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := l.TryAcquire(ctx, "r", time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The vanished waiter: one try that queues it, then nothing.
-	if _, r, err := b.try(ctx, "Acquire", "r", "gone", 300*time.Millisecond, queueLife, true); err != nil || r == nil || r.place != 0 {
-		t.Fatalf("vanished waiter's try: %v, %v", r, err)
+	// The vanished waiter: queued by the statement its process sent, then
+	// nothing more.
+	if _, err := pool.Exec(ctx, `SELECT fencekit_lock_acquire('r', 'gone', 300, 60000, 3000, true)`); err != nil {
+		t.Fatal(err)
 	}
 	live := make(chan time.Time, 1)
-	var liveToken fence.Token
 	go func() {
-		g, err := b.acquire(ctx, "r", "live", time.Second)
+		ls, err := newLocker(t, pool).Acquire(ctx, "r", time.Second)
 		if err != nil {
 			t.Error(err)
 			live <- time.Time{}
 			return
 		}
-		liveToken = g.token
 		live <- time.Now()
+		_ = ls.Release(ctx)
 	}()
-	eventually(t, 10*time.Second, "live waiter queued", func() bool { return waiters(t, pool, "r") == 2 })
-	if _, err := b.release(ctx, "r", "h0"); err != nil {
+	within(t, 10*time.Second, "live waiter queued", func() bool { return queued(t, pool, "r") == 2 })
+	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var goneUntil time.Time
@@ -186,31 +184,39 @@ func TestVanishedWaiterCostsItsLease(t *testing.T) {
 	if late := got.Sub(goneUntil); late > 900*time.Millisecond {
 		t.Fatalf("the live waiter had the lock %v after the vanished one's lease ended", late)
 	}
-	t.Logf("live waiter (token %d) granted %v after the vanished waiter's lease", liveToken, got.Sub(goneUntil))
+	t.Logf("live waiter granted %v after the vanished waiter's 300ms lease", got.Sub(goneUntil))
 }
 
-// TestPollingWithoutListen: a backend that polls (as behind PgBouncer in
-// transaction mode) still gets the lock, in a bounded time.
+// TestPollingWithoutListen: a Locker told to poll (lock.WithWait, as
+// behind PgBouncer in transaction mode, where LISTEN cannot work) opens no
+// LISTEN connection and still gets the lock once it is released.
 func TestPollingWithoutListen(t *testing.T) {
-	pool := migratedPool(t)
-	b := testBackend(t, pool, config{poll: true})
-	ctx := ctxFor(t, 60*time.Second)
-	if _, err := b.tryAcquire(ctx, "r", "h0", time.Hour); err != nil {
+	pool := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := newLocker(t, pool).TryAcquire(ctx, "r", time.Hour)
+	if err != nil {
 		t.Fatal(err)
 	}
+	poller := newLocker(t, pool, lock.WithWait(lock.Backoff(5*time.Millisecond, 50*time.Millisecond)))
 	got := make(chan error, 1)
-	tries := 0
-	b.onTry = func() { tries++ }
-	go func() { _, err := b.acquire(ctx, "r", "w1", time.Second); got <- err }()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return waiters(t, pool, "r") == 1 })
+	go func() {
+		ls, err := poller.Acquire(ctx, "r", time.Second)
+		if err == nil {
+			_ = ls.Release(ctx)
+		}
+		got <- err
+	}()
 	time.Sleep(300 * time.Millisecond)
-	if _, err := b.release(ctx, "r", "h0"); err != nil {
+	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	if tries < 3 {
-		t.Fatalf("%d tries: the waiter did not poll", tries)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the polling waiter never had the lock")
 	}
 }
