@@ -114,3 +114,25 @@ func TestLockerOnPostgres(t *testing.T) {
 	}
 	_ = last.Release(ctx)
 }
+
+// TestRedisOnlyCallsRefused: what the PostgreSQL lock does not offer is
+// refused with fence.ErrInvalid and nothing is taken.
+func TestRedisOnlyCallsRefused(t *testing.T) {
+	pool := migrated(t)
+	l := newLocker(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("worker-1")); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("TryAcquire with an Owner = %v, want fence.ErrInvalid", err)
+	}
+	if _, err := l.FenceLock(ctx, "some:lock", "value"); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("FenceLock = %v, want fence.ErrInvalid", err)
+	}
+	if k := l.LockKey("r"); k != "" {
+		t.Fatalf("LockKey = %q, want \"\"", k)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fencekit_lock WHERE holder IS NOT NULL`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d locks held after the refusals (%v)", n, err)
+	}
+}
