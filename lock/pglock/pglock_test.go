@@ -136,3 +136,33 @@ func TestRedisOnlyCallsRefused(t *testing.T) {
 		t.Fatalf("%d locks held after the refusals (%v)", n, err)
 	}
 }
+
+// TestIdleRowsReclaimed: a Locker deletes the rows of resources idle past
+// their retention by itself, and tokens keep increasing after.
+func TestIdleRowsReclaimed(t *testing.T) {
+	pool := migrated(t)
+	l := newLocker(t, pool, lock.WithTokenRetention(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last fence.Token
+	for i := range 2 {
+		ls, err := l.TryAcquire(ctx, "idle", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Fence().Token <= last {
+			t.Fatalf("grant %d: token %d not above %d", i, ls.Fence().Token, last)
+		}
+		last = ls.Fence().Token
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		within(t, 10*time.Second, "idle row reclaimed", func() bool {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM fencekit_lock`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 0
+		})
+	}
+}
