@@ -119,8 +119,8 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 	if err := (fence.Fence{Resource: resource, Token: 1, Holder: "h"}).Validate(); err != nil {
 		return invalid("%s: %v", op, err)
 	}
-	if holder == "" || strings.ContainsRune(holder, 0) {
-		return invalid("%s %q: empty holder id or one with a NUL byte", op, resource)
+	if holder == "" || !utf8.ValidString(holder) || strings.ContainsRune(holder, 0) {
+		return invalid("%s %q: holder id empty, not valid UTF-8 or holding a NUL byte", op, resource)
 	}
 	if needTTL {
 		if ttl < time.Millisecond {

@@ -3,10 +3,13 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/lock"
@@ -218,5 +221,65 @@ func TestPollingWithoutListen(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the polling waiter never had the lock")
+	}
+}
+
+// acquireCounter counts the grant statements a pool sends.
+type acquireCounter struct{ n atomic.Int64 }
+
+func (c *acquireCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "fencekit_lock_acquire") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *acquireCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestReleaseWakesWaiterByNotification: the waiter has the lock from the
+// release's NOTIFY, which carries its grant: it sends no statement between
+// the release and holding the lock (no poll found it), and has it well
+// before the next refresh.
+func TestReleaseWakesWaiterByNotification(t *testing.T) {
+	pool := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := pool.Config()
+	counter := &acquireCounter{}
+	cfg.ConnConfig.Tracer = counter
+	wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wpool.Close()
+	first, err := newLocker(t, pool).TryAcquire(ctx, "r", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		ls, err := newLocker(t, wpool).Acquire(ctx, "r", time.Second)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = ls.Release(ctx)
+	}()
+	within(t, 10*time.Second, "waiter queued", func() bool { return queued(t, pool, "r") == 1 })
+	before := counter.n.Load()
+	released := time.Now()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := <-got
+	if at.IsZero() {
+		return
+	}
+	after := counter.n.Load()
+	t.Logf("the waiter had the lock %v after the release; grant statements: %d before, %d after", at.Sub(released), before, after)
+	if after != before {
+		t.Fatalf("the waiter sent %d grant statements after the release: it found the lock by trying, not by the notification", after-before)
 	}
 }
