@@ -157,9 +157,12 @@ package lock
 //     queue.go (the wait queue's client side: entry lives, grant
 //     messages), subscribe.go and redis_waiter.go (the subscription
 //     multiplexer shared by a Locker's waiters, which is the backend's
-//     queue);
+//     queue), record.go (the record beside the lock that the election
+//     keeps its leader in: record_put.lua, record_keep.lua,
+//     record_read.lua);
 //   - the Redlock backend (NewRedlock): redlock.go, redlock_errors.go, its
-//     node fan-out and its errors; every node runs the single-node scripts;
+//     node fan-out and its errors, redlock_record.go, its record on a
+//     quorum; every node runs the single-node scripts;
 //   - options.go, acquire_options.go, errors.go, telemetry.go,
 //     background.go, scripts.go: options, errors, spans and metrics,
 //     cleanup that outlives a call, the scripts (*.lua, one idea each;
