@@ -1,6 +1,8 @@
 package pglock
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -182,4 +184,44 @@ func TestTokensAcrossCrash(t *testing.T) {
 		t.Fatalf("after the crash: %+v; want a token from the clock above %d", g3, g1.token)
 	}
 	eventually(t, 20*time.Second, "listener back", b.listen.up)
+}
+
+// TestDeadlinesAndCloseOnASilentServer: with the network to the server
+// black-holed, TryAcquire returns by its context's deadline with an error
+// matching it, and Close returns within its bound.
+func TestDeadlinesAndCloseOnASilentServer(t *testing.T) {
+	base := migratedPool(t)
+	proxy := testenv.StartProxy(t, hostPort(t, base))
+	pool := poolAt(t, base, "postgres://postgres@"+proxy.Addr()+"/test?sslmode=disable", nil)
+	l, err := New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	if ls, err := l.TryAcquire(ctx, "r", time.Minute); err != nil {
+		t.Fatal(err)
+	} else if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	defer proxy.Unblock()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = l.TryAcquire(short, "r", time.Minute)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire on a silent server = %v, want context.DeadlineExceeded", err)
+	}
+	// Generous for a loaded machine; without the deadline it would wait
+	// for TCP to give up, minutes.
+	if took > 3*time.Second {
+		t.Fatalf("TryAcquire returned %v after its 300ms deadline", took)
+	}
+	start = time.Now()
+	l.Close()
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("Close took %v on a silent server", d)
+	}
+	t.Logf("TryAcquire returned after %v, Close after %v", took, time.Since(start))
 }
