@@ -30,6 +30,13 @@
 //     admission is what keeps two holders' writes apart.
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
+//   - Package lock/pglock makes the same [Locker] on PostgreSQL alone. A
+//     Locker holds its locks on a backend (Redis, Redlock, PostgreSQL);
+//     leases, renewal, waiting, [Owner], [Locker.Do] and telemetry are the
+//     same on each. What a backend does not offer ([Owner] and
+//     [Locker.FenceLock] on Redlock, for instance) is refused with an error
+//     matching [fence.ErrInvalid], and the Redis key getters return "" on
+//     a backend without Redis keys.
 //
 // # Waiting
 //
