@@ -190,7 +190,10 @@ func (e *Election) RecordKey() string { return e.recordKey }
 
 // Channel returns the pub/sub channel on which each new leader is
 // announced (sharded, with SPUBLISH, on a cluster): the message is the
-// term's token, a space, and the leader's value.
+// term's token, a space, and the leader's value. A value proclaimed within
+// a term ([Term.Proclaim]) is announced as the token, a dot, the count of
+// the term's record's proclaimed values, a space and the value; readers of
+// earlier releases, which parse the token alone, skip it.
 func (e *Election) Channel() string { return e.channel }
 
 func checkName(name string) error {

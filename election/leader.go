@@ -32,6 +32,13 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := checkCtx("Leader", ctx); err != nil {
 		return Leader{}, err
 	}
+	l, _, err := e.leader(ctx)
+	return l, err
+}
+
+// leader is Leader, with how many values the term has proclaimed (see
+// proclaim.lua), by which Observe orders a term's values.
+func (e *Election) leader(ctx context.Context) (Leader, uint64, error) {
 	keys := []string{e.lockKey, e.recordKey}
 	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
 		return leaderScript.Run(ctx, c, keys).Slice()
@@ -42,6 +49,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	}
 	votes := map[term]int{}
 	values := map[term]string{}
+	seqs := map[term]uint64{}
 	answered := 0
 	var errs []error
 	for _, r := range replies {
@@ -51,7 +59,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		}
 		answered++
 		rec, _ := r.val.([]any)
-		if len(rec) != 3 {
+		if len(rec) < 3 {
 			continue
 		}
 		v, _ := rec[0].(string)
@@ -63,27 +71,37 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		}
 		k := term{fence.Token(n), h}
 		votes[k]++
-		values[k] = v
+		var seq uint64
+		if len(rec) > 3 {
+			s, _ := rec[3].(string)
+			seq, _ = strconv.ParseUint(s, 10, 64)
+		}
+		if _, seen := values[k]; !seen || seq >= seqs[k] {
+			values[k], seqs[k] = v, seq
+		}
 	}
 	var best Leader
+	var seq uint64
 	for k, n := range votes {
 		if n >= e.quorum && k.token > best.Token {
-			best = Leader{Value: values[k], Token: k.token}
+			best, seq = Leader{Value: values[k], Token: k.token}, seqs[k]
 		}
 	}
 	switch {
 	case best.Token > 0:
-		return best, nil
+		return best, seq, nil
 	case answered < e.quorum:
-		return Leader{}, fmt.Errorf("election: Leader %q: %w", e.name, errors.Join(errs...))
+		return Leader{}, 0, fmt.Errorf("election: Leader %q: %w", e.name, errors.Join(errs...))
 	}
-	return Leader{}, ErrNoLeader
+	return Leader{}, 0, ErrNoLeader
 }
 
 // Observe reports each new leader of the election, in order, with
-// increasing tokens, until ctx ends; then the channel is closed. It never
-// reports a term older than one it has reported, and reports the current
-// leader, if any, first.
+// increasing tokens, and each value a leader proclaims ([Term.Proclaim],
+// with its term's token), until ctx ends; then the channel is closed. It
+// never reports a term older than one it has reported, nor a term's value
+// older than one it has reported, and reports the current leader, if any,
+// first.
 //
 // New leaders are announced on the election's channel ([Election.Channel])
 // by the script that records them, so an observer hears of every term,
@@ -91,7 +109,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // every third of the TTL (at most every second), which finds the current
 // leader after the subscription was down (a Redis restart or failover, a
 // cut connection). A term that began and ended while the subscription was
-// down and between two reads is the one an observer can miss. Tokens of
+// down and between two reads is the one an observer can miss (and so is a
+// value proclaimed and replaced in such a while); what it reports is still
+// in order. Tokens of
 // terms won after Redis lost its data are still higher (they are anchored
 // to the server's clock; see package lock), so observers go on across it.
 //
@@ -133,14 +153,28 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	every := min(max(e.ttl/3, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var last fence.Token
-	report := func(l Leader) bool {
-		if l.Token <= last {
+	// The last report: a term's token, then how many values it had
+	// proclaimed (see proclaim.lua), order what is news.
+	var last Leader
+	var lastSeq uint64
+	report := func(l Leader, seq uint64) bool {
+		switch {
+		case l.Token < last.Token:
 			return true
+		case l.Token == last.Token:
+			if seq <= lastSeq {
+				return true
+			}
+			lastSeq = seq
+			if l.Value == last.Value {
+				return true // the value read again, not a new one
+			}
+		default:
+			lastSeq = seq
 		}
 		select {
 		case out <- l:
-			last = l.Token
+			last = l
 			return true
 		case <-ctx.Done():
 			return false
@@ -154,15 +188,22 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			return poll()
 		}
 		tok, value, ok := strings.Cut(m.Payload, " ")
+		tok, seqs, proclaimed := strings.Cut(tok, ".")
 		n, err := strconv.ParseUint(tok, 10, 64)
 		if !ok || err != nil {
 			return true
 		}
-		return report(Leader{Value: value, Token: fence.Token(n)})
+		var seq uint64
+		if proclaimed {
+			if seq, err = strconv.ParseUint(seqs, 10, 64); err != nil {
+				return true
+			}
+		}
+		return report(Leader{Value: value, Token: fence.Token(n)}, seq)
 	}
 	poll = func() bool {
 		rctx, cancel := context.WithTimeout(ctx, every)
-		l, err := e.Leader(rctx)
+		l, seq, err := e.leader(rctx)
 		cancel()
 		if err != nil {
 			return ctx.Err() == nil
@@ -180,7 +221,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			}
 			break
 		}
-		return report(l)
+		return report(l, seq)
 	}
 	if !poll() {
 		return

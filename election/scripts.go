@@ -13,8 +13,11 @@ var (
 	refreshLeaderLua string
 	//go:embed leader.lua
 	leaderLua string
+	//go:embed proclaim.lua
+	proclaimLua string
 
 	setLeaderScript     = redis.NewScript(setLeaderLua)
 	refreshLeaderScript = redis.NewScript(refreshLeaderLua)
 	leaderScript        = redis.NewScript(leaderLua)
+	proclaimScript      = redis.NewScript(proclaimLua)
 )
