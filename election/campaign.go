@@ -340,6 +340,11 @@ func (t *Term) Resign(ctx context.Context) error {
 		select {
 		case <-t.released:
 			return nil
+		default:
+		}
+		select {
+		case <-t.released:
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("election: Resign %q term %d: the ended term's release is still under way: %w", t.e.name, t.fence.Token, ctx.Err())
 		}
