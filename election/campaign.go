@@ -26,7 +26,11 @@ import (
 // earlier term's. Present it with every write the leader makes.
 //
 // Campaign on an Election whose [lock.Locker] was closed returns an error
-// matching [ErrClosed]: a closed Locker renews no lease.
+// matching [ErrClosed]: a closed Locker renews no lease. Campaign through
+// a Locker whose candidate leads the election (a term won through it, in
+// this process, that has not ended) returns an error matching [ErrLeading]
+// at once. Campaigns started together through one Locker are queued one
+// behind the other, as different candidates' are.
 //
 // ctx bounds the wait. When it ends, Campaign returns an error matching
 // ctx.Err() and holds nothing: a lock granted meanwhile is released to the
@@ -61,6 +65,11 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 			// A closed Locker renews nothing: a term won now would be lost
 			// a TTL later, and won again, for ever.
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, ErrClosed)
+		}
+		if v, ok := leading.Load(e.leadKey()); ok {
+			// This Locker's candidate leads: Campaign would queue behind its
+			// own term until ctx ended.
+			return nil, fmt.Errorf("election: Campaign %q: term %d already leads: %w", e.name, v.(*Term).fence.Token, ErrLeading)
 		}
 		lease, err := e.locker.Acquire(ctx, e.name, e.ttl, lock.AutoRenew())
 		if err != nil {
@@ -124,18 +133,31 @@ func (e *Election) record(ctx context.Context, f fence.Fence, value string) (rec
 type Term struct {
 	e     *Election
 	lease *lock.Lease
-	value string
 	fence fence.Fence
 
 	done     chan struct{}
 	endOnce  sync.Once
 	mu       sync.Mutex
+	value    string // the term's value, changed by Proclaim
 	err      error
 	released chan struct{} // closed once the watcher has let the lease go
 }
 
+// leading holds the live term of each Locker and election name in this
+// process, so that a second Campaign through the Locker that leads is
+// refused rather than queued behind its own term.
+var leading sync.Map // leadKey → *Term
+
+type leadKey struct {
+	locker *lock.Locker
+	name   string
+}
+
+func (e *Election) leadKey() leadKey { return leadKey{e.locker, e.name} }
+
 func (e *Election) newTerm(lease *lock.Lease, value string) *Term {
 	t := &Term{e: e, lease: lease, value: value, fence: lease.Fence(), done: make(chan struct{}), released: make(chan struct{})}
+	leading.Store(e.leadKey(), t)
 	e.tel.won()
 	go t.watch()
 	go t.keepRecord()
@@ -149,8 +171,13 @@ func (e *Election) newTerm(lease *lock.Lease, value string) *Term {
 // leader has used its own there.
 func (t *Term) Fence() fence.Fence { return t.fence }
 
-// Value returns the value the term was won with.
-func (t *Term) Value() string { return t.value }
+// Value returns the term's value: the one it was won with, or the last one
+// [Term.Proclaim] set.
+func (t *Term) Value() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.value
+}
 
 // Done returns a channel that is closed when the term ends: by
 // [Term.Resign], or as soon as its lease can no longer be known held (a
@@ -200,6 +227,11 @@ func (t *Term) Resign(ctx context.Context) error {
 		select {
 		case <-t.released:
 			return nil
+		default:
+		}
+		select {
+		case <-t.released:
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("election: Resign %q term %d: the ended term's release is still under way: %w", t.e.name, t.fence.Token, ctx.Err())
 		}
@@ -222,6 +254,7 @@ func (t *Term) end(err error) bool {
 		t.mu.Lock()
 		t.err = err
 		t.mu.Unlock()
+		leading.CompareAndDelete(t.e.leadKey(), t)
 		close(t.done)
 		t.e.tel.ended(errors.Is(err, ErrResigned))
 		ended = true

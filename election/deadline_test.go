@@ -159,9 +159,12 @@ func TestRedlockElectionWithASilentNode(t *testing.T) {
 		t.Fatal(o.err)
 	}
 	t.Cleanup(func() { _ = o.term.Resign(context.Background()) })
-	// The resignation's release, b's grant and b's record each wait for
-	// the silent node up to the node timeout; b polls for the lock on top.
-	bound := 4*nodeTimeout + silentMargin
+	// The resignation's release, b's grant, the raise of its token and b's
+	// record each wait for the silent node up to the node timeout; b polls
+	// for the lock on top, and a loaded machine adds its delays (up to
+	// 1.24s seen in ten runs). The client's read timeout (5s), which the
+	// record used to wait for, stays far above.
+	bound := 5*nodeTimeout + 2*silentMargin
 	took := o.at.Sub(resigned)
 	t.Logf("Redlock, one node of three silent, node timeout %v: the next candidate led %v after the resignation", nodeTimeout, took.Round(time.Millisecond))
 	if took > bound {

@@ -22,8 +22,13 @@
 //     for storage, [Term.Done] and [Term.Err] for its end, [Term.Resign] to
 //     hand over at once, as etcd's concurrency.Election does.
 //   - [Election.Leader] says who leads now (the value the leader campaigned
-//     with, and its token), and [Election.Observe] reports each new leader
-//     in order, with increasing tokens.
+//     with or last proclaimed with [Term.Proclaim], and its token), and
+//     [Election.Observe] reports each new leader in order, with increasing
+//     tokens.
+//
+// Coming from client-go's leaderelection or etcd's concurrency.Election,
+// docs/recipes.md ("Coming from client-go or etcd") maps their callbacks,
+// durations and methods to these.
 //
 // # Why the leader steps down first
 //
@@ -88,11 +93,11 @@
 // the backend. On Redis, besides the lock's keys, an election keeps its
 // leader record
 // ([Election.RecordKey], a hash with the leader's value, token and holder
-// id, in the lock's hash slot), written when a term is won by a script that
+// id, and a count of the values proclaimed, in the lock's hash slot), written when a term is won by a script that
 // admits only a token above the recorded one, so a deposed leader can never
 // write over a newer leader's record; it lives as long as the lock, plus the
 // TTL. Each new leader is announced on [Election.Channel] (sharded pub/sub
-// on a cluster). The holder id stays in Redis: it is what releases the lock,
+// on a cluster), and so is each value proclaimed. The holder id stays in Redis: it is what releases the lock,
 // and no call of this package returns it except the leader's own fence.
 //
 // # Operations
@@ -112,6 +117,7 @@ package election
 //   - campaign.go: Campaign, the leader record's write, Term (its watcher,
 //     which ends it by the validity rule, and its record keeper);
 //   - leader.go: Leader and Observe;
+//   - proclaim.go: Proclaim (proclaim.lua);
 //   - run.go: Run;
 //   - telemetry.go, errors.go.
 //

@@ -26,9 +26,14 @@ const MaxValueLen = 4096
 // MinTTL is the shortest term lease [WithTTL] accepts. Renewal must reach
 // Redis between the renewal's time (a third of the TTL after the last one)
 // and the step-down (a quarter of the TTL before the lease runs out, by
-// default): under 100ms that window is shorter than the scheduling and
-// network delays of a loaded machine, and terms end as soon as they begin
-// (10ms terms lasted 0.2-153ms on a busy 2-core machine).
+// default), a window of 5/12 of the TTL: under 100ms it is shorter than
+// the scheduling and network delays of a loaded machine, and terms end as
+// soon as they begin (10ms terms lasted 0.2-153ms on a busy 2-core
+// machine). The floor is not a promise: on a 2-core machine at a load
+// average of 20 to 29, under the race detector, 100ms terms lasted 0.05 to
+// 5.5s and 200ms terms 0.2 to 3.7s, while 400ms and 1s terms were all kept
+// for the 8s measured. Choose a TTL well above the worst delay of the
+// leader's process and network: its 5/12 must cover it.
 const MinTTL = 100 * time.Millisecond
 
 // Election is one named election among candidates that share a Redis
@@ -184,8 +189,11 @@ func (e *Election) RecordKey() string { return e.recordKey }
 
 // Channel returns the pub/sub channel on which each new leader is
 // announced (sharded, with SPUBLISH, on a cluster): the message is the
-// term's token, a space, and the leader's value. On a Locker whose backend
-// does not keep its locks in Redis keys it returns "".
+// term's token, a space, and the leader's value. A value proclaimed within
+// a term ([Term.Proclaim]) is announced as the token, a dot, the count of
+// the term's record's proclaimed values, a space and the value; readers of
+// earlier releases, which parse the token alone, skip it. On a Locker whose
+// backend does not keep its locks in Redis keys it returns "".
 func (e *Election) Channel() string { return e.channel }
 
 func checkName(name string) error {

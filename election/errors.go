@@ -24,6 +24,11 @@ var (
 	// an error also matches [lock.ErrNotHeld].
 	ErrLost = errors.New("election: term lost")
 
+	// ErrLeading means a candidate campaigned through a [lock.Locker]
+	// whose candidate already leads the election: it would wait behind its
+	// own term. Resign the term first (or go on leading).
+	ErrLeading = errors.New("election: this Locker's candidate already leads")
+
 	// ErrClosed means the election's [lock.Locker] was closed: it renews no
 	// lease, so [Election.Campaign] and [Run] refuse to win a term that
 	// nobody would keep.

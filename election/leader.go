@@ -29,20 +29,29 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := checkCtx("Leader", ctx); err != nil {
 		return Leader{}, err
 	}
+	l, _, err := e.leader(ctx)
+	return l, err
+}
+
+// leader is Leader, with how many values the term has proclaimed (the
+// record's Seq), by which Observe orders a term's values.
+func (e *Election) leader(ctx context.Context) (Leader, uint64, error) {
 	rec, err := e.rec.ReadRecord(ctx, e.name)
 	switch {
 	case errors.Is(err, lockbackend.ErrNoRecord):
-		return Leader{}, ErrNoLeader
+		return Leader{}, 0, ErrNoLeader
 	case err != nil:
-		return Leader{}, fmt.Errorf("election: Leader %q: %w", e.name, err)
+		return Leader{}, 0, fmt.Errorf("election: Leader %q: %w", e.name, err)
 	}
-	return Leader{Value: rec.Value, Token: rec.Token}, nil
+	return Leader{Value: rec.Value, Token: rec.Token}, rec.Seq, nil
 }
 
 // Observe reports each new leader of the election, in order, with
-// increasing tokens, until ctx ends; then the channel is closed. It never
-// reports a term older than one it has reported, and reports the current
-// leader, if any, first.
+// increasing tokens, and each value a leader proclaims ([Term.Proclaim],
+// with its term's token), until ctx ends; then the channel is closed. It
+// never reports a term older than one it has reported, nor a term's value
+// older than one it has reported, and reports the current leader, if any,
+// first.
 //
 // New leaders are announced on the election's channel ([Election.Channel])
 // by the script that records them, so an observer hears of every term,
@@ -50,7 +59,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // every third of the TTL (at most every second), which finds the current
 // leader after the subscription was down (a Redis restart or failover, a
 // cut connection). A term that began and ended while the subscription was
-// down and between two reads is the one an observer can miss. Tokens of
+// down and between two reads is the one an observer can miss (and so is a
+// value proclaimed and replaced in such a while); what it reports is still
+// in order. Tokens of
 // terms won after Redis lost its data are still higher (they are anchored
 // to the server's clock; see package lock), so observers go on across it.
 //
@@ -75,14 +86,28 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	every := min(max(e.ttl/3, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var last fence.Token
-	report := func(l Leader) bool {
-		if l.Token <= last {
+	// The last report: a term's token, then how many values it had
+	// proclaimed (see proclaim.lua), order what is news.
+	var last Leader
+	var lastSeq uint64
+	report := func(l Leader, seq uint64) bool {
+		switch {
+		case l.Token < last.Token:
 			return true
+		case l.Token == last.Token:
+			if seq <= lastSeq {
+				return true
+			}
+			lastSeq = seq
+			if l.Value == last.Value {
+				return true // the value read again, not a new one
+			}
+		default:
+			lastSeq = seq
 		}
 		select {
 		case out <- l:
-			last = l.Token
+			last = l
 			return true
 		case <-ctx.Done():
 			return false
@@ -95,11 +120,11 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		if m.Token == 0 {
 			return poll()
 		}
-		return report(Leader{Value: m.Value, Token: m.Token})
+		return report(Leader{Value: m.Value, Token: m.Token}, m.Seq)
 	}
 	poll = func() bool {
 		rctx, cancel := context.WithTimeout(ctx, every)
-		l, err := e.Leader(rctx)
+		l, seq, err := e.leader(rctx)
 		cancel()
 		if err != nil {
 			return ctx.Err() == nil
@@ -119,7 +144,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			}
 			break
 		}
-		return report(l)
+		return report(l, seq)
 	}
 	if !poll() {
 		return

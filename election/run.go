@@ -31,7 +31,9 @@ import (
 // An error from fn that matches [ErrLost], context.Canceled after the term
 // was lost, or [fence.ErrStale] (storage refused the term's fence: a newer
 // term has written there, so return the store's error as it is) ends the
-// term, not Run: Run resigns and campaigns again. When fn returns nil,
+// term, not Run: Run resigns and campaigns again (after a stale refusal,
+// with the backoff above, since the next term's fence may be refused too
+// until the tokens pass the store's mark). When fn returns nil,
 // Run resigns and campaigns again at the back of the queue, so that queued
 // candidates take turns. If fn panics, Run resigns and lets the panic
 // continue. The resignation is sent even after ctx has ended, bounded by
@@ -52,6 +54,14 @@ func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Con
 	const first = 10 * time.Millisecond
 	limit := min(e.ttl, time.Second)
 	wait := first
+	backoff := func() {
+		sleep := wait/2 + rand.N(wait/2+1)
+		wait = min(2*wait, limit)
+		select {
+		case <-ctx.Done():
+		case <-time.After(sleep):
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("election: Run %q: %w", e.name, err)
@@ -64,18 +74,21 @@ func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Con
 			if permanent(err) {
 				return err
 			}
-			sleep := wait/2 + rand.N(wait/2+1)
-			wait = min(2*wait, limit)
-			select {
-			case <-ctx.Done():
-			case <-time.After(sleep):
-			}
+			backoff()
 			continue
 		}
-		wait = first
-		if err := runTerm(ctx, e, t, fn); err != nil {
+		stale, err := runTerm(ctx, e, t, fn)
+		if err != nil {
 			return err
 		}
+		if !stale {
+			wait = first
+			continue
+		}
+		// Storage refused the term's fence: the next term's may be refused
+		// too (a store whose mark is ahead of the tokens), so campaign again
+		// with the same backoff as after a failed campaign.
+		backoff()
 	}
 }
 
@@ -86,8 +99,9 @@ func permanent(err error) bool {
 }
 
 // runTerm runs fn for term t and resigns it, and returns fn's error unless
-// it only reports the term's loss.
-func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context, fence.Fence) error) error {
+// it only reports the term's end; stale says that storage refused the
+// term's fence.
+func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context, fence.Fence) error) (stale bool, _ error) {
 	tctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
@@ -109,19 +123,19 @@ func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context,
 	}()
 	err := fn(tctx, t.Fence())
 	if err == nil {
-		return nil
+		return false, nil
 	}
 	if errors.Is(err, ErrLost) || (t.Err() != nil && errors.Is(err, context.Canceled)) {
-		return nil // the term's loss, not fn's failure: campaign again
+		return false, nil // the term's loss, not fn's failure: campaign again
 	}
 	if errors.Is(err, fence.ErrStale) {
 		// Storage refused the term's fence: a newer term wrote there, so
 		// this one is over whatever its lease says. Resign and campaign
 		// again, as after a loss.
-		return nil
+		return true, nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("election: Run %q: %w", e.name, err)
+		return false, fmt.Errorf("election: Run %q: %w", e.name, err)
 	}
-	return err
+	return false, err
 }

@@ -18,8 +18,9 @@ import (
 // hash next to the lock key (":leader": v the value, t the token, h the
 // holder id), in the lock's slot, written only while its writer holds the
 // lock and replaced only by a higher token; each write is announced on
-// the resource's ":leaders" channel as "<token> <value>". Redlock keeps
-// one on every node and counts a quorum (redlock_record.go).
+// the resource's ":leaders" channel as "<token> <value>", and each value
+// proclaimed within the grant (n counts them) as "<token>.<n> <value>".
+// Redlock keeps one on every node and counts a quorum (redlock_record.go).
 
 var (
 	//go:embed record_put.lua
@@ -33,6 +34,10 @@ var (
 	//go:embed record_read.lua
 	recordReadLua    string
 	recordReadScript = redis.NewScript(recordReadLua)
+
+	//go:embed record_proclaim.lua
+	recordProclaimLua    string
+	recordProclaimScript = redis.NewScript(recordProclaimLua)
 )
 
 // recordNames are resource's lock key, its record's key and the channel
@@ -60,12 +65,18 @@ func putReply(v any) (ok bool, newer fence.Token, err error) {
 	return false, 0, fmt.Errorf("unexpected reply %v", v)
 }
 
-// readReply reads record_read.lua's reply: {value, token, holder}, or an
-// empty array when nobody's record stands.
+// readReply reads record_read.lua's reply: {value, token, holder, n}
+// (n nil until a value was proclaimed), or an empty array when nobody's
+// record stands.
 func readReply(v any) (rec lockbackend.Record, holder string, ok bool) {
 	arr, _ := v.([]any)
-	if len(arr) != 3 {
+	if len(arr) < 3 {
 		return rec, "", false
+	}
+	var seq uint64
+	if len(arr) > 3 {
+		s, _ := arr[3].(string)
+		seq, _ = strconv.ParseUint(s, 10, 64)
 	}
 	value, _ := arr[0].(string)
 	ts, _ := arr[1].(string)
@@ -74,17 +85,25 @@ func readReply(v any) (rec lockbackend.Record, holder string, ok bool) {
 	if err != nil || n == 0 {
 		return rec, "", false
 	}
-	return lockbackend.Record{Value: value, Token: fence.Token(n)}, holder, true
+	return lockbackend.Record{Value: value, Token: fence.Token(n), Seq: seq}, holder, true
 }
 
-// parseAnnouncement reads a record's announcement, "<token> <value>".
+// parseAnnouncement reads a record's announcement, "<token> <value>", or
+// "<token>.<n> <value>" for a value proclaimed within the grant.
 func parseAnnouncement(payload string) (lockbackend.Record, bool) {
 	tok, value, ok := strings.Cut(payload, " ")
+	tok, seqs, proclaimed := strings.Cut(tok, ".")
 	n, err := strconv.ParseUint(tok, 10, 64)
 	if !ok || err != nil || n == 0 {
 		return lockbackend.Record{}, false
 	}
-	return lockbackend.Record{Value: value, Token: fence.Token(n)}, true
+	var seq uint64
+	if proclaimed {
+		if seq, err = strconv.ParseUint(seqs, 10, 64); err != nil {
+			return lockbackend.Record{}, false
+		}
+	}
+	return lockbackend.Record{Value: value, Token: fence.Token(n), Seq: seq}, true
 }
 
 func (b *redisBackend) PutRecord(ctx context.Context, f fence.Fence, value string, linger time.Duration) error {
@@ -111,6 +130,19 @@ func (b *redisBackend) KeepRecord(ctx context.Context, f fence.Fence, linger tim
 	n, err := b.script(ctx, nil, recordKeepScript, []string{lk, rk}, f.Holder, linger.Milliseconds()).Int64()
 	if err != nil {
 		return translate(ctx, err, "keep record", f.Resource)
+	}
+	if n != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (b *redisBackend) ProclaimRecord(ctx context.Context, f fence.Fence, value string) error {
+	lk, rk, ch := recordNames(b.prefix, f.Resource)
+	n, err := b.script(ctx, nil, recordProclaimScript, []string{lk, rk},
+		f.Holder, strconv.FormatUint(uint64(f.Token), 10), value, ch, b.sharded).Int64()
+	if err != nil {
+		return translate(ctx, err, "proclaim", f.Resource)
 	}
 	if n != 1 {
 		return ErrNotHeld
@@ -213,3 +245,5 @@ func (b *redisBackend) UseRecordPut(src string) string {
 func (b *redisBackend) RecordPutHash() string { return b.recordPut().Hash() }
 
 func (b *redisBackend) RecordPutSource() string { return recordPutLua }
+
+var _ lockbackend.Proclaimer = (*redisBackend)(nil)

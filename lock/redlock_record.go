@@ -88,7 +88,7 @@ func (r *redlock) ReadRecord(ctx context.Context, resource string) (lockbackend.
 		holder string
 	}
 	votes := map[term]int{}
-	values := map[term]string{}
+	values := map[term]lockbackend.Record{} // the node's record with the highest Seq
 	answered := 0
 	var errs []error
 	for i, rep := range replies {
@@ -103,12 +103,14 @@ func (r *redlock) ReadRecord(ctx context.Context, resource string) (lockbackend.
 		}
 		k := term{rec.Token, holder}
 		votes[k]++
-		values[k] = rec.Value
+		if was, seen := values[k]; !seen || rec.Seq >= was.Seq {
+			values[k] = rec
+		}
 	}
 	var best lockbackend.Record
 	for k, n := range votes {
 		if n >= r.quorum && k.token > best.Token {
-			best = lockbackend.Record{Value: values[k], Token: k.token}
+			best = values[k]
 		}
 	}
 	switch {
@@ -118,6 +120,30 @@ func (r *redlock) ReadRecord(ctx context.Context, resource string) (lockbackend.
 		return lockbackend.Record{}, fmt.Errorf("lock: read record %q: %w", resource, errors.Join(errs...))
 	}
 	return lockbackend.Record{}, lockbackend.ErrNoRecord
+}
+
+// ProclaimRecord changes f's record on every node; it holds the value once
+// a quorum does. A change that failed may have been made on some nodes,
+// which a read of those nodes can report.
+func (r *redlock) ProclaimRecord(ctx context.Context, f fence.Fence, value string) error {
+	lk, rk, ch := recordNames(r.prefix, f.Resource)
+	tok := strconv.FormatUint(uint64(f.Token), 10)
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		sharded := ""
+		if n.publish == "s" {
+			sharded = "1"
+		}
+		return recordProclaimScript.Run(ctx, n.client, []string{lk, rk}, f.Holder, tok, value, ch, sharded).Int64()
+	}, nil)
+	ok, gone, errs := count(replies, func(n int64) bool { return n == 1 })
+	switch {
+	case ok >= r.quorum:
+		return nil
+	case gone > len(replies)-r.quorum:
+		return ErrNotHeld
+	}
+	return quorumFailure(ctx, &QuorumError{Op: "proclaim", Resource: f.Resource, Nodes: len(replies), Quorum: r.quorum,
+		OK: ok, Err: errs})
 }
 
 // WatchRecord hears every node's announcements; each is a zero Record,
@@ -133,4 +159,7 @@ func (r *redlock) WatchRecord(ctx context.Context, resource string) <-chan lockb
 	return watchRecords(ctx, clients, ch, sharded)
 }
 
-var _ lockbackend.Recorder = (*redlock)(nil)
+var _ interface {
+	lockbackend.Recorder
+	lockbackend.Proclaimer
+} = (*redlock)(nil)

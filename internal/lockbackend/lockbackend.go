@@ -250,6 +250,22 @@ type Advancer interface {
 type Record struct {
 	Value string
 	Token fence.Token
+	// Seq counts the values the grant proclaimed since it wrote the
+	// record ([Proclaimer]; 0 for the value it was written with): a
+	// watcher orders one grant's values by it.
+	Seq uint64
+}
+
+// Proclaimer is implemented by a [Recorder] whose record's value can
+// change within a grant (the election's Term.Proclaim).
+type Proclaimer interface {
+	// ProclaimRecord makes value the value of f's record, while f's grant
+	// holds the lock and the record is f's, counts up the record's Seq and
+	// announces the change. It returns nil once the record holds value (a
+	// client retry of a change already made changes and announces nothing
+	// more), and an error matching [ErrNotHeld] when the lock or the record
+	// is no longer f's (nothing changed).
+	ProclaimRecord(ctx context.Context, f fence.Fence, value string) error
 }
 
 // Recorder keeps one record beside each resource's lock (promise 4): the
