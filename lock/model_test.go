@@ -1075,6 +1075,14 @@ func (m *model) runContext(budget time.Duration) (context.Context, context.Cance
 		if m.cfg.control && m.exposed.Load() < max(modelMinExposed, int64(m.cfg.minExposed)) {
 			return false
 		}
+		m.vmu.Lock()
+		failed := len(m.viol) > 0
+		m.vmu.Unlock()
+		if failed && !m.cfg.control {
+			// A run that found a violation fails whatever else it judges;
+			// a broken Locker may never reach a state a floor counts.
+			return true
+		}
 		for _, f := range m.floors() {
 			if !f.after && m.stat(f.kind) < f.min {
 				return false
@@ -1254,7 +1262,7 @@ func (m *model) report(t *testing.T, name string) {
 	var j strings.Builder
 	for _, f := range floors {
 		n := m.stat(f.kind)
-		fmt.Fprintf(&j, "\n  %-40s %8d  floor %d", f.kind, n, f.min)
+		fmt.Fprintf(&j, "\n  %-56s %8d  floor %d", f.kind, n, f.min)
 		if n < f.min {
 			short = append(short, fmt.Sprintf("%s %d < %d", f.kind, n, f.min))
 		}
@@ -1276,7 +1284,7 @@ func (m *model) report(t *testing.T, name string) {
 				}
 			}
 		}
-		fmt.Fprintf(&j, "\n  %-40s %8d  of %d, at most 1 in %d", src.unparsed, bad, bad+good, unparsedShare)
+		fmt.Fprintf(&j, "\n  %-56s %8d  of %d, at most 1 in %d", src.unparsed, bad, bad+good, unparsedShare)
 		if bad > 0 && bad*unparsedShare > bad+good {
 			short = append(short, fmt.Sprintf("%s %d of %d", src.unparsed, bad, bad+good))
 		}
