@@ -72,7 +72,8 @@
 // 223-322ms after the release.
 //
 // Call [Locker.Close] when done with a Locker: it stops the subscription
-// that waiting calls share, and every renewal.
+// that waiting calls share, and every renewal. A waiter still waiting then
+// leaves the queue and retries on the wait strategy, as with [WithWait].
 //
 // # Tokens and lost data
 //
