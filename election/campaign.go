@@ -255,8 +255,10 @@ func (t *Term) end(err error) bool {
 		t.err = err
 		t.mu.Unlock()
 		leading.CompareAndDelete(t.e.leadKey(), t)
-		close(t.done)
+		// Counted before Done closes, so that whoever sees Done closed
+		// also sees the term counted as ended.
 		t.e.tel.ended(errors.Is(err, ErrResigned))
+		close(t.done)
 		ended = true
 	})
 	return ended
