@@ -67,7 +67,8 @@ func TestElectionOnRedlock(t *testing.T) {
 		clients = append(clients, c)
 	}
 	redlock := func() *lock.Locker {
-		l, err := lock.NewRedlock(clients, lock.WithPrefix("el:"), lock.WithNodeTimeout(200*time.Millisecond))
+		// A node timeout long enough for a loaded machine's delays.
+		l, err := lock.NewRedlock(clients, lock.WithPrefix("el:"), lock.WithNodeTimeout(500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

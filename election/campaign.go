@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -26,6 +24,13 @@ import (
 // The term's lease is renewed automatically until the term ends (see
 // [Term.Done]); its fence, [Term.Fence], carries a token above every
 // earlier term's. Present it with every write the leader makes.
+//
+// Campaign on an Election whose [lock.Locker] was closed returns an error
+// matching [ErrClosed]: a closed Locker renews no lease. Campaign through
+// a Locker whose candidate leads the election (a term won through it, in
+// this process, that has not ended) returns an error matching [ErrLeading]
+// at once. Campaigns started together through one Locker are queued one
+// behind the other, as different candidates' are.
 //
 // ctx bounds the wait. When it ends, Campaign returns an error matching
 // ctx.Err() and holds nothing: a lock granted meanwhile is released to the
@@ -51,11 +56,21 @@ type recordOutcome int
 const (
 	recorded recordOutcome = iota // the record names the term
 	notHeld                       // the lock is no longer the term's
-	newer                         // the record names a newer term (see set_leader.lua)
+	newer                         // the record names a newer term (see lockbackend.Recorder)
 )
 
 func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	for {
+		if lockbackend.Closed(e.locker) {
+			// A closed Locker renews nothing: a term won now would be lost
+			// a TTL later, and won again, for ever.
+			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, ErrClosed)
+		}
+		if v, ok := leading.Load(e.leadKey()); ok {
+			// This Locker's candidate leads: Campaign would queue behind its
+			// own term until ctx ended.
+			return nil, fmt.Errorf("election: Campaign %q: term %d already leads: %w", e.name, v.(*Term).fence.Token, ErrLeading)
+		}
 		lease, err := e.locker.Acquire(ctx, e.name, e.ttl, lock.AutoRenew())
 		if err != nil {
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, err)
@@ -95,71 +110,21 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	}
 }
 
-// record writes the leader record on every node and reports whether a
-// quorum of them names the term (above is the newer term's token when one
-// of them names a newer term).
+// record writes the leader record beside the lock (on Redlock, on every
+// node: a quorum must name the term) and reports whether it names the
+// term, or the newer term's token above when it names a newer one.
 func (e *Election) record(ctx context.Context, f fence.Fence, value string) (recordOutcome, fence.Token, error) {
-	keys := []string{e.lockKey, e.recordKey}
-	tok := strconv.FormatUint(uint64(f.Token), 10)
-	life := e.ttl.Milliseconds()
-	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-		return setLeaderScript.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
-	})
-	ok, held := 0, 0
-	var above fence.Token
-	var errs []error
-	for _, r := range replies {
-		switch v := r.val.(type) {
-		case int64:
-			if v == 1 {
-				ok++
-			} else {
-				held++
-			}
-		case []any:
-			if len(v) == 2 {
-				if s, isStr := v[1].(string); isStr {
-					if n, err := strconv.ParseUint(s, 10, 64); err == nil && fence.Token(n) > above {
-						above = fence.Token(n)
-					}
-				}
-			}
-		default:
-			if r.err != nil {
-				errs = append(errs, r.err)
-			}
-		}
-	}
+	err := e.rec.PutRecord(ctx, f, value, e.ttl)
+	var ne *lockbackend.NewerRecordError
 	switch {
-	case ok >= e.quorum:
+	case err == nil:
 		return recorded, 0, nil
-	case above > 0:
-		return newer, above, nil
-	case len(errs) == 0 || ok+held >= e.quorum:
+	case errors.As(err, &ne):
+		return newer, ne.Token, nil
+	case errors.Is(err, lock.ErrNotHeld):
 		return notHeld, 0, nil
 	}
-	return notHeld, 0, errors.Join(errs...)
-}
-
-type reply struct {
-	val any
-	err error
-}
-
-// fanOut runs call on every node, in parallel when there are several, and
-// returns their replies in node order.
-func (e *Election) fanOut(ctx context.Context, call func(context.Context, redis.UniversalClient) (any, error)) []reply {
-	out := make([]reply, len(e.nodes))
-	if len(e.nodes) == 1 {
-		out[0].val, out[0].err = call(ctx, e.nodes[0])
-		return out
-	}
-	var wg sync.WaitGroup
-	for i, c := range e.nodes {
-		wg.Go(func() { out[i].val, out[i].err = call(ctx, c) })
-	}
-	wg.Wait()
-	return out
+	return notHeld, 0, err
 }
 
 // Term is one candidate's time as leader, from the [Election.Campaign] that
@@ -168,18 +133,31 @@ func (e *Election) fanOut(ctx context.Context, call func(context.Context, redis.
 type Term struct {
 	e     *Election
 	lease *lock.Lease
-	value string
 	fence fence.Fence
 
 	done     chan struct{}
 	endOnce  sync.Once
 	mu       sync.Mutex
+	value    string // the term's value, changed by Proclaim
 	err      error
 	released chan struct{} // closed once the watcher has let the lease go
 }
 
+// leading holds the live term of each Locker and election name in this
+// process, so that a second Campaign through the Locker that leads is
+// refused rather than queued behind its own term.
+var leading sync.Map // leadKey → *Term
+
+type leadKey struct {
+	locker *lock.Locker
+	name   string
+}
+
+func (e *Election) leadKey() leadKey { return leadKey{e.locker, e.name} }
+
 func (e *Election) newTerm(lease *lock.Lease, value string) *Term {
 	t := &Term{e: e, lease: lease, value: value, fence: lease.Fence(), done: make(chan struct{}), released: make(chan struct{})}
+	leading.Store(e.leadKey(), t)
 	e.tel.won()
 	go t.watch()
 	go t.keepRecord()
@@ -193,15 +171,21 @@ func (e *Election) newTerm(lease *lock.Lease, value string) *Term {
 // leader has used its own there.
 func (t *Term) Fence() fence.Fence { return t.fence }
 
-// Value returns the value the term was won with.
-func (t *Term) Value() string { return t.value }
+// Value returns the term's value: the one it was won with, or the last one
+// [Term.Proclaim] set.
+func (t *Term) Value() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.value
+}
 
 // Done returns a channel that is closed when the term ends: by
 // [Term.Resign], or as soon as its lease can no longer be known held (a
-// renewal refused, or renewals failing until the lease's validity less the
-// drift allowance ran out). It closes before any other candidate can be
-// elected, as long as the clock assumption of the package doc holds: stop
-// acting as leader when it closes. [Term.Err] says why it closed.
+// renewal refused, or renewals failing until the lease's validity came
+// within the step-down margin, [Election.StepDown]). It closes at least
+// that margin before any other candidate can be elected, as long as the
+// clock assumption of the package doc holds: stop acting as leader when it
+// closes. [Term.Err] says why it closed.
 func (t *Term) Done() <-chan struct{} { return t.done }
 
 // Err returns nil while the term lasts; then an error matching
@@ -215,7 +199,7 @@ func (t *Term) Err() error {
 
 // Leading reports whether the term is still known to lead on the local
 // clock at the moment of the call: it has not ended and its lease's
-// validity is above the drift allowance. Unlike a look at [Term.Done], it
+// validity is above the step-down margin. Unlike a look at [Term.Done], it
 // does not depend on a goroutine having run since the validity ran out (a
 // process resumed from a long pause). A pause after the check outlasts any
 // check: keep presenting the fence.
@@ -230,14 +214,27 @@ func (t *Term) Leading() bool {
 // had already ended; an error matching ctx.Err() when ctx ended before
 // the release was known to reach Redis (it goes on in the background,
 // bounded, and [lock.Locker.Close] waits for it); or the Redis error, when
-// the lock then runs out its TTL.
+// the lock then runs out its TTL. Resign returns by ctx's end in every
+// case, a term lost to a silent Redis included (its release then goes on
+// in the background, bounded by the TTL).
 func (t *Term) Resign(ctx context.Context) error {
 	if err := checkCtx("Resign", ctx); err != nil {
 		return err
 	}
 	if !t.end(fmt.Errorf("election: term %d of %q: %w", t.fence.Token, t.e.name, ErrResigned)) {
-		<-t.released
-		return nil
+		// The term had ended: wait for its release (a lost term's goes on
+		// for up to a TTL when Redis is silent) no longer than ctx allows.
+		select {
+		case <-t.released:
+			return nil
+		default:
+		}
+		select {
+		case <-t.released:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("election: Resign %q term %d: the ended term's release is still under way: %w", t.e.name, t.fence.Token, ctx.Err())
+		}
 	}
 	err := t.lease.Release(ctx)
 	close(t.released)
@@ -257,8 +254,11 @@ func (t *Term) end(err error) bool {
 		t.mu.Lock()
 		t.err = err
 		t.mu.Unlock()
-		close(t.done)
+		leading.CompareAndDelete(t.e.leadKey(), t)
+		// Counted before Done closes, so that whoever sees Done closed
+		// also sees the term counted as ended.
 		t.e.tel.ended(errors.Is(err, ErrResigned))
+		close(t.done)
 		ended = true
 	})
 	return ended
@@ -287,7 +287,7 @@ func (t *Term) watch() {
 	for {
 		v := t.lease.Validity()
 		if v <= t.e.margin {
-			t.lost(fmt.Errorf("lease validity within the drift allowance (%v): %w", t.e.margin, lock.ErrNotHeld))
+			t.lost(fmt.Errorf("lease validity within the step-down margin (%v): %w", t.e.margin, lock.ErrNotHeld))
 			return
 		}
 		timer.Reset(v - t.e.margin)
@@ -309,8 +309,6 @@ func (t *Term) keepRecord() {
 	every := max(t.e.ttl/3, time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	keys := []string{t.e.lockKey, t.e.recordKey}
-	life := t.e.ttl.Milliseconds()
 	for {
 		select {
 		case <-t.done:
@@ -318,23 +316,11 @@ func (t *Term) keepRecord() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		replies := t.e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-			return refreshLeaderScript.Run(ctx, c, keys, t.fence.Holder, life).Int64()
-		})
+		err := t.e.rec.KeepRecord(ctx, t.fence, t.e.ttl)
 		cancel()
-		kept, gone := 0, 0
-		for _, r := range replies {
-			switch {
-			case r.err != nil:
-			case r.val == int64(1):
-				kept++
-			default:
-				gone++
-			}
-		}
-		if gone > len(t.e.nodes)-t.e.quorum {
-			// A quorum no longer holds the term's lock (or record): the lease
-			// was lost, whatever its local validity says.
+		if errors.Is(err, lock.ErrNotHeld) {
+			// The lock or the record is no longer the term's (on Redlock, a
+			// quorum's): the lease was lost, whatever its local validity says.
 			t.lost(fmt.Errorf("the lock or leader record was gone: %w", lock.ErrNotHeld))
 			return
 		}

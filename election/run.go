@@ -23,16 +23,22 @@ import (
 // a second, whichever is less, with jitter), not returned. Run returns:
 //   - an error matching ctx.Err() once ctx ends;
 //   - fn's own error, unchanged, when fn returns one that is not the
-//     term's loss (an error matching [ErrLost] or, after the term was
-//     lost, context.Canceled);
+//     term's end (see below);
 //   - an error matching [fence.ErrInvalid] for bad arguments,
 //     [fence.ErrWrongType] when a key of the election holds another type,
-//     and [lock.ErrTokensExhausted].
+//     [lock.ErrTokensExhausted], and [ErrClosed] once the Locker is closed.
 //
-// When fn returns nil, Run resigns and campaigns again at the back of the
-// queue, so that queued candidates take turns. If fn panics, Run resigns
-// and lets the panic continue. The resignation is sent even after ctx has
-// ended, bounded by the TTL.
+// An error from fn that matches [ErrLost], context.Canceled after the term
+// was lost, or [fence.ErrStale] (storage refused the term's fence: a newer
+// term has written there, so return the store's error as it is) ends the
+// term, not Run: Run resigns and campaigns again (after a stale refusal,
+// with the backoff above, since the next term's fence may be refused too
+// until the tokens pass the store's mark). When fn returns nil,
+// Run resigns and campaigns again at the back of the queue, so that queued
+// candidates take turns. If fn panics, Run resigns and lets the panic
+// continue. The resignation is sent even after ctx has ended, bounded by
+// the TTL; after a lost term there is nothing to resign, and Run goes on
+// at once.
 func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Context, f fence.Fence) error) error {
 	switch {
 	case ctx == nil:
@@ -48,6 +54,14 @@ func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Con
 	const first = 10 * time.Millisecond
 	limit := min(e.ttl, time.Second)
 	wait := first
+	backoff := func() {
+		sleep := wait/2 + rand.N(wait/2+1)
+		wait = min(2*wait, limit)
+		select {
+		case <-ctx.Done():
+		case <-time.After(sleep):
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("election: Run %q: %w", e.name, err)
@@ -60,30 +74,34 @@ func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Con
 			if permanent(err) {
 				return err
 			}
-			sleep := wait/2 + rand.N(wait/2+1)
-			wait = min(2*wait, limit)
-			select {
-			case <-ctx.Done():
-			case <-time.After(sleep):
-			}
+			backoff()
 			continue
 		}
-		wait = first
-		if err := runTerm(ctx, e, t, fn); err != nil {
+		stale, err := runTerm(ctx, e, t, fn)
+		if err != nil {
 			return err
 		}
+		if !stale {
+			wait = first
+			continue
+		}
+		// Storage refused the term's fence: the next term's may be refused
+		// too (a store whose mark is ahead of the tokens), so campaign again
+		// with the same backoff as after a failed campaign.
+		backoff()
 	}
 }
 
 // permanent reports whether a campaign's error would come back on every
 // retry.
 func permanent(err error) bool {
-	return errors.Is(err, fence.ErrInvalid) || errors.Is(err, fence.ErrWrongType) || errors.Is(err, lock.ErrTokensExhausted)
+	return errors.Is(err, fence.ErrInvalid) || errors.Is(err, fence.ErrWrongType) || errors.Is(err, lock.ErrTokensExhausted) || errors.Is(err, ErrClosed)
 }
 
 // runTerm runs fn for term t and resigns it, and returns fn's error unless
-// it only reports the term's loss.
-func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context, fence.Fence) error) error {
+// it only reports the term's end; stale says that storage refused the
+// term's fence.
+func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context, fence.Fence) error) (stale bool, _ error) {
 	tctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
@@ -94,19 +112,30 @@ func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context,
 	}()
 	defer func() {
 		cancel(context.Canceled)
+		if t.Err() != nil {
+			// The term ended by itself (lost): its release is already under
+			// way, bounded, and the next campaign need not wait for it.
+			return
+		}
 		rctx, done := context.WithTimeout(context.WithoutCancel(ctx), e.ttl)
 		defer done()
 		_ = t.Resign(rctx)
 	}()
 	err := fn(tctx, t.Fence())
 	if err == nil {
-		return nil
+		return false, nil
 	}
 	if errors.Is(err, ErrLost) || (t.Err() != nil && errors.Is(err, context.Canceled)) {
-		return nil // the term's loss, not fn's failure: campaign again
+		return false, nil // the term's loss, not fn's failure: campaign again
+	}
+	if errors.Is(err, fence.ErrStale) {
+		// Storage refused the term's fence: a newer term wrote there, so
+		// this one is over whatever its lease says. Resign and campaign
+		// again, as after a loss.
+		return true, nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("election: Run %q: %w", e.name, err)
+		return false, fmt.Errorf("election: Run %q: %w", e.name, err)
 	}
-	return err
+	return false, err
 }

@@ -30,6 +30,13 @@
 //     admission is what keeps two holders' writes apart.
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
+//   - Package lock/pglock makes the same [Locker] on PostgreSQL alone. A
+//     Locker holds its locks on a backend (Redis, Redlock, PostgreSQL);
+//     leases, renewal, waiting, [Owner], [Locker.Do] and telemetry are the
+//     same on each. What a backend does not offer ([Owner] and
+//     [Locker.FenceLock] on Redlock, for instance) is refused with an error
+//     matching [fence.ErrInvalid], and the Redis key getters return "" on
+//     a backend without Redis keys.
 //
 // # Waiting
 //
@@ -65,7 +72,8 @@
 // 223-322ms after the release.
 //
 // Call [Locker.Close] when done with a Locker: it stops the subscription
-// that waiting calls share, and every renewal.
+// that waiting calls share, and every renewal. A waiter still waiting then
+// leaves the queue and retries on the wait strategy, as with [WithWait].
 //
 // # Tokens and lost data
 //
@@ -139,17 +147,30 @@ package lock
 // Where things are, for those who work on this package (not part of its
 // documentation):
 //
-//   - locker.go: Locker, New, key names, TryAcquire and one try of an
-//     acquisition (try.lua for a plain one, acquire.lua otherwise), Advance;
-//   - wait.go: Acquire's waiting: tries, refreshes, hand-overs;
-//   - queue.go: the wait queue's client side (entry lives, grant messages);
-//   - subscribe.go: the subscription multiplexer shared by a Locker's
-//     waiters (connections, generations, reader and writer goroutines);
+//   - internal/lockbackend (outside this package): the contract between
+//     the portable Locker and Lease and the backends that hold the locks
+//     (grant, extend, release, ttl, abandon, the queue, the record beside
+//     the lock); its package doc states what every backend promises;
+//   - locker.go: Locker, New, the one constructor behind every backend
+//     (open), TryAcquire and one try of an acquisition over the backend,
+//     Advance, the key getters;
+//   - wait.go: Acquire's waiting over the backend's queue (tries,
+//     refreshes, hand-overs), or its polling;
 //   - lease.go, lifecycle.go, lease_validity.go, renew.go: a Lease, what it
 //     knows of its expiry, its end, its renewal;
 //   - owner.go, do.go, foreign.go: Owner holds, Do, FenceLock;
-//   - redlock.go, redlock_errors.go: the Redlock Locker, its node fan-out
-//     and its errors; every node runs the single-node scripts;
+//   - the Redis backend (New): redis.go (its grant, release, extension,
+//     ttl, advance and holds: one script each, try.lua for a plain try and
+//     acquire.lua otherwise), calls.go (calls that keep the deadline),
+//     queue.go (the wait queue's client side: entry lives, grant
+//     messages), subscribe.go and redis_waiter.go (the subscription
+//     multiplexer shared by a Locker's waiters, which is the backend's
+//     queue), record.go (the record beside the lock that the election
+//     keeps its leader in: record_put.lua, record_keep.lua,
+//     record_read.lua);
+//   - the Redlock backend (NewRedlock): redlock.go, redlock_errors.go, its
+//     node fan-out and its errors, redlock_record.go, its record on a
+//     quorum; every node runs the single-node scripts;
 //   - options.go, acquire_options.go, errors.go, telemetry.go,
 //     background.go, scripts.go: options, errors, spans and metrics,
 //     cleanup that outlives a call, the scripts (*.lua, one idea each;

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +20,7 @@ var (
 
 	// ErrNotHeld means the lease is no longer held: it expired, was released,
 	// or Redis lost it. Another holder may have the lock; nothing was changed.
-	ErrNotHeld = errors.New("lock: lease not held")
+	ErrNotHeld = lockbackend.ErrNotHeld
 
 	// ErrReleased is what [Lease.Err] matches, besides [ErrNotHeld], once
 	// the lease was given up by [Lease.Release] rather than lost.
@@ -27,7 +29,7 @@ var (
 	// ErrTokensExhausted means the next token would pass [fence.MaxToken]:
 	// the token state was advanced to the top of the token space. No lock
 	// was taken and nothing was changed; tokens are never repeated.
-	ErrTokensExhausted = errors.New("lock: token space exhausted, the next token would pass fence.MaxToken")
+	ErrTokensExhausted = lockbackend.ErrTokensExhausted
 )
 
 // This package's own messages for the module-wide sentinels: callers match
@@ -97,9 +99,10 @@ func translate(ctx context.Context, err error, op, resource string) error {
 	if errors.As(err, &re) && strings.Contains(re.Error(), tokensExhaustedReply) {
 		return fmt.Errorf("%w: %s %q", ErrTokensExhausted, op, resource)
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := rediscall.Err(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		// Make errors.Is(err, ctx.Err()) hold even when the driver reported
-		// the cancellation as a network error.
+		// the cancellation as a network error, also when it ended a read at
+		// the deadline before the context's timer ran (see rediscall.Err).
 		return fmt.Errorf("lock: %s %q: %w (%w)", op, resource, ctxErr, err)
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, resource, err)

@@ -27,6 +27,8 @@ func ModelScriptSource(name string) string {
 		return trySrc
 	case "raise":
 		return tokenStateLua + redlockRaiseLua
+	case "release":
+		return releaseSrc
 	}
 	return ""
 }

@@ -24,6 +24,13 @@ var (
 		{kind: "token pairs checked", min: 200},
 		{kind: "token anchor checks", min: 50},
 		{kind: "queue pairs judged", min: 20, after: true},
+		// The states in which a try must leave a free lock to a queued
+		// waiter, and a release must leave another holder's lock alone.
+		{kind: "free-lock tries: a live waiter ahead", min: 2},
+		{kind: "late releases judged: the lock in other hands", min: 1},
+		// The fast path's own queue check decides only over token state a
+		// try wrote; a few a run of CI's 15 s, too rare to require of 3 s.
+		{kind: "free-lock tries: a live waiter ahead, on the fast path", min: 3, minBudget: 10 * time.Second},
 		{kind: "renewals judged", min: 2},
 		{kind: "short-start renewals judged", min: 5},
 		{kind: "foreign grants", min: 5},
@@ -166,6 +173,15 @@ func TestLockModelRejectsBrokenLeases(t *testing.T) {
 			modelConfig{plain: true, minExposed: 5, hook: func(m *model) redis.Hook { return skipQueueHook{m} }},
 			"queue", "queue-try", "queue-poll")
 	})
+	t.Run("fast try skips the queue", func(t *testing.T) {
+		control(t, "a fast try that grants a free lock without looking at the queue", runModel,
+			modelConfig{plain: true, hook: fastTryWithoutQueue(t)},
+			"queue", "queue-try", "queue-poll")
+	})
+	t.Run("release without the holder check", func(t *testing.T) {
+		control(t, "a release that frees the lock whoever holds it", runModel,
+			modelConfig{plain: true, hook: releaseWithoutHolderCheck(t)}, "promise")
+	})
 	t.Run("renewal at the lease's end", func(t *testing.T) {
 		control(t, "a renewal scheduled at the lease's end", runModel,
 			modelConfig{plain: true, renewAtEnd: true}, "renewal")
@@ -187,4 +203,95 @@ func TestLockModelRejectsBrokenLeases(t *testing.T) {
 				return brokenLease{Lease: l, late: modelDrift(ttl)}
 			}}, "promise")
 	})
+}
+
+// swapHook is a broken Locker that sends its own source for one script
+// (by EVAL, so the model's outer hooks still read the call as that
+// script's) and counts, through exposed, each reply whose call went wrong
+// in a way the model's judges can see.
+type swapHook struct {
+	m       *model
+	name    string
+	src     string
+	exposed func(m *model, call scriptCall, c *redis.Cmd, sent time.Time)
+}
+
+func (h swapHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h swapHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h swapHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		call, ok := parseScriptCall(cmd.Args())
+		if !ok || call.name != h.name {
+			return next(ctx, cmd)
+		}
+		args := cmd.Args()
+		args[0], args[1] = "eval", h.src
+		sent := time.Now()
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.Cmd); ok && err == nil {
+			h.exposed(h.m, call, c, sent)
+		}
+		return err
+	}
+}
+
+// breakScript returns the named script's source with each pair's old text
+// replaced by its new one, once, failing t when an old text is no longer in
+// it.
+func breakScript(t *testing.T, name string, oldNew ...string) string {
+	t.Helper()
+	src := lock.ModelScriptSource(name)
+	for i := 0; i+1 < len(oldNew); i += 2 {
+		if !strings.Contains(src, oldNew[i]) {
+			t.Fatalf("%q is no longer in the %s script: update the control", oldNew[i], name)
+		}
+		src = strings.Replace(src, oldNew[i], oldNew[i+1], 1)
+	}
+	return src
+}
+
+// fastTryWithoutQueue is the try script whose fast path (try_fast.lua)
+// grants a free lock without looking at the queue: a free lock with
+// waiters queued goes to the caller. A grant from that path while a
+// waiter was provably live and ahead counts as exposed once it became a
+// lease (model.jumped).
+func fastTryWithoutQueue(t *testing.T) func(m *model) redis.Hook {
+	src := breakScript(t, "try", "redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) == 0", "redis.call('EXISTS', KEYS[1]) == 0")
+	return func(m *model) redis.Hook {
+		return swapHook{m: m, name: "try", src: src, exposed: func(m *model, call scriptCall, c *redis.Cmd, sent time.Time) {
+			if _, granted := c.Val().(string); granted && len(call.keys) == 3 && m.waiterAhead(call.argv[0], sent) {
+				m.gmu.Lock()
+				m.jumped[call.argv[0]] = true
+				m.gmu.Unlock()
+			}
+		}}
+	}
+}
+
+// releaseWithoutHolderCheck is the release script without its holder
+// check, on its fast path (release_plain.lua, nobody queued) and on its
+// full path (release.lua) alike: a release after the lease ran out frees
+// the next holder's lock, or hands it over to the first waiter. It answers
+// 7 when it did so to another holder's lock, which the hook counts as
+// exposed and turns back into the 1 such a release would answer.
+func releaseWithoutHolderCheck(t *testing.T) func(m *model) redis.Hook {
+	src := breakScript(t, "release",
+		"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n    return 0\n  end\n  if redis.call('EXISTS', KEYS[4]) == 0 then\n    redis.call('DEL', KEYS[1])\n    return 1\n  end",
+		"  if redis.call('EXISTS', KEYS[4]) == 0 then\n    local cur = redis.call('GET', KEYS[1])\n    redis.call('DEL', KEYS[1])\n    if cur and cur ~= ARGV[1] then\n      return 7\n    end\n    return 1\n  end",
+		"local holder = ARGV[1]\nlocal acq = ARGV[2]\n",
+		"local freed_other = false\nlocal holder = ARGV[1]\nlocal acq = ARGV[2]\n",
+		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  return not_held()\nend",
+		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  if not redis.call('GET', KEYS[1]) then\n    return not_held()\n  end\n  freed_other = true\nend",
+		"    publish(channel, sharded, '')\n  end\nend\nreturn 1\n",
+		"    publish(channel, sharded, '')\n  end\nend\nif freed_other then\n  return 7\nend\nreturn 1\n")
+	return func(m *model) redis.Hook {
+		return swapHook{m: m, name: "release", src: src, exposed: func(m *model, _ scriptCall, c *redis.Cmd, _ time.Time) {
+			if n, ok := c.Val().(int64); ok && n == 7 {
+				m.exposed.Add(1)
+				c.SetVal(int64(1))
+			}
+		}}
+	}
 }

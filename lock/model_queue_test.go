@@ -3,8 +3,12 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -51,6 +55,26 @@ func (h queueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.m.trySent[call.argv[0]] = sent
 			h.m.tryReplied[call.argv[0]] = time.Now()
 			h.m.gmu.Unlock()
+		}
+		if ok && call.name == "try" && len(call.keys) == 3 && err == nil {
+			// {4}: the lock was free with waiters queued, the state in
+			// which the fast path's queue check decides (the call goes on
+			// to acquire.lua, which hands the lock to the first live one).
+			if c, isCmd := cmd.(*redis.Cmd); isCmd {
+				if res, _ := c.Val().([]any); len(res) == 1 && res[0] == int64(4) {
+					h.m.count("free-lock tries: waiters queued", 1)
+					if h.m.waiterAhead(call.argv[0], sent) {
+						h.m.count("free-lock tries: a live waiter ahead", 1)
+						// The fast path (try_fast.lua) grants only over
+						// token state in its short form, "<n> <h>", that a
+						// try wrote: only then does its own queue check
+						// stand between the try and the waiter.
+						if v, err := h.m.nodes[0].c.Get(ctx, call.keys[1]).Result(); err == nil && fastPathState(v, sent) {
+							h.m.count("free-lock tries: a live waiter ahead, on the fast path", 1)
+						}
+					}
+				}
+			}
 		}
 		if ok && call.name == "acquire" && err == nil && !queues {
 			// An Owner's call that re-entered a grant: the lease it gets is
@@ -265,5 +289,76 @@ func (h skipQueueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.m.gmu.Unlock()
 		}
 		return nil
+	}
+}
+
+// shortTokenState is the token state's short form, which only a try
+// writes and only the try's fast path grants over.
+var shortTokenState = regexp.MustCompile(`^([0-9]+) [^ ]+$`)
+
+// fastPathState reports whether token state v is one the fast path of a
+// try sent at sent grants over: the short form, with a counter behind the
+// clock (read on the local clock, which may be a little off the server's).
+func fastPathState(v string, sent time.Time) bool {
+	m := shortTokenState.FindStringSubmatch(v)
+	if m == nil {
+		return false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	return err == nil && n < sent.UnixMicro()
+}
+
+// noPauseKey marks the context of an Acquire whose waiter pauseHook
+// leaves alone.
+type noPauseKey struct{}
+
+// pauseHook pauses a queued waiter now and then just before one of its
+// tries, as a scheduler or a collector pauses a process: the head of the
+// queue then tries late at the lease's end, and the lock stays free for a
+// while with a live waiter queued, the state in which every other try must
+// leave the lock to that waiter (try_fast.lua's queue check).
+type pauseHook struct {
+	m   *model
+	mu  *sync.Mutex
+	rng *rand.Rand
+}
+
+func (h pauseHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h pauseHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h pauseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		call, ok := parseScriptCall(cmd.Args())
+		if !ok || call.name != "acquire" || len(call.argv) < 5 || call.argv[4] == "" {
+			return next(ctx, cmd)
+		}
+		if ctx.Value(slowGrantKey{}) != nil || ctx.Value(noPauseKey{}) != nil {
+			// A short-starting lease's renewal is judged from its grant's
+			// reply: a pause before the send would start it shorter still,
+			// or dead, and leave nothing to renew. Likewise for the other
+			// self-renewing leases (noPauseKey).
+			return next(ctx, cmd)
+		}
+		h.m.gmu.Lock()
+		_, queued := h.m.queue[call.argv[0]]
+		h.m.gmu.Unlock()
+		if !queued {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		pause := h.rng.IntN(2) == 0
+		d := time.Duration(30+h.rng.IntN(70)) * time.Millisecond
+		h.mu.Unlock()
+		if pause {
+			h.m.count("waiters paused before a try", 1)
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		return next(ctx, cmd)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // The wait queue's client side: how long entries live, and the grant
@@ -16,8 +18,8 @@ const (
 	// entry not refreshed for queueLife is passed over. queueLife bounds how
 	// long a waiter that vanished (a crashed process) can still be granted
 	// the lock, which then stays taken until its lease runs out.
-	queueRefresh = time.Second
-	queueLife    = 3 * queueRefresh
+	queueRefresh = lockbackend.QueueRefresh
+	queueLife    = lockbackend.QueueLife
 )
 
 // The first waiters of the queue try when the current lease ends, each
@@ -65,31 +67,18 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	return holder, g, true
 }
 
-// placeMsg tells a waiter its place among the first of the queue (0: the
-// head) and the current lease's remaining time when a script changed who
-// is first (rem -1: no expiry; -2 or less: the lock is free), as of at.
-type placeMsg struct {
-	place int
-	rem   time.Duration
-	at    time.Time
-}
-
-// tryAt is when the waiter at m's place tries, or ok false when it has no
-// reason to before its refresh (the lease has no expiry).
-func (m placeMsg) tryAt() (at time.Time, ok bool) {
-	switch {
-	case m.rem == -time.Millisecond:
-		return time.Time{}, false
-	case m.rem < 0:
-		return m.at.Add(time.Duration(m.place) * nextInLine), true
-	}
-	return m.at.Add(m.rem + time.Duration(m.place)*nextInLine), true
-}
+// announceTail ends a script's announcement of the first waiters (see
+// announce_queue in handover.lua): it makes the message read as a grant to
+// nobody for the releases that knew only grants, and read any other message
+// as a wake-up.
+const announceTail = ": 1 0 0"
 
 // parsePlaces reads a script's announcement of the first waiters,
-// "q:<remaining ms>:<first>[:<second>[:<third>]]"; ok is false for any
-// other message.
+// "q:<remaining ms>:<first>[:<second>[:<third>]]" followed by announceTail
+// (or not, as the scripts of the release before it published it); ok is
+// false for any other message.
 func parsePlaces(payload string) (rem time.Duration, first []string, ok bool) {
+	payload = strings.TrimSuffix(payload, announceTail)
 	rest, ok := strings.CutPrefix(payload, "q:")
 	if !ok {
 		return 0, nil, false

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -162,11 +164,11 @@ type topic struct {
 
 type waiter struct {
 	t      *topic
-	holder string        // the holder id it queues under
-	wake   chan struct{} // cap 1
-	grant  chan grantMsg // cap 1: a release granted it the lock
-	place  chan placeMsg // cap 1, the latest only: it is among the first of the queue
-	owes   bool          // took a wake-up and has not yet tried on it
+	holder string                    // the holder id it queues under
+	wake   chan struct{}             // cap 1
+	grant  chan lockbackend.HandOver // cap 1: a release granted it the lock
+	place  chan lockbackend.Place    // cap 1, the latest only: it is among the first of the queue
+	owes   bool                      // took a wake-up and has not yet tried on it
 }
 
 func newGen(ps *redis.PubSub) *psGen {
@@ -207,7 +209,7 @@ func (t *topic) deliver(holder string, g grantMsg) {
 	for _, w := range t.waiters {
 		if w.holder == holder {
 			select {
-			case w.grant <- g:
+			case w.grant <- lockbackend.HandOver{Token: fence.Token(g.token), Ref: g.ref, Age: g.age}:
 			default:
 			}
 			return
@@ -229,7 +231,7 @@ func (t *topic) place(first []string, rem time.Duration, at time.Time) {
 			case <-w.place:
 			default:
 			}
-			w.place <- placeMsg{place: i, rem: rem, at: at}
+			w.place <- lockbackend.Place{Place: i, Remaining: rem, At: at}
 		}
 	}
 }
@@ -273,7 +275,7 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 		t.idle = time.Time{}
 		c.lingering--
 	}
-	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), place: make(chan placeMsg, 1)}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan lockbackend.HandOver, 1), place: make(chan lockbackend.Place, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
 }
@@ -354,9 +356,15 @@ func (c *subConn) sweep() {
 	}
 }
 
-// close stops every connection and waits for their goroutines. Waiters
-// still waiting fall back to timed retries.
-func (h *hub) close() {
+// close stops every connection and waits for their goroutines until
+// deadline. Waiters still waiting fall back to timed retries.
+//
+// A PubSub being connected again (its dial and handshake, which go-redis
+// bounds by the read timeout only) holds its lock, which its Close needs
+// too, and holds our reader and writer on it: so each PubSub is closed
+// from a goroutine of its own, and what has not ended by deadline ends
+// when go-redis gives up on the connection.
+func (h *hub) close(deadline time.Time) {
 	h.mu.Lock()
 	h.closed = true
 	var gens []*psGen
@@ -366,9 +374,13 @@ func (h *hub) close() {
 	}
 	h.mu.Unlock()
 	for _, g := range gens {
-		g.close()
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			g.close()
+		}()
 	}
-	h.wg.Wait()
+	waitUntil(&h.wg, deadline)
 }
 
 // retire takes c out of service; the caller holds h.mu and closes the
