@@ -13,11 +13,13 @@ import (
 )
 
 // The deadline tests' figures: a 300 ms context, and a margin for a loaded
-// machine. go-redis's default read timeout (5 s), which calls used to wait
-// for, is far beyond both.
+// machine (a goroutine woken 353 ms late was seen at -p 4 beside the
+// checkers). go-redis's default read timeout (5 s), which calls used to
+// wait for, is far beyond both, as is Close's 4.7 s while a subscription
+// was made again.
 const (
 	silentTimeout = 300 * time.Millisecond
-	silentMargin  = 250 * time.Millisecond
+	silentMargin  = time.Second
 	// closeBound is what Close may take with a silent server: the cleanup
 	// bound (2 s) and the margin.
 	closeBound = 2*time.Second + silentMargin
