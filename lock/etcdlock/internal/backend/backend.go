@@ -67,6 +67,10 @@ type Backend struct {
 	closed bool
 	wg     sync.WaitGroup
 	stop   chan struct{}
+
+	// BeforeTxn, when set (by tests), runs in Try between the lease's
+	// grant and the transaction that puts the key on it.
+	BeforeTxn func()
 }
 
 // leaseRef is the lease last attached to a holder's key by this process,
@@ -116,6 +120,9 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 func (b *Backend) Info() lockbackend.Info {
 	return lockbackend.Info{Name: "etcd", Quorum: 1, Queue: !b.poll}
 }
+
+// Prefix returns the prefix of the backend's keys.
+func (b *Backend) Prefix() string { return b.prefix }
 
 func (b *Backend) dir(resource string) string { return b.prefix + "{" + resource + "}" }
 func (b *Backend) holders(resource string) string {
@@ -181,6 +188,9 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	key := b.holderKey(req.Resource, req.Holder)
 	first := clientv3.OpGet(b.holders(req.Resource), clientv3.WithFirstCreate()...)
 	mine := clientv3.OpGet(key)
+	if b.BeforeTxn != nil {
+		b.BeforeTxn()
+	}
 	var txn clientv3.Txn
 	if req.Queue {
 		txn = b.cli.Txn(ctx).Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)), first, mine)

@@ -15,7 +15,18 @@ import (
 // newBackend makes an etcd backend on cli under a prefix of the test's own.
 func newBackend(t testing.TB, cli *clientv3.Client) *backend.Backend {
 	t.Helper()
-	b, err := backend.New(cli, lockbackend.Settings{Prefix: "fk-" + fence.NewHolder()[:8] + ":"})
+	return newBackendPrefix(t, cli, "fk-"+fence.NewHolder()[:8]+":")
+}
+
+// newBackendAt makes a second backend on cli, on the locks of like.
+func newBackendAt(t testing.TB, cli *clientv3.Client, like *backend.Backend) *backend.Backend {
+	t.Helper()
+	return newBackendPrefix(t, cli, like.Prefix())
+}
+
+func newBackendPrefix(t testing.TB, cli *clientv3.Client, prefix string) *backend.Backend {
+	t.Helper()
+	b, err := backend.New(cli, lockbackend.Settings{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
