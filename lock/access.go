@@ -15,13 +15,16 @@ func init() {
 		if !ok || l == nil {
 			return nil, 0
 		}
-		if l.red == nil {
-			return []redis.UniversalClient{l.client}, 1
+		switch b := l.b.(type) {
+		case *redisBackend:
+			return []redis.UniversalClient{b.client}, 1
+		case *redlock:
+			clients := make([]redis.UniversalClient, len(b.nodes))
+			for i, n := range b.nodes {
+				clients[i] = n.client
+			}
+			return clients, b.quorum
 		}
-		clients := make([]redis.UniversalClient, len(l.red.nodes))
-		for i, n := range l.red.nodes {
-			clients[i] = n.client
-		}
-		return clients, l.red.quorum
+		return nil, 0
 	}
 }

@@ -22,8 +22,8 @@ import (
 // script runs sc on the Locker's client as sc.Run does, returning by ctx's
 // end; a call cut short has a *rediscall.CutError, and late, if not nil,
 // gets its result once it returns.
-func (l *Locker) script(ctx context.Context, late func(*redis.Cmd), sc *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return callScript(ctx, l.calls, l.client, late, sc, keys, args...)
+func (b *redisBackend) script(ctx context.Context, late func(*redis.Cmd), sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return callScript(ctx, b.calls, b.client, late, sc, keys, args...)
 }
 
 // callScript is script on any client and its Calls.
@@ -39,7 +39,7 @@ func callScript(ctx context.Context, calls *rediscall.Calls, c redis.Scripter, l
 // nothing), it releases whatever the acquisition may have taken, as
 // cleanup does, bounded by cleanupTimeout. It runs after the call, so the
 // release cannot reach Redis before the grant it undoes.
-func (l *Locker) lateCleanup(ctx context.Context, resource, holder, acq string) func(*redis.Cmd) {
+func (b *redisBackend) lateCleanup(ctx context.Context, resource, holder, acq string) func(*redis.Cmd) {
 	values := context.WithoutCancel(ctx)
 	return func(cmd *redis.Cmd) {
 		if err := cmd.Err(); err != nil && isReply(err) {
@@ -47,7 +47,7 @@ func (l *Locker) lateCleanup(ctx context.Context, resource, holder, acq string) 
 		}
 		ctx, cancel := context.WithTimeout(values, cleanupTimeout)
 		defer cancel()
-		_ = l.releaseAfter(ctx, resource, holder, acq)
+		_ = b.Abandon(ctx, resource, holder, acq)
 	}
 }
 

@@ -139,17 +139,27 @@ package lock
 // Where things are, for those who work on this package (not part of its
 // documentation):
 //
-//   - locker.go: Locker, New, key names, TryAcquire and one try of an
-//     acquisition (try.lua for a plain one, acquire.lua otherwise), Advance;
-//   - wait.go: Acquire's waiting: tries, refreshes, hand-overs;
-//   - queue.go: the wait queue's client side (entry lives, grant messages);
-//   - subscribe.go: the subscription multiplexer shared by a Locker's
-//     waiters (connections, generations, reader and writer goroutines);
+//   - internal/lockbackend (outside this package): the contract between
+//     the portable Locker and Lease and the backends that hold the locks
+//     (grant, extend, release, ttl, abandon, the queue, the record beside
+//     the lock); its package doc states what every backend promises;
+//   - locker.go: Locker, New, the one constructor behind every backend
+//     (open), TryAcquire and one try of an acquisition over the backend,
+//     Advance, the key getters;
+//   - wait.go: Acquire's waiting over the backend's queue (tries,
+//     refreshes, hand-overs), or its polling;
 //   - lease.go, lifecycle.go, lease_validity.go, renew.go: a Lease, what it
 //     knows of its expiry, its end, its renewal;
 //   - owner.go, do.go, foreign.go: Owner holds, Do, FenceLock;
-//   - redlock.go, redlock_errors.go: the Redlock Locker, its node fan-out
-//     and its errors; every node runs the single-node scripts;
+//   - the Redis backend (New): redis.go (its grant, release, extension,
+//     ttl, advance and holds: one script each, try.lua for a plain try and
+//     acquire.lua otherwise), calls.go (calls that keep the deadline),
+//     queue.go (the wait queue's client side: entry lives, grant
+//     messages), subscribe.go and redis_waiter.go (the subscription
+//     multiplexer shared by a Locker's waiters, which is the backend's
+//     queue);
+//   - the Redlock backend (NewRedlock): redlock.go, redlock_errors.go, its
+//     node fan-out and its errors; every node runs the single-node scripts;
 //   - options.go, acquire_options.go, errors.go, telemetry.go,
 //     background.go, scripts.go: options, errors, spans and metrics,
 //     cleanup that outlives a call, the scripts (*.lua, one idea each;

@@ -13,8 +13,8 @@ func SetRedlockTrace(f func(holder, line string)) {
 		redlockTrace = nil
 		return
 	}
-	redlockTrace = func(s *Lease, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration) {
-		f(s.f.Holder, fmt.Sprintf("%s ttl %v sent %s valid %v (until %s) replies %s",
+	redlockTrace = func(holder, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration) {
+		f(holder, fmt.Sprintf("%s ttl %v sent %s valid %v (until %s) replies %s",
 			op, ttl, sent.Format("15:04:05.000000"), valid, sent.Add(valid).Format("15:04:05.000000"), replies))
 	}
 }

@@ -3,11 +3,11 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/keyslot"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // FenceLock returns a fence for a lock that another library took and still
@@ -72,8 +72,9 @@ func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floo
 }
 
 func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
-	if err := l.refuseRedlock("FenceLock"); err != nil {
-		return fence.Fence{}, err
+	ff, ok := l.b.(foreignFencer)
+	if !ok {
+		return fence.Fence{}, fmt.Errorf("%w: FenceLock is not offered by a %s Locker; fence a foreign lock on one of its Redis servers with a Locker from New", lockbackend.ErrUnsupported, l.info.Name)
 	}
 	switch {
 	case lockKey == "":
@@ -90,18 +91,7 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err
 	}
-	res, err := l.script(ctx, nil, foreignScript, []string{lockKey, l.FenceKey(lockKey)},
-		value, strconv.FormatInt(int64(floor), 10), l.retentionMS).Int64Slice()
-	if err == nil && (len(res) == 0 || res[0] == 1 && len(res) != 2) {
-		err = fmt.Errorf("unexpected reply %v", res)
-	}
-	if err != nil {
-		return fence.Fence{}, translate(ctx, err, op, lockKey)
-	}
-	if res[0] == 0 {
-		return fence.Fence{}, fmt.Errorf("%w: %s %q: the key holds another value or none", ErrNotHeld, op, lockKey)
-	}
-	return fence.Fence{Resource: lockKey, Token: fence.Token(res[1]), Holder: value}, nil
+	return ff.fenceLock(ctx, op, lockKey, value, floor)
 }
 
 // FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
@@ -110,8 +100,14 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 // lease as of the last FenceLock call. It sits in lockKey's Redis
 // Cluster slot whatever braces lockKey contains, so the one script that reads
 // both is legal on a cluster, and distinct lock keys get distinct records.
+//
+// On a Locker that does not fence foreign locks (Redlock, PostgreSQL) it
+// returns "".
 func (l *Locker) FenceKey(lockKey string) string {
-	return l.prefix + "{" + slotTag(lockKey) + "}:fence:" + lockKey
+	if ff, ok := l.b.(foreignFencer); ok {
+		return ff.fenceKey(lockKey)
+	}
+	return ""
 }
 
 // slotTag returns a string without '}' that Redis Cluster hashes to key's

@@ -139,7 +139,7 @@ func FuzzFenceKey(f *testing.F) {
 	f.Add("a}b", "}")
 	f.Add("{}x", "x{}")
 	f.Add("{{a}}", "{a}")
-	l := &Locker{prefix: DefaultPrefix}
+	l := &Locker{b: &redisBackend{prefix: DefaultPrefix}}
 	f.Fuzz(func(t *testing.T, key, other string) {
 		if key == "" {
 			return // FenceLock refuses an empty lock key

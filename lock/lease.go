@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/rediscall"
-	"github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // Lease is one grant of a resource's lock. Its fence (resource, token,
@@ -16,17 +16,10 @@ import (
 // A Lease is safe for concurrent use. [Lease.Done] and [Lease.Err] say when
 // and why it ended.
 type Lease struct {
-	l      *Locker
-	key    string
-	keys   []string // the resource's keys (see resourceKeys), in keyBuf; nil under Redlock
-	keyBuf [numKeys]string
-	// holderArg is f.Holder as a script argument, converted once.
-	holderArg any
-	// tryMS are the uncontended try's lease and token-state life in ms,
-	// sent by pointer (see Locker.tryAcquire).
-	tryMS   [2]int64
-	acq     string    // this acquisition's id in an owner's hold record; "" without owner
-	granted time.Time // when the grant was sent, for the hold-time metric
+	l       *Locker
+	hold    lockbackend.Hold    // the backend's record of the grant
+	req     lockbackend.Request // the try that made the grant (see Locker.tryAcquire)
+	granted time.Time           // when the grant was sent, for the hold-time metric
 	f       fence.Fence
 	life    life
 }
@@ -93,42 +86,34 @@ func (s *Lease) Release(ctx context.Context) (err error) {
 // reply came.
 var errReleaseUnknown = errors.New("release outcome unknown")
 
-// release runs the release on Redis and ends the lease with its outcome.
-// It returns an error matching errReleaseUnknown, and leaves the lease as
-// it was, when ctx ended before the reply came.
+// release runs the release on the backend and ends the lease with its
+// outcome. It returns an error matching errReleaseUnknown, and leaves the
+// lease as it was, when ctx ended before the reply came.
 func (s *Lease) release(ctx context.Context) error {
-	if s.l.red != nil {
-		err := s.redlockRelease(ctx)
-		if ctx.Err() != nil && err != nil && !errors.Is(err, ErrNotHeld) {
-			return fmt.Errorf("%w: %w", errReleaseUnknown, err)
-		}
-		return err
-	}
-	args := []any{"evalsha", releaseHash, numKeys, &s.keyBuf[0], &s.keyBuf[1], &s.keyBuf[2], &s.keyBuf[3], &s.keyBuf[4],
-		s.holderArg, &s.acq, s.l.releaseMode}
-	var cmd *redis.Cmd
-	if s.l.calls.Direct(ctx) {
-		cmd = runScript(ctx, s.l.client, releaseSrc, args)
-	} else {
-		// Cut short, the release goes on in the background (see Release).
-		cmd = rediscall.Cmd(ctx, s.l.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, s.l.client, releaseSrc, args) }, nil)
-	}
-	n, err := cmd.Int64()
-	if err != nil {
-		if ctx.Err() != nil && !isReply(err) {
-			return fmt.Errorf("%w: %w", errReleaseUnknown, err)
-		}
-		err = translate(ctx, err, "release", s.f.Resource)
-		s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
-		return err
-	}
-	if n == 0 {
-		err := fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	err := s.l.b.Release(ctx, s.hold)
+	switch {
+	case err == nil:
+		s.end(releasedError{}, true)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		err = s.notHeld("release", err)
 		s.end(err, true)
 		return err
+	case ctx.Err() != nil && errors.Is(err, lockbackend.ErrReplyLost):
+		return fmt.Errorf("%w: %w", errReleaseUnknown, err)
 	}
-	s.end(releasedError{}, true)
-	return nil
+	s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
+	return err
+}
+
+// notHeld is the error of op finding the lease not held, from the
+// backend's err (ErrNotHeld, or an error matching it that says more).
+func (s *Lease) notHeld(op string, err error) error {
+	more := ""
+	if err != ErrNotHeld {
+		more = ": " + strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrNotHeld.Error()), ": ")
+	}
+	return fmt.Errorf("%w: %s %q token %d%s", ErrNotHeld, op, s.f.Resource, s.f.Token, more)
 }
 
 // Extend lengthens the lease to at least ttl from now if this grant still
@@ -179,25 +164,18 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("lock: extend %q: waiting for the extension in flight: %w", s.f.Resource, ctx.Err())
 	}
 	defer func() { <-sem }()
-	if s.l.red != nil {
-		return s.redlockExtend(ctx, ttl)
-	}
 	sent := time.Now()
-	keys := s.keys[:keyHolds]
-	if s.acq != "" {
-		keys = s.keys[:keyQueue] // with the hold record
-	}
-	ms, err := s.l.script(ctx, nil, extendScript, keys, s.holderArg, ttl.Milliseconds(), s.l.retentionArg).Int64()
-	if err != nil {
-		return translate(ctx, err, "extend", s.f.Resource)
-	}
-	if ms == -3 {
-		err := fmt.Errorf("%w: extend %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	known, err := s.l.b.Extend(ctx, s.hold, ttl)
+	if errors.Is(err, ErrNotHeld) {
+		err = s.notHeld("extend", err)
 		s.lost(err)
 		return err
 	}
-	// The lock lives ms from when the script ran, which is after sent.
-	s.extended(sent, time.Duration(max(ms, ttl.Milliseconds()))*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	// The backend counts known from a moment after sent.
+	s.extended(sent, known)
 	return nil
 }
 
@@ -208,17 +186,11 @@ func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := checkCall(ctx, "ttl", s.f.Resource); err != nil {
 		return 0, err
 	}
-	if s.l.red != nil {
-		return s.redlockTTL(ctx)
-	}
-	ms, err := s.l.script(ctx, nil, ttlScript, s.keys[:keyToken], s.holderArg).Int64()
-	if err != nil {
-		return 0, translate(ctx, err, "ttl", s.f.Resource)
-	}
-	if ms == -3 {
-		err := fmt.Errorf("%w: ttl %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
+	d, err := s.l.b.TTL(ctx, s.hold)
+	if errors.Is(err, ErrNotHeld) {
+		err = s.notHeld("ttl", err)
 		s.lost(err)
 		return 0, err
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return d, err
 }

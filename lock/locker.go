@@ -2,14 +2,14 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,29 +22,24 @@ const MaxTTL = 365 * 24 * time.Hour
 // Locker grants leases on named resources, each with a fencing token. It is
 // safe for concurrent use; create one per Redis deployment and share it, and
 // call [Locker.Close] when done with it.
+//
+// A Locker holds its locks on a backend: Redis ([New]), Redlock's
+// independent masters ([NewRedlock]), or PostgreSQL (package lock/pglock).
+// Everything above the backend (the Lease lifecycle, renewal, waiting,
+// Owner holds, Do, telemetry, argument checks) is the same on each; the
+// few methods that mean something on one backend only say so.
 type Locker struct {
-	client      redis.UniversalClient
-	prefix      string
-	wait        WaitStrategy
-	retentionMS int64
-	// The scripts' per-Locker arguments, converted to interface values once
-	// rather than on every call.
-	retentionArg any // retentionMS
-	sharded      any // "1" when releases publish with SPUBLISH, else ""
-	releaseMode  any // release.lua's ARGV[3]: "p" or "s" (SPUBLISH), then retentionMS
+	b     lockbackend.Backend
+	info  lockbackend.Info
+	queue lockbackend.Queue // nil when Acquire polls (WithWait, or a backend without a queue)
+	names redisNames        // nil on a backend without Redis keys
+	wait  WaitStrategy
 
-	red *redlock // the nodes of a Locker made by NewRedlock; nil for New
-
-	// calls runs the calls to client so that each returns by its context's
-	// deadline whatever the client's options, and counts those it left
-	// running in the background (see package rediscall).
-	calls *rediscall.Calls
 	// stop ends with Close: renewals run under it, so that Close cuts a
 	// renewal call in flight short.
 	stop     context.Context
 	stopping context.CancelFunc
 
-	hub       *hub         // nil when Acquire polls (WithWait)
 	tel       *instruments // OpenTelemetry instruments; nil records nothing
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -52,6 +47,21 @@ type Locker struct {
 	closed    bool
 	renewers  sync.WaitGroup
 	cleanups  sync.WaitGroup // see background
+}
+
+// redisNames is implemented by the backends whose state lives in Redis
+// keys, for the key getters.
+type redisNames interface {
+	lockKey(resource string) string
+	tokenKey(resource string) string
+	channel(resource string) string
+}
+
+// foreignFencer is implemented by the backend that fences foreign locks
+// (FenceLock): a single Redis deployment.
+type foreignFencer interface {
+	fenceKey(lockKey string) string
+	fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error)
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -69,6 +79,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", errInvalid)
 	}
+	return open(opts, func(s lockbackend.Settings) (lockbackend.Backend, error) { return newRedis(client, s) })
+}
+
+// open reads opts, makes the backend from them and returns a Locker on it:
+// the one constructor behind New, NewRedlock and the backend packages.
+func open(opts []Option, mk lockbackend.Opener) (*Locker, error) {
 	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
 	for _, o := range opts {
 		if o == nil {
@@ -78,26 +94,48 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	if c.perNode != 0 {
-		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", errInvalid)
-	}
-	tel, err := c.instruments()
+	l := &Locker{wait: c.wait, closing: make(chan struct{})}
+	b, err := mk(lockbackend.Settings{Prefix: c.prefix, Retention: c.retention, Poll: c.poll, NodeTimeout: c.perNode,
+		Given: c.given, Background: l.background})
 	if err != nil {
 		return nil, err
 	}
-	l := &Locker{client: client, prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
-		calls: rediscall.New(client)}
+	if l.tel, err = c.instruments(); err != nil {
+		b.Close(time.Now())
+		return nil, err
+	}
+	l.b, l.info = b, b.Info()
+	if q, ok := b.(lockbackend.Queue); ok && l.info.Queue && !c.poll {
+		l.queue = q
+	}
+	l.names, _ = b.(redisNames)
 	l.stop, l.stopping = context.WithCancel(context.Background())
-	l.retentionArg, l.sharded = l.retentionMS, ""
-	mode := "p"
-	if _, ok := client.(*redis.ClusterClient); ok {
-		l.sharded, mode = "1", "s"
-	}
-	l.releaseMode = mode + strconv.FormatInt(l.retentionMS, 10)
-	if !c.poll {
-		l.hub = newHub(client)
-	}
 	return l, nil
+}
+
+// The hooks of package lockbackend: backend packages (lock/pglock) make a
+// Locker through Open, and packages that build on a Locker (election)
+// reach its backend through Of.
+func init() {
+	lockbackend.Open = func(mk lockbackend.Opener, opts []any) (any, error) {
+		os := make([]Option, 0, len(opts))
+		for i, o := range opts {
+			switch o := o.(type) {
+			case Option:
+				os = append(os, o)
+			case nil:
+			default:
+				return nil, fmt.Errorf("%w: option %d is a %T, not a lock.Option", errInvalid, i, o)
+			}
+		}
+		return open(os, mk)
+	}
+	lockbackend.Of = func(v any) lockbackend.Backend {
+		if l, ok := v.(*Locker); ok && l != nil {
+			return l.b
+		}
+		return nil
+	}
 }
 
 // Close stops the Locker's subscription connections and the renewal of its
@@ -128,15 +166,10 @@ func (l *Locker) Close() {
 		l.renewMu.Unlock()
 		close(l.closing)
 		l.stopping()
-		if l.hub != nil {
-			l.hub.close()
-		}
 		waitUntil(&l.renewers, deadline)
 		waitUntil(&l.cleanups, deadline)
-		if l.red != nil {
-			l.red.close(deadline) // after the renewals, whose extensions it waits for too
-		}
-		l.calls.Wait(deadline)
+		// After the renewals, whose extensions the backend's calls may be.
+		l.b.Close(deadline)
 	})
 }
 
@@ -156,13 +189,29 @@ func isNil(c redis.UniversalClient) bool {
 
 // LockKey returns the Redis key that holds resource's lock: the prefix, the
 // resource as a hash tag, and ":lock".
-func (l *Locker) LockKey(resource string) string { return l.prefix + "{" + resource + "}:lock" }
+//
+// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
+// returns "".
+func (l *Locker) LockKey(resource string) string {
+	if l.names == nil {
+		return ""
+	}
+	return l.names.lockKey(resource)
+}
 
 // TokenKey returns the Redis key of resource's token state: the newest token
 // issued and the current grant's token and holder. It shares the lock key's
 // slot, release keeps it, and it expires the token retention (see
 // [WithTokenRetention]) after the last lease ends.
-func (l *Locker) TokenKey(resource string) string { return l.prefix + "{" + resource + "}:token" }
+//
+// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
+// returns "".
+func (l *Locker) TokenKey(resource string) string {
+	if l.names == nil {
+		return ""
+	}
+	return l.names.tokenKey(resource)
+}
 
 // ReleaseChannel returns the pub/sub channel on which the waiters of
 // resource's lock hear of a release, in the same script that deletes the
@@ -175,52 +224,14 @@ func (l *Locker) TokenKey(resource string) string { return l.prefix + "{" + reso
 // is live any more. A release with nobody queued publishes nothing, since
 // no waiter needs the message (a lock made by [NewRedlock] publishes every
 // release).
+//
+// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
+// returns "".
 func (l *Locker) ReleaseChannel(resource string) string {
-	return l.prefix + "{" + resource + "}:released"
-}
-
-func (l *Locker) channel(resource string) string { return l.ReleaseChannel(resource) }
-
-// Positions in the key slice of a resource (see resourceKeys).
-const (
-	keyLock = iota
-	keyToken
-	keyHolds
-	keyQueue
-	keyWaiting
-	numKeys
-)
-
-// resourceKeys writes resource's keys to buf, in the order the scripts
-// take them, and returns them as a slice of buf, with the release channel:
-// the lock, the token state, the hold record of a lock taken with an owner
-// (":holds", see acquire.lua; it expires with the lock), and the wait
-// queue: the holder ids of the waiters in Acquire, first come first served
-// (":queue"), and each one's entry (":waiting"); both expire once no
-// waiter refreshes them. All are
-// cut from one string, so a grant pays one allocation for them instead of
-// one each, and none for the slice.
-func (l *Locker) resourceKeys(buf *[numKeys]string, resource string) (keys []string, channel string) {
-	base := len(l.prefix) + len(resource) + 2
-	suffixes := [...]string{":lock", ":token", ":holds", ":queue", ":waiting", ":released"}
-	var b strings.Builder
-	b.Grow(len(suffixes)*base + len(":lock:token:holds:queue:waiting:released"))
-	var ends [len(suffixes)]int
-	for i, suffix := range suffixes {
-		b.WriteString(l.prefix)
-		b.WriteByte('{')
-		b.WriteString(resource)
-		b.WriteByte('}')
-		b.WriteString(suffix)
-		ends[i] = b.Len()
+	if l.names == nil {
+		return ""
 	}
-	all := b.String()
-	from := 0
-	for i := range numKeys {
-		buf[i] = all[from:ends[i]]
-		from = ends[i]
-	}
-	return buf[:], all[from:]
+	return l.names.channel(resource)
 }
 
 // checkCall refuses a nil or finished context before anything is sent; op
@@ -344,145 +355,38 @@ type attempt struct {
 func (a *attempt) queued() bool { return a.ref != 0 }
 
 func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig, a *attempt) (*Lease, error) {
-	if l.red != nil {
-		return l.redlockAcquire(ctx, resource, ttl, cfg)
+	if cfg.owner != "" && !l.info.Owner {
+		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a %s Locker", lockbackend.ErrUnsupported, resource, l.info.Name)
 	}
-	// The holder id is fresh for every acquisition. With an owner it also
-	// names this acquisition in the hold record, so a retried re-entry is
-	// recognised, and it becomes the holder only if this call takes the
-	// lock afresh.
-	holder := a.holder
-	acq := ""
-	if cfg.owner != "" {
-		acq = holder
-	}
-	// The Lease is made first: it keeps the keys and the boxed
-	// holder for its release, extensions and renewals.
-	lease := &Lease{l: l, acq: acq}
-	keys, channel := l.resourceKeys(&lease.keyBuf, resource)
-	// Pointers into the Lease box without allocating (go-redis writes a
-	// *string or *int64 as its value), where a string or a number would
-	// each cost an allocation on every grant.
-	lease.f.Holder = holder
-	var holderArg any = &lease.f.Holder
-	lease.tryMS = [2]int64{ttl.Milliseconds(), ttl.Milliseconds() + l.retentionMS}
-	// A call cut short at ctx's end (see calls.go) may still take the lock:
-	// late releases it once the call has returned.
-	var late func(*redis.Cmd)
-	if !l.calls.Direct(ctx) {
-		late = l.lateCleanup(ctx, resource, a.holder, acq)
-	}
+	// The Lease is made first and carries the request, which would
+	// otherwise be an allocation of its own (a call through an interface
+	// lets its argument escape).
+	lease := &Lease{l: l}
+	lease.req = lockbackend.Request{Resource: resource, TTL: ttl, Holder: a.holder, Owner: cfg.owner, Ordered: a.ordered, Queue: a.queue}
 	sent := time.Now()
-	var (
-		kind, n, third int64
-		err            error
-	)
-	if cfg.owner == "" && !a.queue {
-		// Without an owner and without joining the queue every reply is
-		// numbers (the fast path's grant: the token as text), read without
-		// boxing each one.
-		// try.lua makes the grant with the fewest calls; only when it
-		// finds the lock free with waiters queued does acquire.lua run, to
-		// hand the lock to the first of them.
-		var args []any
-		if a.ordered {
-			args = []any{"evalsha", tryHash, 3, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken], &lease.keyBuf[keyQueue],
-				holderArg, &lease.tryMS[0], &lease.tryMS[1]}
-		} else {
-			args = []any{"evalsha", tryHash, 2, &lease.keyBuf[keyLock], &lease.keyBuf[keyToken],
-				holderArg, &lease.tryMS[0], &lease.tryMS[1]}
-		}
-		var cmd *redis.Cmd
-		if late == nil {
-			cmd = runScript(ctx, l.client, trySrc, args)
-		} else {
-			cmd = rediscall.Cmd(ctx, l.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, l.client, trySrc, args) }, late)
-		}
-		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
-			// try_fast.lua's grant: the token as text, followed by " 0"
-			// when no token state was found.
-			kind = 1
-			digits, missed := strings.CutSuffix(tok, " 0")
-			if n, err = strconv.ParseInt(digits, 10, 64); err != nil {
-				err = fmt.Errorf("unexpected reply %q", tok)
-			} else if missed {
-				l.tel.stateMissed(ctx)
-			}
-		} else {
-			var res []int64
-			res, err = cmd.Int64Slice()
-			if err == nil && len(res) == 1 && res[0] == 4 {
-				res, err = l.script(ctx, late, acquireScript, keys,
-					holderArg, ttl.Milliseconds(), l.retentionArg, "", "", channel, l.sharded).Int64Slice()
-			}
-			if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
-				err = fmt.Errorf("unexpected reply %v", res)
-			}
-			if err == nil {
-				kind, n = res[0], res[1]
-				if len(res) == 3 {
-					l.tel.stateMissed(ctx)
-				}
-			}
-		}
-	} else {
-		var raw []any
-		switch {
-		case a.queue:
-			raw, err = l.script(ctx, late, acquireScript, keys,
-				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, queueLifeArg, channel, l.sharded).Slice()
-		case a.ordered: // with an owner
-			raw, err = l.script(ctx, late, acquireScript, keys,
-				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner, "", channel, l.sharded).Slice()
-		default:
-			raw, err = l.script(ctx, late, acquireScript, keys[:keyQueue],
-				holderArg, ttl.Milliseconds(), l.retentionArg, cfg.owner).Slice()
-		}
-		if err == nil {
-			var place int64
-			if kind, n, third, place, err = parseAcquire(raw, &holder); kind == 2 {
-				lease.f.Holder = holder // holderArg points at it
-			} else if err == nil && kind == 1 && third == 1 {
-				l.tel.stateMissed(ctx)
-			} else if err == nil && kind == 0 && third > 0 {
-				a.head, a.place = place == 0, place
-			}
-		}
-	}
+	out, err := l.b.Try(ctx, &lease.req)
 	if err != nil {
-		if !isReply(err) && !rediscall.IsCut(err) {
-			// The script may have run even though its reply was lost. (A
-			// call cut short is cleaned up after by late, once it returns.)
-			l.cleanup(ctx, resource, a.holder, acq)
+		return nil, err
+	}
+	if !out.Granted {
+		if out.Ref != 0 {
+			a.ref, a.sent = out.Ref, sent
+			a.head, a.place = out.Place == 0, out.Place
 		}
-		return nil, translate(ctx, err, "acquire", resource)
+		return nil, &NotAcquiredError{Resource: resource, Remaining: out.Remaining}
 	}
-	if kind == 0 {
-		if a.queue && third > 0 {
-			a.ref, a.sent = third, sent
-		}
-		return nil, &NotAcquiredError{Resource: resource, Remaining: time.Duration(n) * time.Millisecond}
+	if out.StateMissed {
+		l.tel.stateMissed(ctx)
 	}
-	if n < 1 {
-		// A retried grant whose token state vanished in between: its token
-		// is unknown, so it cannot be used.
-		l.cleanup(ctx, resource, a.holder, acq)
-		return nil, fmt.Errorf("lock: acquire %q: the token state was lost during the grant; try again", resource)
-	}
-	known := ttl
-	if kind == 3 {
-		// A release granted the lock to this queued holder earlier; the
-		// lease has what Redis says is left of it, counted from this try.
-		known = time.Duration(max(third, 0)) * time.Millisecond
-	}
-	l.grantLease(lease, keys, holderArg, fence.Fence{Resource: resource, Token: fence.Token(n), Holder: holder}, sent, known, ttl, cfg)
+	lease.hold = out.Hold
+	l.grantLease(lease, fence.Fence{Resource: resource, Token: out.Token, Holder: out.Holder}, sent, out.Known, ttl, cfg)
 	return lease, nil
 }
 
-// grantLease fills in lease for a grant of f that Redis holds for at least
-// known from start, on the local clock.
-func (l *Locker) grantLease(lease *Lease, keys []string, holderArg any, f fence.Fence, start time.Time, known, ttl time.Duration, cfg acquireConfig) {
-	lease.key, lease.keys, lease.holderArg, lease.granted = keys[keyLock], keys, holderArg, start
+// grantLease fills in lease for a grant of f that the backend holds for at
+// least known from start, on the local clock.
+func (l *Locker) grantLease(lease *Lease, f fence.Fence, start time.Time, known, ttl time.Duration, cfg acquireConfig) {
+	lease.granted = start
 	lease.f = f
 	// An owner's holds share the lock and each may extend it, so only a
 	// renewed one can tell from the clock that it ran out.
@@ -492,54 +396,9 @@ func (l *Locker) grantLease(lease *Lease, keys []string, holderArg any, f fence.
 	}
 }
 
-// parseAcquire reads acquire.lua's reply: {0, remaining ms[, refreshed
-// µs, place]}, {1, token[, 1]}, {2, token, holder} (a re-entry, whose
-// holder replaces *holder) or {3, token, remaining ms}. third is the
-// reply's third number, 0 when it has none; place is a queued refusal's
-// place in the queue (0 for the head), -1 when it has none.
-func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err error) {
-	bad := fmt.Errorf("unexpected reply %v", raw)
-	place = -1
-	if len(raw) < 2 || len(raw) > 4 {
-		return 0, 0, 0, place, bad
-	}
-	kind, ok1 := raw[0].(int64)
-	n, ok2 := raw[1].(int64)
-	if !ok1 || !ok2 || kind < 0 || kind > 3 || len(raw) == 4 && kind != 0 {
-		return 0, 0, 0, place, bad
-	}
-	if kind == 2 {
-		if len(raw) != 3 {
-			return 0, 0, 0, place, bad
-		}
-		cur, ok := raw[2].(string)
-		if !ok {
-			return 0, 0, 0, place, bad
-		}
-		*holder = cur
-		return kind, n, 0, place, nil
-	}
-	if len(raw) >= 3 {
-		if third, ok1 = raw[2].(int64); !ok1 {
-			return 0, 0, 0, place, bad
-		}
-	} else if kind == 3 {
-		return 0, 0, 0, place, bad
-	}
-	if len(raw) == 4 {
-		// A holder dropped from the queue meanwhile has no place (nil):
-		// it is not the head.
-		if p, ok := raw[3].(int64); ok {
-			place = p
-		}
-	}
-	return kind, n, third, place, nil
-}
-
-// cleanup releases what an acquisition whose reply was lost may have
-// taken: the grant of holder, or with an owner the hold acq. It also takes
-// holder out of the wait queue, and a grant a release made to it while it
-// was queued is released (and handed on) too.
+// cleanup undoes what an acquisition whose reply was lost, or a waiter
+// that gave up, may hold: the grant of holder, or with an owner the hold
+// acq, and holder's place in the queue (see lockbackend.Backend.Abandon).
 //
 // While ctx lasts it runs within ctx; what ctx leaves undone (it ended, or
 // the reply was lost again) goes on in the background, bounded by
@@ -547,21 +406,11 @@ func parseAcquire(raw []any, holder *string) (kind, n, third, place int64, err e
 // waits for the rest.
 func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 	if ctx.Err() == nil {
-		if err := l.releaseAfter(ctx, resource, holder, acq); err == nil || isReply(err) {
+		if err := l.b.Abandon(ctx, resource, holder, acq); !errors.Is(err, lockbackend.ErrReplyLost) {
 			return
 		}
 	}
-	l.background(ctx, func(ctx context.Context) { _ = l.releaseAfter(ctx, resource, holder, acq) })
-}
-
-// releaseAfter runs cleanup's release once, by ctx's end.
-func (l *Locker) releaseAfter(ctx context.Context, resource, holder, acq string) error {
-	var buf [numKeys]string
-	keys, _ := l.resourceKeys(&buf, resource)
-	if acq != "" {
-		holder = "" // a re-entry's holder is the one the hold record names
-	}
-	return l.script(ctx, nil, releaseScript, keys, holder, acq, l.releaseMode, "1").Err()
+	l.background(ctx, func(ctx context.Context) { _ = l.b.Abandon(ctx, resource, holder, acq) })
 }
 
 // Acquire locks resource for ttl, waiting while another holder has it, until
@@ -624,9 +473,14 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	if err := checkCall(ctx, "advance", resource); err != nil {
 		return err
 	}
-	if l.red != nil {
-		return l.redlockAdvance(ctx, resource, atLeast)
+	adv, ok := l.b.(lockbackend.Advancer)
+	if !ok {
+		return fmt.Errorf("%w: advance %q: a %s Locker has no token counter to raise", lockbackend.ErrUnsupported, resource, l.info.Name)
 	}
-	err := l.script(ctx, nil, advanceScript, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
-	return translate(ctx, err, "advance", resource)
+	return adv.Advance(ctx, resource, atLeast)
 }
+
+// Quorum returns how many nodes must agree for a lease to be held: 1 for a
+// Locker made by [New] (or on any single-server backend), len(clients)/2+1
+// for one made by [NewRedlock].
+func (l *Locker) Quorum() int { return l.info.Quorum }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -27,6 +28,7 @@ type config struct {
 	perNode   time.Duration
 	meters    metric.MeterProvider
 	tracers   trace.TracerProvider
+	given     lockbackend.Given // the options the caller set, for the backend
 }
 
 // instruments makes the Locker's OpenTelemetry instruments on the chosen
@@ -90,6 +92,7 @@ func WithTokenRetention(d time.Duration) Option {
 			return fmt.Errorf("%w: token retention %v is outside [1ms, %v]", errInvalid, d, MaxTTL)
 		}
 		c.retention = d
+		c.given |= lockbackend.GivenRetention
 		return nil
 	}
 }
@@ -103,6 +106,7 @@ func WithPrefix(prefix string) Option {
 			return fmt.Errorf("%w: prefix %q contains a brace", errInvalid, prefix)
 		}
 		c.prefix = prefix
+		c.given |= lockbackend.GivenPrefix
 		return nil
 	}
 }
@@ -121,6 +125,7 @@ func WithWait(w WaitStrategy) Option {
 		}
 		c.wait = w
 		c.poll = true
+		c.given |= lockbackend.GivenWait
 		return nil
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // The wait queue's client side: how long entries live, and the grant
@@ -16,8 +18,8 @@ const (
 	// entry not refreshed for queueLife is passed over. queueLife bounds how
 	// long a waiter that vanished (a crashed process) can still be granted
 	// the lock, which then stays taken until its lease runs out.
-	queueRefresh = time.Second
-	queueLife    = 3 * queueRefresh
+	queueRefresh = lockbackend.QueueRefresh
+	queueLife    = lockbackend.QueueLife
 )
 
 // The first waiters of the queue try when the current lease ends, each
@@ -63,27 +65,6 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	}
 	g.age = time.Duration(ms) * time.Millisecond
 	return holder, g, true
-}
-
-// placeMsg tells a waiter its place among the first of the queue (0: the
-// head) and the current lease's remaining time when a script changed who
-// is first (rem -1: no expiry; -2 or less: the lock is free), as of at.
-type placeMsg struct {
-	place int
-	rem   time.Duration
-	at    time.Time
-}
-
-// tryAt is when the waiter at m's place tries, or ok false when it has no
-// reason to before its refresh (the lease has no expiry).
-func (m placeMsg) tryAt() (at time.Time, ok bool) {
-	switch {
-	case m.rem == -time.Millisecond:
-		return time.Time{}, false
-	case m.rem < 0:
-		return m.at.Add(time.Duration(m.place) * nextInLine), true
-	}
-	return m.at.Add(m.rem + time.Duration(m.place)*nextInLine), true
 }
 
 // parsePlaces reads a script's announcement of the first waiters,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,15 +56,19 @@ func WithNodeTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: node timeout %v is outside [1ms, %v]", errInvalid, d, MaxTTL)
 		}
 		c.perNode = d
+		c.given |= lockbackend.GivenNodeTimeout
 		return nil
 	}
 }
 
-// redlock is the node set of a Locker made by NewRedlock.
+// redlock is the backend of a Locker made by NewRedlock: its node set.
 type redlock struct {
-	nodes   []redlockNode
-	quorum  int
-	timeout time.Duration
+	nodes       []redlockNode
+	quorum      int
+	timeout     time.Duration
+	prefix      string
+	retentionMS int64
+	background  func(ctx context.Context, f func(ctx context.Context))
 
 	mu     sync.Mutex // orders calls.Add against close
 	closed bool
@@ -82,9 +87,9 @@ func (r *redlock) track(n int) bool {
 	return true
 }
 
-// close waits for every call to a node that started before it, and for
+// Close waits for every call to a node that started before it, and for
 // the calls to the nodes' clients that were cut short, until deadline.
-func (r *redlock) close(deadline time.Time) {
+func (r *redlock) Close(deadline time.Time) {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
@@ -194,30 +199,31 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 			nodes[i].publish = "s"
 		}
 	}
-	c := config{prefix: DefaultPrefix, wait: Backoff(time.Millisecond, 64*time.Millisecond), retention: DefaultTokenRetention}
-	for _, o := range opts {
-		if o == nil {
-			continue
+	return open(opts, func(set lockbackend.Settings) (lockbackend.Backend, error) {
+		timeout := set.NodeTimeout
+		if timeout == 0 {
+			timeout = DefaultNodeTimeout
 		}
-		if err := o(&c); err != nil {
-			return nil, err
-		}
-	}
-	if c.perNode == 0 {
-		c.perNode = DefaultNodeTimeout
-	}
-	tel, err := c.instruments()
-	if err != nil {
-		return nil, err
-	}
-	l := &Locker{
-		prefix: c.prefix, wait: c.wait, retentionMS: c.retention.Milliseconds(), retentionArg: c.retention.Milliseconds(), closing: make(chan struct{}), tel: tel,
-		red:   &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: c.perNode},
-		calls: rediscall.New(nil), // unused: every call goes to a node's
-	}
-	l.stop, l.stopping = context.WithCancel(context.Background())
-	return l, nil
+		return &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: timeout,
+			prefix: set.Prefix, retentionMS: set.Retention.Milliseconds(), background: set.Background}, nil
+	})
 }
+
+func (r *redlock) Info() lockbackend.Info {
+	return lockbackend.Info{Name: "Redlock", Quorum: r.quorum}
+}
+
+func (r *redlock) lockKey(resource string) string { return r.prefix + "{" + resource + "}:lock" }
+
+func (r *redlock) tokenKey(resource string) string { return r.prefix + "{" + resource + "}:token" }
+
+func (r *redlock) channel(resource string) string { return r.prefix + "{" + resource + "}:released" }
+
+var _ interface {
+	lockbackend.Backend
+	lockbackend.Advancer
+	redisNames
+} = (*redlock)(nil)
 
 // nodeIDs names what makes two clients the same voter: the client itself,
 // and for a plain client its server address and database.
@@ -228,15 +234,6 @@ func nodeIDs(c redis.UniversalClient) []any {
 		ids = append(ids, fmt.Sprintf("%s/%d", o.Addr, o.DB))
 	}
 	return ids
-}
-
-// Quorum returns how many nodes must agree for a lease to be held: 1 for a
-// Locker made by [New], len(clients)/2+1 for one made by [NewRedlock].
-func (l *Locker) Quorum() int {
-	if l.red == nil {
-		return 1
-	}
-	return l.red.quorum
 }
 
 // drift is Redlock's allowance for clocks running at different rates.
@@ -405,17 +402,19 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 	return res
 }
 
-// redlockAcquire is tryAcquire on a Redlock Locker.
-func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig) (*Lease, error) {
-	if cfg.owner != "" {
-		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a Redlock Locker", errInvalid, resource)
-	}
+// redlockHold is one grant on a quorum of nodes.
+type redlockHold struct {
+	resource, key, holder string
+}
+
+// Try is one try of an acquisition on every node; the queue is not used
+// (Acquire polls).
+func (r *redlock) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
+	resource, ttl, holder := req.Resource, req.TTL, req.Holder
 	if err := checkRedlockTTL(ttl); err != nil {
-		return nil, fmt.Errorf("%w: acquire %q", err, resource)
+		return lockbackend.Outcome{}, fmt.Errorf("%w: acquire %q", err, resource)
 	}
-	r := l.red
-	holder := fence.NewHolder()
-	lockKey, tokenKey := l.LockKey(resource), l.TokenKey(resource)
+	lockKey, tokenKey := r.lockKey(resource), r.tokenKey(resource)
 	keys := []string{lockKey, tokenKey}
 	releaseNode := func(n redlockNode) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -434,7 +433,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 
 	sent := time.Now()
 	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) ([]int64, error) {
-		res, err := acquireScript.Run(ctx, n.client, keys, holder, ttl.Milliseconds(), l.retentionMS, "").Int64Slice()
+		res, err := acquireScript.Run(ctx, n.client, keys, holder, ttl.Milliseconds(), r.retentionMS, "").Int64Slice()
 		if err == nil && (len(res) < 2 || len(res) > 3 || res[0] > 1) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -478,15 +477,15 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	}
 	if ctx.Err() != nil {
 		releaseAll()
-		return nil, endedFailure(ctx, "acquire", resource, errs)
+		return lockbackend.Outcome{}, endedFailure(ctx, "acquire", resource, errs)
 	}
 	validity := ttl - elapsed - drift(ttl)
 	if len(granted) < r.quorum || validity <= 0 {
 		releaseAll()
 		if wrongType != nil && len(granted) < r.quorum {
-			return nil, wrongType
+			return lockbackend.Outcome{}, wrongType
 		}
-		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
+		return lockbackend.Outcome{}, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
 			OK: len(granted), Held: held, Remaining: remaining, Elapsed: elapsed, Err: joinNodes(errs)}
 	}
 
@@ -506,7 +505,7 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	}
 	if len(lower) > 0 {
 		raised := fanOut(ctx, r, lower, func(ctx context.Context, n redlockNode) (int64, error) {
-			return redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, l.retentionMS).Int64()
+			return redlockRaiseScript.Run(ctx, n.client, []string{tokenKey, lockKey}, holder, token, r.retentionMS).Int64()
 		}, nil)
 		for _, i := range lower {
 			switch rep := raised[i]; {
@@ -522,65 +521,74 @@ func (l *Locker) redlockAcquire(ctx context.Context, resource string, ttl time.D
 	if ctx.Err() != nil || atToken < r.quorum || time.Since(sent) >= ttl-drift(ttl) {
 		releaseAll()
 		if err := ctx.Err(); err != nil {
-			return nil, translate(ctx, err, "acquire", resource)
+			return lockbackend.Outcome{}, translate(ctx, err, "acquire", resource)
 		}
-		return nil, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
+		return lockbackend.Outcome{}, &QuorumError{Op: "acquire", Resource: resource, Nodes: len(r.nodes), Quorum: r.quorum,
 			OK: len(granted), Held: held, Unraised: len(granted) - atToken, Remaining: remaining,
 			Elapsed: time.Since(sent), Err: joinNodes(errs)}
 	}
-	lease := &Lease{l: l, key: lockKey, granted: sent, f: fence.Fence{Resource: resource, Token: fence.Token(token), Holder: holder}}
-	lease.start(sent, ttl-drift(ttl), true)
 	if redlockTrace != nil {
-		redlockTrace(lease, "grant", sent, ttl, fmt.Sprint(replies, " granted ", granted), ttl-drift(ttl))
+		redlockTrace(holder, "grant", sent, ttl, fmt.Sprint(replies, " granted ", granted), ttl-drift(ttl))
 	}
-	if cfg.autoRenew {
-		lease.startRenewal(ttl)
-	}
-	return lease, nil
+	return lockbackend.Outcome{Granted: true, Hold: &redlockHold{resource: resource, key: lockKey, holder: holder},
+		Token: fence.Token(token), Holder: holder, Known: ttl - drift(ttl)}, nil
 }
 
-// redlockRelease is Release on a Redlock Locker; renewal has been stopped.
-func (s *Lease) redlockRelease(ctx context.Context) error {
-	l := s.l
+// Abandon releases holder's grant on every node (Redlock queues nobody).
+func (r *redlock) Abandon(ctx context.Context, resource, holder, _ string) error {
+	lockKey := r.lockKey(resource)
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return releaseScript.Run(ctx, n.client, []string{lockKey}, holder, "", n.publish).Int64()
+	}, nil)
+	for _, rep := range replies {
+		if rep.err != nil && !isReply(rep.err) {
+			return lockbackend.ReplyLost(rep.err)
+		}
+	}
+	return nil
+}
+
+// Release is Release on every node; it succeeds once a quorum released.
+func (r *redlock) Release(ctx context.Context, hold lockbackend.Hold) error {
+	h := hold.(*redlockHold)
 	start := time.Now()
-	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return releaseScript.Run(ctx, n.client, []string{s.key}, s.f.Holder, "", n.publish).Int64()
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return releaseScript.Run(ctx, n.client, []string{h.key}, h.holder, "", n.publish).Int64()
 	}, nil)
 	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
 	switch {
-	case ok >= l.red.quorum:
-		s.end(releasedError{}, true)
+	case ok >= r.quorum:
 		return nil
-	case notHeld > len(replies)-l.red.quorum:
+	case notHeld > len(replies)-r.quorum:
 		// Too few nodes still held it for the lease to have been held.
-		err := fmt.Errorf("%w: release %q token %d", ErrNotHeld, s.f.Resource, s.f.Token)
-		s.end(err, true)
-		return err
+		return ErrNotHeld
 	}
-	err := quorumFailure(ctx, &QuorumError{Op: "release", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+	err := quorumFailure(ctx, &QuorumError{Op: "release", Resource: h.resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Elapsed: time.Since(start), Err: errs})
-	s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
+	if ctx.Err() != nil {
+		return lockbackend.ReplyLost(err)
+	}
 	return err
 }
 
 // redlockTrace, when set (by tests), hears of every Redlock grant and
 // extension: what the nodes replied and the validity counted from sent.
-var redlockTrace func(s *Lease, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration)
+var redlockTrace func(holder, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration)
 
-// redlockExtend is extend on a Redlock Locker.
-func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
+// Extend extends on every node, and counts what a quorum holds.
+func (r *redlock) Extend(ctx context.Context, hold lockbackend.Hold, ttl time.Duration) (time.Duration, error) {
+	h := hold.(*redlockHold)
 	if err := checkRedlockTTL(ttl); err != nil {
-		return fmt.Errorf("%w: extend %q", err, s.f.Resource)
+		return 0, fmt.Errorf("%w: extend %q", err, h.resource)
 	}
-	l := s.l
 	sent := time.Now()
-	keys := []string{s.key, l.TokenKey(s.f.Resource)}
-	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return extendScript.Run(ctx, n.client, keys, s.f.Holder, ttl.Milliseconds(), l.retentionMS).Int64()
+	keys := []string{h.key, r.tokenKey(h.resource)}
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return extendScript.Run(ctx, n.client, keys, h.holder, ttl.Milliseconds(), r.retentionMS).Int64()
 	}, nil)
 	elapsed := time.Since(sent)
 	ok, notHeld, errs := count(replies, func(ms int64) bool { return ms != -3 })
-	if ok >= l.red.quorum {
+	if ok >= r.quorum {
 		// Each node that replied holds the lock for what it said from a
 		// moment after sent; the quorum-th longest is how long a quorum
 		// holds it. Extensions never shorten a node's lock, so neither do
@@ -593,40 +601,41 @@ func (s *Lease) redlockExtend(ctx context.Context, ttl time.Duration) error {
 		}
 		slices.Sort(left)
 		slices.Reverse(left)
-		held := time.Duration(left[l.red.quorum-1]) * time.Millisecond
+		held := time.Duration(left[r.quorum-1]) * time.Millisecond
 		if valid := held - drift(held); elapsed < valid {
-			s.extended(sent, valid)
 			if redlockTrace != nil {
-				redlockTrace(s, "extend", sent, ttl, fmt.Sprint(replies), valid)
+				redlockTrace(h.holder, "extend", sent, ttl, fmt.Sprint(replies), valid)
 			}
-			return nil
+			return valid, nil
 		}
 	}
 	if redlockTrace != nil {
-		redlockTrace(s, "extend failed", sent, ttl, fmt.Sprint(replies), 0)
+		redlockTrace(h.holder, "extend failed", sent, ttl, fmt.Sprint(replies), 0)
 	}
-	if notHeld > len(replies)-l.red.quorum {
-		err := fmt.Errorf("%w: extend %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
-		s.lost(err)
-		return err
+	if notHeld > len(replies)-r.quorum {
+		return 0, errQuorumLost
 	}
 	// Nodes that answered late, or not at all, may have lengthened the
 	// lock; none shortened it, so the lease keeps the expiry it knew.
-	return quorumFailure(ctx, &QuorumError{Op: "extend", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+	return 0, quorumFailure(ctx, &QuorumError{Op: "extend", Resource: h.resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Elapsed: elapsed, Err: errs})
 }
 
-// redlockTTL is TTL on a Redlock Locker: the time for which a quorum of
-// nodes still holds the lock, less the drift allowance.
-func (s *Lease) redlockTTL(ctx context.Context) (time.Duration, error) {
-	l := s.l
+// errQuorumLost is Extend's and TTL's error when a quorum of nodes no
+// longer holds the grant.
+var errQuorumLost = fmt.Errorf("%w: a quorum of Redlock nodes no longer holds it", ErrNotHeld)
+
+// TTL is the time for which a quorum of nodes still holds the lock, less
+// the drift allowance.
+func (r *redlock) TTL(ctx context.Context, hold lockbackend.Hold) (time.Duration, error) {
+	h := hold.(*redlockHold)
 	start := time.Now()
-	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return ttlScript.Run(ctx, n.client, []string{s.key}, s.f.Holder).Int64()
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
+		return ttlScript.Run(ctx, n.client, []string{h.key}, h.holder).Int64()
 	}, nil)
 	ok, notHeld, errs := count(replies, func(ms int64) bool { return ms != -3 })
 	switch {
-	case ok >= l.red.quorum:
+	case ok >= r.quorum:
 		var left []int64
 		for _, rep := range replies {
 			if rep.err == nil && rep.v != -3 {
@@ -636,27 +645,25 @@ func (s *Lease) redlockTTL(ctx context.Context) (time.Duration, error) {
 		slices.Sort(left)
 		slices.Reverse(left)
 		// The quorum-th longest: the lock is held while that many nodes hold it.
-		d := time.Duration(left[l.red.quorum-1])*time.Millisecond - drift(time.Duration(left[0])*time.Millisecond)
+		d := time.Duration(left[r.quorum-1])*time.Millisecond - drift(time.Duration(left[0])*time.Millisecond)
 		return max(d, 0), nil
-	case notHeld > len(replies)-l.red.quorum:
-		err := fmt.Errorf("%w: ttl %q token %d: a quorum of Redlock nodes no longer holds it", ErrNotHeld, s.f.Resource, s.f.Token)
-		s.lost(err)
-		return 0, err
+	case notHeld > len(replies)-r.quorum:
+		return 0, errQuorumLost
 	}
-	return 0, quorumFailure(ctx, &QuorumError{Op: "ttl", Resource: s.f.Resource, Nodes: len(replies), Quorum: l.red.quorum,
+	return 0, quorumFailure(ctx, &QuorumError{Op: "ttl", Resource: h.resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Elapsed: time.Since(start), Err: errs})
 }
 
-// redlockAdvance is Advance on a Redlock Locker: it succeeds once a quorum
+// Advance raises the token state on every node: it succeeds once a quorum
 // has the raised state, since every later grant's quorum includes one of
 // those nodes.
-func (l *Locker) redlockAdvance(ctx context.Context, resource string, atLeast fence.Token) error {
+func (r *redlock) Advance(ctx context.Context, resource string, atLeast fence.Token) error {
 	start := time.Now()
-	replies := fanOut(ctx, l.red, nil, func(ctx context.Context, n redlockNode) (struct{}, error) {
-		return struct{}{}, advanceScript.Run(ctx, n.client, []string{l.TokenKey(resource)}, int64(atLeast), l.retentionMS).Err()
+	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (struct{}, error) {
+		return struct{}{}, advanceScript.Run(ctx, n.client, []string{r.tokenKey(resource)}, int64(atLeast), r.retentionMS).Err()
 	}, nil)
 	ok, _, errs := count(replies, func(struct{}) bool { return true })
-	if ok >= l.red.quorum {
+	if ok >= r.quorum {
 		return nil
 	}
 	for _, rep := range replies {
@@ -664,7 +671,7 @@ func (l *Locker) redlockAdvance(ctx context.Context, resource string, atLeast fe
 			return e
 		}
 	}
-	return quorumFailure(ctx, &QuorumError{Op: "advance", Resource: resource, Nodes: len(replies), Quorum: l.red.quorum,
+	return quorumFailure(ctx, &QuorumError{Op: "advance", Resource: resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Elapsed: time.Since(start), Err: errs})
 }
 
@@ -683,12 +690,4 @@ func count[T any](replies []nodeReply[T], good func(T) bool) (ok, other int, err
 		}
 	}
 	return ok, other, joinNodes(all)
-}
-
-// refuseRedlock is the error of a call that a Redlock Locker does not offer.
-func (l *Locker) refuseRedlock(op string) error {
-	if l.red == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %s is not offered by a Redlock Locker; fence a foreign lock on one of its servers with a Locker from New", errInvalid, op)
 }

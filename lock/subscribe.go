@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -162,11 +164,11 @@ type topic struct {
 
 type waiter struct {
 	t      *topic
-	holder string        // the holder id it queues under
-	wake   chan struct{} // cap 1
-	grant  chan grantMsg // cap 1: a release granted it the lock
-	place  chan placeMsg // cap 1, the latest only: it is among the first of the queue
-	owes   bool          // took a wake-up and has not yet tried on it
+	holder string                    // the holder id it queues under
+	wake   chan struct{}             // cap 1
+	grant  chan lockbackend.HandOver // cap 1: a release granted it the lock
+	place  chan lockbackend.Place    // cap 1, the latest only: it is among the first of the queue
+	owes   bool                      // took a wake-up and has not yet tried on it
 }
 
 func newGen(ps *redis.PubSub) *psGen {
@@ -207,7 +209,7 @@ func (t *topic) deliver(holder string, g grantMsg) {
 	for _, w := range t.waiters {
 		if w.holder == holder {
 			select {
-			case w.grant <- g:
+			case w.grant <- lockbackend.HandOver{Token: fence.Token(g.token), Ref: g.ref, Age: g.age}:
 			default:
 			}
 			return
@@ -229,7 +231,7 @@ func (t *topic) place(first []string, rem time.Duration, at time.Time) {
 			case <-w.place:
 			default:
 			}
-			w.place <- placeMsg{place: i, rem: rem, at: at}
+			w.place <- lockbackend.Place{Place: i, Remaining: rem, At: at}
 		}
 	}
 }
@@ -273,7 +275,7 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 		t.idle = time.Time{}
 		c.lingering--
 	}
-	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan grantMsg, 1), place: make(chan placeMsg, 1)}
+	w := &waiter{t: t, holder: holder, wake: make(chan struct{}, 1), grant: make(chan lockbackend.HandOver, 1), place: make(chan lockbackend.Place, 1)}
 	t.waiters = append(t.waiters, w)
 	return w
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // Waiting for a release. A waiter whose subscription to the resource's
@@ -62,16 +63,16 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 	// Every try respects the queue, whether or not it can join it yet: a
 	// free lock with live waiters queued ahead goes to the first of them.
 	a := attempt{holder: fence.NewHolder(), ordered: true, place: -1}
-	var (
-		w       *waiter
-		channel string
-	)
-	if l.hub != nil {
-		channel = l.channel(resource)
+	var w lockbackend.Waiter
+	if l.queue != nil {
 		// Joining a channel that other waiters keep subscribed costs
 		// nothing and makes even the first try a registered one.
-		w = l.hub.join(channel, false, a.holder)
-		defer func() { l.hub.leave(w, lease != nil) }()
+		w = l.queue.Join(resource, a.holder, false)
+		defer func() {
+			if w != nil {
+				w.Leave(lease != nil)
+			}
+		}()
 	}
 	defer func() {
 		if lease == nil && a.queued() {
@@ -95,7 +96,7 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		var ready, lost <-chan struct{}
 		confirmed := false
 		if w != nil {
-			ready, lost, confirmed = w.state()
+			ready, lost, confirmed = w.State()
 		}
 		// Queue only on a try the subscription covers, so that the grant's
 		// message cannot be missed; once queued, every try refreshes the
@@ -107,11 +108,11 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			return lease, err
 		}
 		if w != nil {
-			w.owes = false
+			w.Owe(false)
 		}
-		if w == nil && l.hub != nil {
-			if w = l.hub.join(channel, true, a.holder); w != nil {
-				if ready, lost, confirmed = w.state(); confirmed {
+		if w == nil && l.queue != nil {
+			if w = l.queue.Join(resource, a.holder, true); w != nil {
+				if ready, lost, confirmed = w.State(); confirmed {
 					continue // someone else's subscription covers a try from now on
 				}
 			}
@@ -139,11 +140,11 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		}
 		var (
 			wake, edge <-chan struct{}
-			granted    <-chan grantMsg
-			placed     <-chan placeMsg
+			granted    <-chan lockbackend.HandOver
+			placed     <-chan lockbackend.Place
 		)
 		if w != nil {
-			wake, granted, placed = w.wake, w.grant, w.place
+			wake, granted, placed = w.Wake(), w.Granted(), w.Placed()
 			if confirmed {
 				edge = lost // back to timed retries
 			} else {
@@ -163,7 +164,7 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 				return nil, fmt.Errorf("lock: acquire %q: %w", resource, ctx.Err())
 			case <-timer.C:
 			case <-wake:
-				w.owes = true
+				w.Owe(true)
 			case <-edge:
 			case g := <-granted:
 				if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
@@ -175,7 +176,7 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 				// among the first: it tries when the lease it names ends (at
 				// once if the lock is free), a little later behind the
 				// head, instead of at its refresh.
-				if at, ok := m.tryAt(); ok && at.Before(due) {
+				if at, ok := tryAt(m); ok && at.Before(due) {
 					due = at
 					timer.Reset(time.Until(at))
 				}
@@ -190,21 +191,31 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 // g tells, or nil when g cannot be dated (the next try finds the grant).
 //
 // The grant came after the release read the holder's entry as refreshed at
-// g.ref, and g.age after that refresh on the server's clock; the try that
-// made that refresh was sent no later than it ran. So a.sent + g.age is no
+// g.Ref, and g.Age after that refresh on the server's clock; the try that
+// made that refresh was sent no later than it ran. So a.sent + g.Age is no
 // later than the grant, and the lease is dated from there. A message about
 // an older entry than a's last refresh is stale: that refresh found the
 // lock in other hands, so the grant it names is gone.
-func (l *Locker) handedOver(resource string, ttl time.Duration, cfg acquireConfig, a *attempt, g grantMsg) *Lease {
-	if g.ref != a.ref {
+func (l *Locker) handedOver(resource string, ttl time.Duration, cfg acquireConfig, a *attempt, g lockbackend.HandOver) *Lease {
+	if g.Ref != a.ref {
 		return nil
 	}
-	acq := ""
-	if cfg.owner != "" {
-		acq = a.holder
-	}
-	lease := &Lease{l: l, acq: acq}
-	keys, _ := l.resourceKeys(&lease.keyBuf, resource)
-	l.grantLease(lease, keys, a.holder, fence.Fence{Resource: resource, Token: fence.Token(g.token), Holder: a.holder}, a.sent.Add(g.age), ttl, ttl, cfg)
+	req := lockbackend.Request{Resource: resource, TTL: ttl, Holder: a.holder, Owner: cfg.owner, Ordered: true, Queue: true}
+	lease := &Lease{l: l, hold: l.queue.Adopt(&req, g)}
+	l.grantLease(lease, fence.Fence{Resource: resource, Token: g.Token, Holder: a.holder}, a.sent.Add(g.Age), ttl, ttl, cfg)
 	return lease
+}
+
+// tryAt is when the waiter at m's place tries, or ok false when it has no
+// reason to before its refresh (the lease has no expiry): the head when
+// the current lease ends (at once if the lock is free), the next ones
+// nextInLine apart after it.
+func tryAt(m lockbackend.Place) (at time.Time, ok bool) {
+	switch {
+	case m.Remaining == lockbackend.NoExpiry:
+		return time.Time{}, false
+	case m.Remaining < 0:
+		return m.At.Add(time.Duration(m.Place) * nextInLine), true
+	}
+	return m.At.Add(m.Remaining + time.Duration(m.Place)*nextInLine), true
 }

@@ -372,3 +372,15 @@ var Open func(open Opener, opts []any) (any, error)
 // that build on a Locker (election uses its [Recorder]); nil for anything
 // else. Package lock sets it when it is initialised.
 var Of func(locker any) Backend
+
+// ReplyLost marks err, a call's failure whose reply never came, as
+// matching [ErrReplyLost]; its message is err's.
+func ReplyLost(err error) error { return replyLost{err} }
+
+type replyLost struct{ err error }
+
+func (e replyLost) Error() string { return e.err.Error() }
+
+func (e replyLost) Unwrap() error { return e.err }
+
+func (e replyLost) Is(target error) bool { return target == ErrReplyLost }
