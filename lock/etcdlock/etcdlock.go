@@ -28,7 +28,7 @@ var ErrNoHook = errors.New("etcdlock: this fencekit's package lock offers no bac
 // a watch.
 //
 // It refuses, with an error matching fence.ErrInvalid and nothing sent, a
-// nil client and options that mean nothing on etcd (lock.WithRetention,
+// nil client and options that mean nothing on etcd (lock.WithTokenRetention,
 // lock.WithNodeTimeout). The Locker never closes cli.
 func New(client *clientv3.Client, opts ...lock.Option) (*lock.Locker, error) {
 	if client == nil {

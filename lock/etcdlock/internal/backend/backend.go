@@ -95,7 +95,7 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 		return nil, fmt.Errorf("%w: etcdlock: nil *clientv3.Client", fence.ErrInvalid)
 	}
 	if s.Given&lockbackend.GivenRetention != 0 {
-		return nil, fmt.Errorf("%w: etcdlock: WithRetention means nothing on etcd, which keeps no token state", lockbackend.ErrUnsupported)
+		return nil, fmt.Errorf("%w: etcdlock: WithTokenRetention means nothing on etcd, which keeps no token state", lockbackend.ErrUnsupported)
 	}
 	if s.Given&lockbackend.GivenNodeTimeout != 0 {
 		return nil, fmt.Errorf("%w: etcdlock: WithNodeTimeout means nothing on etcd, whose cluster answers as one", lockbackend.ErrUnsupported)
@@ -174,9 +174,6 @@ func token(rev int64) (fence.Token, error) {
 // first key. The grant is the holder's key being the first; the token is
 // its create revision, from the transaction's own response.
 func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
-	if err := b.live(); err != nil {
-		return lockbackend.Outcome{}, err
-	}
 	secs := leaseSeconds(req.TTL)
 	lg, err := b.cli.Grant(ctx, secs)
 	if err != nil {
@@ -382,17 +379,6 @@ func (b *Backend) Close(deadline time.Time) {
 	case <-done:
 	case <-t.C:
 	}
-}
-
-var errClosed = errors.New("etcdlock: the Locker is closed")
-
-func (b *Backend) live() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return errClosed
-	}
-	return nil
 }
 
 // revokeLater revokes lease after its caller's call, bounded: through the
