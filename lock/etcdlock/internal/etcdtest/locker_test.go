@@ -12,6 +12,8 @@ import (
 	"github.com/fencekit/fencekit/lock/etcdlock"
 )
 
+var etcdlockNew = etcdlock.New
+
 func newLocker(t testing.TB, c *Cluster) *lock.Locker {
 	t.Helper()
 	l, err := etcdlock.New(c.Client(t), lock.WithPrefix("fk-"+fence.NewHolder()[:8]+":"))
