@@ -5,10 +5,9 @@
 //
 // One resource's state lives under one key directory, named with the
 // resource in braces (which a resource may not contain, so no resource's
-// range covers another's):
-//
-//	<prefix>{<resource>}/h/<holder>  one key per holder and per queued waiter
-//	<prefix>{<resource>}/r           the record beside the lock
+// range covers another's): the directory's "/h/" keys, one per holder and
+// per queued waiter, named by the holder id, and its "/r" key, the record
+// beside the lock.
 //
 // The lock belongs to the key of the directory with the lowest create
 // revision, as with concurrency.Mutex: a release or an expiry deletes the
