@@ -63,9 +63,13 @@ type Backend struct {
 	mu     sync.Mutex
 	rooms  map[string]*room // resource -> waiters of this process
 	leases map[string]leaseRef
-	closed bool
-	wg     sync.WaitGroup
-	stop   chan struct{}
+	// spare leases, granted ahead of tries (lease.go), by TTL in seconds
+	spares  map[int64]spare
+	filling map[int64]bool
+	lastTry map[int64]time.Time
+	closed  bool
+	wg      sync.WaitGroup
+	stop    chan struct{}
 
 	// BeforeTxn, when set (by tests), runs in Try between the lease's
 	// grant and the transaction that puts the key on it.
@@ -110,6 +114,10 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 		rooms:  map[string]*room{},
 		leases: map[string]leaseRef{},
 		stop:   make(chan struct{}),
+
+		spares:  map[int64]spare{},
+		filling: map[int64]bool{},
+		lastTry: map[int64]time.Time{},
 	}
 	return b, nil
 }
@@ -173,14 +181,15 @@ func token(rev int64) (fence.Token, error) {
 // first key. The grant is the holder's key being the first; the token is
 // its create revision, from the transaction's own response.
 func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
+	start := time.Now()
 	secs := leaseSeconds(req.TTL)
-	lg, err := b.cli.Grant(ctx, secs)
+	newLease, sent, err := b.takeLease(ctx, secs)
 	if err != nil {
 		// A lease granted whose reply was lost holds no key, and the
 		// server expires it: nothing to undo.
 		return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
 	}
-	lease := lg.ID
+	lease := newLease
 	key := b.holderKey(req.Resource, req.Holder)
 	first := clientv3.OpGet(b.holders(req.Resource), clientv3.WithFirstCreate()...)
 	mine := clientv3.OpGet(key)
@@ -207,7 +216,7 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	mineKV := kvOf(resp.Responses[len(resp.Responses)-1])
 	if mineKV == nil || mineKV.Lease != int64(lease) {
 		// Nothing of ours is on the new lease.
-		b.revokeLater(context.WithoutCancel(ctx), lease)
+		b.giveBack(context.WithoutCancel(ctx), lease, sent, secs)
 	}
 	if mineKV != nil && mineKV.Lease != int64(lease) {
 		// This holder's entry stands on an older lease (a grant or an
@@ -237,8 +246,9 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	b.forget(key)
 	h := &hold{resource: req.Resource, holder: req.Holder, key: key, rev: mineKV.CreateRevision, lease: lease, ttl: secs}
 	out := lockbackend.Outcome{Granted: true, Hold: h, Token: tok, Holder: req.Holder,
-		Known: req.TTL - drift(req.TTL), HandedOver: mineKV.CreateRevision != resp.Header.Revision}
-	if mineKV.Lease != int64(lg.ID) {
+		Known:      min(req.TTL, sent.Add(time.Duration(secs)*time.Second).Sub(start)) - drift(req.TTL),
+		HandedOver: mineKV.CreateRevision != resp.Header.Revision}
+	if mineKV.Lease != int64(newLease) {
 		// A grant made on an older lease (handed over while queued, or
 		// the run this try repeats): what the server says is left of it.
 		ttl, err := b.cli.TimeToLive(ctx, lease)
@@ -370,6 +380,7 @@ func (b *Backend) Close(deadline time.Time) {
 	for _, r := range rooms {
 		r.cancel()
 	}
+	b.revokeSpares(deadline)
 	done := make(chan struct{})
 	go func() { b.wg.Wait(); close(done) }()
 	t := time.NewTimer(time.Until(deadline))
