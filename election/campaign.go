@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockaccess"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -26,6 +29,9 @@ import (
 // The term's lease is renewed automatically until the term ends (see
 // [Term.Done]); its fence, [Term.Fence], carries a token above every
 // earlier term's. Present it with every write the leader makes.
+//
+// Campaign on an Election whose [lock.Locker] was closed returns an error
+// matching [ErrClosed]: a closed Locker renews no lease.
 //
 // ctx bounds the wait. When it ends, Campaign returns an error matching
 // ctx.Err() and holds nothing: a lock granted meanwhile is released to the
@@ -56,6 +62,11 @@ const (
 
 func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	for {
+		if lockaccess.Closed(e.locker) {
+			// A closed Locker renews nothing: a term won now would be lost
+			// a TTL later, and won again, for ever.
+			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, ErrClosed)
+		}
 		lease, err := e.locker.Acquire(ctx, e.name, e.ttl, lock.AutoRenew())
 		if err != nil {
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, err)
@@ -103,7 +114,7 @@ func (e *Election) record(ctx context.Context, f fence.Fence, value string) (rec
 	tok := strconv.FormatUint(uint64(f.Token), 10)
 	life := e.ttl.Milliseconds()
 	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-		return setLeaderScript.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
+		return e.setLeader.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
 	})
 	ok, held := 0, 0
 	var above fence.Token
@@ -147,20 +158,78 @@ type reply struct {
 }
 
 // fanOut runs call on every node, in parallel when there are several, and
-// returns their replies in node order.
+// returns their replies in node order. It keeps the lock's deadline rules
+// (see package rediscall): each call returns by ctx's end whatever the
+// client's options, and under Redlock each node's call is bounded by the
+// node timeout too, so fanOut returns once every node answered, the node
+// timeout passed, or ctx ended; a node without an answer then has a
+// *rediscall.CutError (or errNodeTimeout). A call cut short goes on in the
+// background until its client gives up on it, and the Locker's Close waits
+// for it within its bound.
 func (e *Election) fanOut(ctx context.Context, call func(context.Context, redis.UniversalClient) (any, error)) []reply {
+	run := func(ctx context.Context, n lockaccess.Node) reply {
+		r, ok := rediscall.Run(ctx, n.Calls, func(ctx context.Context) reply {
+			v, err := call(ctx, n.Client)
+			return reply{v, err}
+		}, nil)
+		if !ok {
+			r.err = &rediscall.CutError{Err: ctx.Err()}
+		}
+		return r
+	}
 	out := make([]reply, len(e.nodes))
-	if len(e.nodes) == 1 {
-		out[0].val, out[0].err = call(ctx, e.nodes[0])
+	if len(e.nodes) == 1 && e.timeout == 0 {
+		out[0] = run(ctx, e.nodes[0])
 		return out
 	}
-	var wg sync.WaitGroup
-	for i, c := range e.nodes {
-		wg.Go(func() { out[i].val, out[i].err = call(ctx, c) })
+	var (
+		mu      sync.Mutex
+		pending = len(e.nodes)
+		all     = make(chan struct{})
+	)
+	for i := range out {
+		out[i].err = errNodeTimeout
 	}
-	wg.Wait()
-	return out
+	for i, n := range e.nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, e.timeout)
+			r := run(nctx, n)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if pending < 0 {
+				return // fanOut returned without this node's answer
+			}
+			out[i] = r
+			if pending--; pending == 0 {
+				close(all)
+			}
+		}()
+	}
+	timer := time.NewTimer(e.timeout)
+	defer timer.Stop()
+	select {
+	case <-all:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	pending = -1
+	res := slices.Clone(out)
+	if err := ctx.Err(); err != nil {
+		for i := range res {
+			if res[i].err == errNodeTimeout {
+				res[i].err = &rediscall.CutError{Err: err}
+			}
+		}
+	}
+	return res
 }
+
+// errNodeTimeout is the error of a Redlock node that did not answer within
+// the node timeout.
+var errNodeTimeout = errors.New("no reply within the node timeout")
 
 // Term is one candidate's time as leader, from the [Election.Campaign] that
 // won it until [Term.Done] closes. Its fence is fixed for its life. A Term
@@ -198,10 +267,11 @@ func (t *Term) Value() string { return t.value }
 
 // Done returns a channel that is closed when the term ends: by
 // [Term.Resign], or as soon as its lease can no longer be known held (a
-// renewal refused, or renewals failing until the lease's validity less the
-// drift allowance ran out). It closes before any other candidate can be
-// elected, as long as the clock assumption of the package doc holds: stop
-// acting as leader when it closes. [Term.Err] says why it closed.
+// renewal refused, or renewals failing until the lease's validity came
+// within the step-down margin, [Election.StepDown]). It closes at least
+// that margin before any other candidate can be elected, as long as the
+// clock assumption of the package doc holds: stop acting as leader when it
+// closes. [Term.Err] says why it closed.
 func (t *Term) Done() <-chan struct{} { return t.done }
 
 // Err returns nil while the term lasts; then an error matching
@@ -215,7 +285,7 @@ func (t *Term) Err() error {
 
 // Leading reports whether the term is still known to lead on the local
 // clock at the moment of the call: it has not ended and its lease's
-// validity is above the drift allowance. Unlike a look at [Term.Done], it
+// validity is above the step-down margin. Unlike a look at [Term.Done], it
 // does not depend on a goroutine having run since the validity ran out (a
 // process resumed from a long pause). A pause after the check outlasts any
 // check: keep presenting the fence.
@@ -230,14 +300,22 @@ func (t *Term) Leading() bool {
 // had already ended; an error matching ctx.Err() when ctx ended before
 // the release was known to reach Redis (it goes on in the background,
 // bounded, and [lock.Locker.Close] waits for it); or the Redis error, when
-// the lock then runs out its TTL.
+// the lock then runs out its TTL. Resign returns by ctx's end in every
+// case, a term lost to a silent Redis included (its release then goes on
+// in the background, bounded by the TTL).
 func (t *Term) Resign(ctx context.Context) error {
 	if err := checkCtx("Resign", ctx); err != nil {
 		return err
 	}
 	if !t.end(fmt.Errorf("election: term %d of %q: %w", t.fence.Token, t.e.name, ErrResigned)) {
-		<-t.released
-		return nil
+		// The term had ended: wait for its release (a lost term's goes on
+		// for up to a TTL when Redis is silent) no longer than ctx allows.
+		select {
+		case <-t.released:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("election: Resign %q term %d: the ended term's release is still under way: %w", t.e.name, t.fence.Token, ctx.Err())
+		}
 	}
 	err := t.lease.Release(ctx)
 	close(t.released)
@@ -287,7 +365,7 @@ func (t *Term) watch() {
 	for {
 		v := t.lease.Validity()
 		if v <= t.e.margin {
-			t.lost(fmt.Errorf("lease validity within the drift allowance (%v): %w", t.e.margin, lock.ErrNotHeld))
+			t.lost(fmt.Errorf("lease validity within the step-down margin (%v): %w", t.e.margin, lock.ErrNotHeld))
 			return
 		}
 		timer.Reset(v - t.e.margin)

@@ -24,6 +24,14 @@ const DefaultTTL = 10 * time.Second
 // MaxValueLen is the longest value, in bytes, a candidate may campaign with.
 const MaxValueLen = 4096
 
+// MinTTL is the shortest term lease [WithTTL] accepts. Renewal must reach
+// Redis between the renewal's time (a third of the TTL after the last one)
+// and the step-down (a quarter of the TTL before the lease runs out, by
+// default): under 100ms that window is shorter than the scheduling and
+// network delays of a loaded machine, and terms end as soon as they begin
+// (10ms terms lasted 0.2-153ms on a busy 2-core machine).
+const MinTTL = 100 * time.Millisecond
+
 // Election is one named election among candidates that share a Redis
 // deployment through their [lock.Locker]s. It is safe for concurrent use:
 // a process may campaign, read the leader and observe at once.
@@ -31,13 +39,16 @@ type Election struct {
 	locker *lock.Locker
 	name   string
 	ttl    time.Duration
-	margin time.Duration // the drift allowance: a term ends this long before its lease's validity runs out
+	margin time.Duration // the step-down margin: a term ends this long before its lease's validity runs out
 
-	nodes   []redis.UniversalClient
+	nodes   []lockaccess.Node
 	quorum  int
-	sharded string // "1" when announcements use SPUBLISH (a cluster)
+	timeout time.Duration // the node timeout under Redlock, 0 on one node
+	sharded string        // "1" when announcements use SPUBLISH (a cluster)
 
 	lockKey, recordKey, channel string
+
+	setLeader *redis.Script // set_leader.lua; the model's controls send a broken one
 
 	tel *instruments
 }
@@ -47,28 +58,59 @@ type Election struct {
 type Option func(*config) error
 
 type config struct {
-	ttl time.Duration
-	mp  metric.MeterProvider
-	tp  trace.TracerProvider
+	ttl    time.Duration
+	margin time.Duration // 0: DefaultStepDown of the TTL
+	mp     metric.MeterProvider
+	tp     trace.TracerProvider
 }
 
 // WithTTL sets the term's lease: the lock is renewed automatically while
 // the leader lives and is connected, so d is how long a crashed or cut-off
 // leader keeps the election, not how long a term lasts. default:
-// [DefaultTTL]. d must be at least 10ms and at most [lock.MaxTTL]; Redis
-// keeps whole milliseconds, so a fraction of one is dropped.
+// [DefaultTTL]. d must be at least [MinTTL] and at most [lock.MaxTTL];
+// Redis keeps whole milliseconds, so a fraction of one is dropped.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return invalid("WithTTL", "non-positive TTL %v", d)
 		}
-		if d < 10*time.Millisecond {
-			return invalid("WithTTL", "TTL %v is shorter than 10ms, too short to renew a lease in", d)
+		if d < MinTTL {
+			return invalid("WithTTL", "TTL %v is shorter than %v, too short to renew a lease in on a loaded machine", d, MinTTL)
 		}
 		if d > lock.MaxTTL {
 			return invalid("WithTTL", "TTL %v is longer than %v", d, lock.MaxTTL)
 		}
 		c.ttl = d.Truncate(time.Millisecond)
+		return nil
+	}
+}
+
+// DefaultStepDown is the step-down margin, as a fraction of the TTL, when
+// no [WithStepDown] option is given: a term ends when its lease's validity
+// comes within a quarter of the TTL.
+const DefaultStepDown = 4 // the margin is TTL/DefaultStepDown
+
+// WithStepDown sets the step-down margin: a term ends ([Term.Done] closes,
+// [Run]'s ctx ends) when its lease's validity, on the leader's clock, comes
+// within d, so that the old leader has stopped believing it leads at least
+// d before Redis can grant the lock to another candidate. It is what
+// client-go's leaderelection calls the lease duration less the renew
+// deadline. default: a quarter of the TTL (TTL/[DefaultStepDown]).
+//
+// A larger margin tolerates longer delays on the leader (a timer that fires
+// late on a loaded machine, a clock that runs slow) before two candidates
+// believe they lead at once; it costs nothing on a healthy leader, whose
+// renewals keep the validity near the TTL, and ends a term sooner when
+// renewals fail. d must be at least the clock-drift allowance [Drift] of
+// the TTL and at most half the TTL (renewals go when a third of it has
+// passed, and need time to arrive before the term would end); [New]
+// checks it against the TTL given with [WithTTL].
+func WithStepDown(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("WithStepDown", "non-positive step-down margin %v", d)
+		}
+		c.margin = d
 		return nil
 	}
 }
@@ -97,7 +139,16 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 			return nil, err
 		}
 	}
-	nodes, quorum := lockaccess.Clients(l)
+	margin := c.margin
+	switch {
+	case margin == 0:
+		margin = max(c.ttl/DefaultStepDown, Drift(c.ttl))
+	case margin < Drift(c.ttl):
+		return nil, invalid("WithStepDown", "step-down margin %v is below the clock-drift allowance %v of the TTL %v", margin, Drift(c.ttl), c.ttl)
+	case margin > c.ttl/2:
+		return nil, invalid("WithStepDown", "step-down margin %v is more than half the TTL %v: terms would end before their renewal arrives", margin, c.ttl)
+	}
+	nodes, quorum, timeout := lockaccess.Nodes(l)
 	if len(nodes) == 0 {
 		return nil, invalid("New", "the Locker has no Redis client")
 	}
@@ -105,8 +156,8 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election: New: telemetry: %w", err)
 	}
-	e := &Election{locker: l, name: name, ttl: c.ttl, margin: Drift(c.ttl), nodes: nodes, quorum: quorum, tel: tel}
-	if _, ok := nodes[0].(*redis.ClusterClient); ok {
+	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, nodes: nodes, quorum: quorum, timeout: timeout, tel: tel, setLeader: setLeaderScript}
+	if _, ok := nodes[0].Client.(*redis.ClusterClient); ok {
 		e.sharded = "1"
 	}
 	// The leader record and its channel share the lock key's hash tag, so
@@ -119,9 +170,12 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 
 // Drift is the clock-drift allowance of a term with lease ttl: ttl/100 +
 // 2ms, the allowance Redlock's validity rule makes for clocks that run at
-// different rates. A term ends this long before its lease's validity runs
-// out (see the package doc).
+// different rates. It is the least step-down margin [WithStepDown] accepts.
 func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// StepDown returns the step-down margin (see [WithStepDown]): a term ends
+// when its lease's validity comes within it.
+func (e *Election) StepDown() time.Duration { return e.margin }
 
 // Name returns the election's name, the lock resource of its terms.
 func (e *Election) Name() string { return e.name }

@@ -118,6 +118,29 @@ func TestCampaignCancelled(t *testing.T) {
 	_ = c3.Resign(context.Background())
 }
 
+// The step-down margin is a quarter of the TTL unless set, and a set one
+// is kept whatever the options' order.
+func TestStepDownMargin(t *testing.T) {
+	l := newLocker(t, testenv.Redis(t), "")
+	for _, tc := range []struct {
+		opts []election.Option
+		want time.Duration
+	}{
+		{nil, election.DefaultTTL / 4},
+		{[]election.Option{election.WithTTL(400 * time.Millisecond)}, 100 * time.Millisecond},
+		{[]election.Option{election.WithStepDown(3 * time.Second), election.WithTTL(8 * time.Second)}, 3 * time.Second},
+		{[]election.Option{election.WithTTL(8 * time.Second), election.WithStepDown(82 * time.Millisecond)}, 82 * time.Millisecond},
+	} {
+		e, err := election.New(l, "margin", tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.StepDown(); got != tc.want {
+			t.Errorf("StepDown() = %v with TTL %v, want %v", got, e.TTL(), tc.want)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	l := newLocker(t, testenv.Redis(t), "")
 	e := newElection(t, l, "ok")
@@ -135,7 +158,14 @@ func TestBadInput(t *testing.T) {
 		{"bad utf8 name", "election: New: invalid argument: name", func() error { _, err := election.New(l, "\xff"); return err }},
 		{"zero TTL", "election: WithTTL: invalid argument: non-positive TTL 0s", func() error { _, err := election.New(l, "x", election.WithTTL(0)); return err }},
 		{"negative TTL", "election: WithTTL: invalid argument: non-positive TTL -1s", func() error { _, err := election.New(l, "x", election.WithTTL(-time.Second)); return err }},
-		{"tiny TTL", "election: WithTTL: invalid argument: TTL 1ms is shorter than 10ms", func() error { _, err := election.New(l, "x", election.WithTTL(time.Millisecond)); return err }},
+		{"tiny TTL", "election: WithTTL: invalid argument: TTL 1ms is shorter than 100ms", func() error { _, err := election.New(l, "x", election.WithTTL(time.Millisecond)); return err }},
+		{"TTL below the floor", "election: WithTTL: invalid argument: TTL 10ms is shorter than 100ms", func() error { _, err := election.New(l, "x", election.WithTTL(10*time.Millisecond)); return err }},
+		{"zero step-down", "election: WithStepDown: invalid argument: non-positive step-down margin 0s", func() error { _, err := election.New(l, "x", election.WithStepDown(0)); return err }},
+		{"step-down below drift", "election: WithStepDown: invalid argument: step-down margin 1ms is below the clock-drift allowance 6ms of the TTL 400ms", func() error {
+			_, err := election.New(l, "x", election.WithStepDown(time.Millisecond), election.WithTTL(400*time.Millisecond))
+			return err
+		}},
+		{"step-down over half the TTL", "election: WithStepDown: invalid argument: step-down margin 6s is more than half the TTL 10s", func() error { _, err := election.New(l, "x", election.WithStepDown(6*time.Second)); return err }},
 		{"huge TTL", "election: WithTTL: invalid argument: TTL", func() error { _, err := election.New(l, "x", election.WithTTL(lock.MaxTTL+time.Hour)); return err }},
 		{"nil meter", "election: WithMeterProvider: invalid argument: nil MeterProvider", func() error { _, err := election.New(l, "x", election.WithMeterProvider(nil)); return err }},
 		{"empty value", "election: Campaign: invalid argument: empty value", func() error { _, err := e.Campaign(ctx, ""); return err }},

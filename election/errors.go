@@ -20,9 +20,14 @@ var (
 	// ErrLost is what [Term.Err] matches once the term ended because its
 	// lease could no longer be known held: a renewal was refused (the lease
 	// expired during a pause, or Redis lost it), or renewals kept failing
-	// until the lease's validity, less the drift allowance, ran out. Such
+	// until the lease's validity came within the step-down margin. Such
 	// an error also matches [lock.ErrNotHeld].
 	ErrLost = errors.New("election: term lost")
+
+	// ErrClosed means the election's [lock.Locker] was closed: it renews no
+	// lease, so [Election.Campaign] and [Run] refuse to win a term that
+	// nobody would keep.
+	ErrClosed = errors.New("election: the Locker is closed")
 )
 
 // invalidError is a rejected argument: it names the call and the problem,

@@ -110,7 +110,8 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
 	msgs := make(chan *redis.Message, 64)
-	for _, c := range e.nodes {
+	for _, n := range e.nodes {
+		c := n.Client
 		var ps *redis.PubSub
 		if e.sharded == "1" {
 			ps = c.SSubscribe(ctx, e.channel)

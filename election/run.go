@@ -23,16 +23,20 @@ import (
 // a second, whichever is less, with jitter), not returned. Run returns:
 //   - an error matching ctx.Err() once ctx ends;
 //   - fn's own error, unchanged, when fn returns one that is not the
-//     term's loss (an error matching [ErrLost] or, after the term was
-//     lost, context.Canceled);
+//     term's end (see below);
 //   - an error matching [fence.ErrInvalid] for bad arguments,
 //     [fence.ErrWrongType] when a key of the election holds another type,
-//     and [lock.ErrTokensExhausted].
+//     [lock.ErrTokensExhausted], and [ErrClosed] once the Locker is closed.
 //
-// When fn returns nil, Run resigns and campaigns again at the back of the
-// queue, so that queued candidates take turns. If fn panics, Run resigns
-// and lets the panic continue. The resignation is sent even after ctx has
-// ended, bounded by the TTL.
+// An error from fn that matches [ErrLost], context.Canceled after the term
+// was lost, or [fence.ErrStale] (storage refused the term's fence: a newer
+// term has written there, so return the store's error as it is) ends the
+// term, not Run: Run resigns and campaigns again. When fn returns nil,
+// Run resigns and campaigns again at the back of the queue, so that queued
+// candidates take turns. If fn panics, Run resigns and lets the panic
+// continue. The resignation is sent even after ctx has ended, bounded by
+// the TTL; after a lost term there is nothing to resign, and Run goes on
+// at once.
 func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Context, f fence.Fence) error) error {
 	switch {
 	case ctx == nil:
@@ -78,7 +82,7 @@ func Run(ctx context.Context, e *Election, value string, fn func(ctx context.Con
 // permanent reports whether a campaign's error would come back on every
 // retry.
 func permanent(err error) bool {
-	return errors.Is(err, fence.ErrInvalid) || errors.Is(err, fence.ErrWrongType) || errors.Is(err, lock.ErrTokensExhausted)
+	return errors.Is(err, fence.ErrInvalid) || errors.Is(err, fence.ErrWrongType) || errors.Is(err, lock.ErrTokensExhausted) || errors.Is(err, ErrClosed)
 }
 
 // runTerm runs fn for term t and resigns it, and returns fn's error unless
@@ -94,6 +98,11 @@ func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context,
 	}()
 	defer func() {
 		cancel(context.Canceled)
+		if t.Err() != nil {
+			// The term ended by itself (lost): its release is already under
+			// way, bounded, and the next campaign need not wait for it.
+			return
+		}
 		rctx, done := context.WithTimeout(context.WithoutCancel(ctx), e.ttl)
 		defer done()
 		_ = t.Resign(rctx)
@@ -104,6 +113,12 @@ func runTerm(ctx context.Context, e *Election, t *Term, fn func(context.Context,
 	}
 	if errors.Is(err, ErrLost) || (t.Err() != nil && errors.Is(err, context.Canceled)) {
 		return nil // the term's loss, not fn's failure: campaign again
+	}
+	if errors.Is(err, fence.ErrStale) {
+		// Storage refused the term's fence: a newer term wrote there, so
+		// this one is over whatever its lease says. Resign and campaign
+		// again, as after a loss.
+		return nil
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("election: Run %q: %w", e.name, err)

@@ -268,3 +268,73 @@ func TestNoDeadlineCallsGoStraightToTheClient(t *testing.T) {
 		t.Fatalf("acquire and release with a cancellable context without deadline: %.0f allocations, with context.Background %.0f: the calls went through a goroutine", withCancel, background)
 	}
 }
+
+// Close returns within its cleanup bound while a waiter's subscription is
+// being made again on a silent server: the subscription connection breaks
+// while Redis is silent, and its replacement's dial and handshake hold the
+// subscription (and everything that would close it) until the client's read
+// timeout. With default client options and with ContextTimeoutEnabled alike.
+func TestCloseReturnsWhileTheSubscriptionReconnects(t *testing.T) {
+	testenv.Slow(t)
+	for _, contextTimeout := range []bool{false, true} {
+		name := "default"
+		if contextTimeout {
+			name = "context_timeout"
+		}
+		t.Run(name, func(t *testing.T) {
+			opt, err := redis.ParseURL(testenv.RedisURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := testenv.StartProxy(t, opt.Addr)
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: opt.DB, ContextTimeoutEnabled: contextTimeout})
+			t.Cleanup(func() { _ = c.Close() })
+			prefix := lock.WithPrefix(testenv.Prefix(t))
+			l, err := lock.New(c, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					l.Close()
+				}
+			})
+			direct := testenv.Redis(t)
+			other, err := lock.New(direct, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(other.Close)
+			held := mustAcquire(t, other, "resub", time.Minute)
+			t.Cleanup(func() { _ = held.Release(context.Background()) })
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Acquire(ctx, "resub", time.Minute)
+				done <- err
+			}()
+			waitSubscribers(t, direct, l.ReleaseChannel("resub"), func(n int64) bool { return n == 1 })
+			// Silent, and the subscription's connection broken: the hub
+			// subscribes again on a new connection, whose handshake gets
+			// no answer.
+			proxy.Block()
+			proxy.CutAll()
+			time.Sleep(300 * time.Millisecond)
+
+			start := time.Now()
+			l.Close()
+			closed = true
+			took := time.Since(start)
+			t.Logf("Close took %v while the subscription was made again on a silent server", took.Round(time.Millisecond))
+			if took > closeBound {
+				t.Errorf("Close took %v, past the %v cleanup bound", took.Round(time.Millisecond), closeBound-silentMargin)
+			}
+			cancel()
+			proxy.Unblock()
+			<-done
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,9 +99,10 @@ func translate(ctx context.Context, err error, op, resource string) error {
 	if errors.As(err, &re) && strings.Contains(re.Error(), tokensExhaustedReply) {
 		return fmt.Errorf("%w: %s %q", ErrTokensExhausted, op, resource)
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := rediscall.Err(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		// Make errors.Is(err, ctx.Err()) hold even when the driver reported
-		// the cancellation as a network error.
+		// the cancellation as a network error, also when it ended a read at
+		// the deadline before the context's timer ran (see rediscall.Err).
 		return fmt.Errorf("lock: %s %q: %w (%w)", op, resource, ctxErr, err)
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, resource, err)

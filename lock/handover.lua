@@ -15,19 +15,24 @@ end
 
 -- announce_queue tells the first waiters of the queue where they stand,
 -- after a script changed who is first (a grant to a waiter, a waiter that
--- took the lock or left): "q:<remaining ms>:<first>[:<second>[:<third>]]",
--- the remaining time being the lock's PTTL (-2: free, -1: no expiry). The
--- first tries when that runs out, the others a little later each, so a
--- waiter that vanished ahead of them costs them no more than the lease it
--- was given (see wait.go). Nothing is published with nobody queued. One
--- word, unlike a grant's four: a reader that knows only grants takes it for
--- a wake-up.
+-- took the lock or left):
+-- "q:<remaining ms>:<first>[:<second>[:<third>]]: 1 0 0", the remaining
+-- time being the lock's PTTL (-2: free, -1: no expiry). The first tries
+-- when that runs out, the others a little later each, so a waiter that
+-- vanished ahead of them costs them no more than the lease it was given
+-- (see wait.go). Nothing is published with nobody queued.
+-- The tail " 1 0 0" gives the message a grant's four words, so a reader
+-- that knows only grants (the releases before announcements, which read
+-- any other message as "the lock is free" and woke a waiter) takes it for
+-- a grant to a holder it does not have, and ignores it; the ':' before it
+-- keeps the names whole for the release that read announcements without
+-- it, but for the third, which that one reads with the tail.
 local function announce_queue(channel, sharded)
   local first = redis.pcall('ZRANGE', KEYS[4], 0, 2)
   if type(first) ~= 'table' or first.err or #first == 0 then
     return
   end
-  publish(channel, sharded, 'q:' .. redis.call('PTTL', KEYS[1]) .. ':' .. table.concat(first, ':'))
+  publish(channel, sharded, 'q:' .. redis.call('PTTL', KEYS[1]) .. ':' .. table.concat(first, ':') .. ': 1 0 0')
 end
 
 -- hand_over grants the lock to the first live queued waiter, overwriting

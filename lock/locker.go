@@ -144,8 +144,13 @@ func init() {
 // asked for with an ended context, a waiter leaving the queue, the release
 // of a grant whose reply was lost), each bounded by a short timeout of its
 // own (2 s). It does not release any lease: renewed leases run out their TTL
-// (their [Lease.Done] closes then), and a Lease can still be released. After Close the Locker still grants
-// leases; Acquire then waits by timed retries (and no longer queues). On
+// (their [Lease.Done] closes then), and a Lease can still be released.
+// After Close the Locker still grants leases, and Acquire waits by timed
+// retries on its wait strategy, as with [WithWait] ([Backoff] from 1 to
+// 64 ms by default: about 30 tries a second), which respect the queue but
+// no longer join it: a waiter queued when Close is called leaves the queue
+// at once (a grant made to it meanwhile is handed on), since no grant
+// message can reach it any more. On
 // a Locker made by [NewRedlock], Close also waits for the calls to its
 // nodes that are still in flight (a node's late answer to an acquisition
 // is released from its own goroutine).
@@ -156,8 +161,12 @@ func init() {
 // client after fencekit's caller returned, until the client's read timeout
 // (5 s by default) or until the client is closed; Close waits for such
 // calls, and for the release that follows an acquisition among them, only
-// within the bound, and leaves the rest to the client. Calls started
-// after Close are not waited for. Close is idempotent.
+// within the bound, and leaves the rest to the client. The same holds for
+// a subscription connection that broke and is being made again on a
+// silent server (go-redis holds the subscription through the dial and
+// handshake, up to its read timeout): Close waits for its goroutines only
+// within the bound. Calls started after Close are not waited for. Close is
+// idempotent.
 func (l *Locker) Close() {
 	l.closeOnce.Do(func() {
 		deadline := time.Now().Add(cleanupTimeout)

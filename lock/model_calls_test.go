@@ -194,16 +194,17 @@ func findHash(t *testing.T, name string) string {
 // besides a grant: a queue announcement, and nothing else of its shape.
 func TestModelReadsReleaseMessages(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"q:120:a":        true,
-		"q:-2:a:b:c":     true,
-		"q:-1:a:b":       true,
-		"q:120":          false,
-		"q:x:a":          false,
-		"q:120:a:b:c:d":  false,
-		"q:120::b":       false,
-		"h 12 1700000 3": false,
-		"moved":          false,
-		"q:-3:a":         false,
+		"q:120:a: 1 0 0":       true,
+		"q:-2:a:b:c: 1 0 0":    true,
+		"q:-1:a:b: 1 0 0":      true,
+		"q:120:a":              false,
+		"q:120: 1 0 0":         false,
+		"q:x:a: 1 0 0":         false,
+		"q:120:a:b:c:d: 1 0 0": false,
+		"q:120::b: 1 0 0":      false,
+		"h 12 1700000 3":       false,
+		"moved":                false,
+		"q:-3:a: 1 0 0":        false,
 	} {
 		if got := isQueueAnnouncement(msg); got != want {
 			t.Errorf("%q read as a queue announcement: %v, want %v", msg, got, want)

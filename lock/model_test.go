@@ -640,8 +640,13 @@ func (m *model) listen(ctx context.Context, ps *redis.PubSub) {
 }
 
 // isQueueAnnouncement reports whether a release message tells the first
-// waiters where they stand: "q:<remaining ms>:<first>[:<second>[:<third>]]".
+// waiters where they stand: "q:<remaining ms>:<first>[:<second>[:<third>]]",
+// with the tail ": 1 0 0" that earlier readers take for a grant to nobody.
 func isQueueAnnouncement(msg string) bool {
+	msg, ok := strings.CutSuffix(msg, ": 1 0 0")
+	if !ok {
+		return false
+	}
 	parts := strings.Split(msg, ":")
 	if len(parts) < 3 || len(parts) > 5 || parts[0] != "q" {
 		return false

@@ -67,10 +67,18 @@ func parseGrant(payload string) (holder string, g grantMsg, ok bool) {
 	return holder, g, true
 }
 
+// announceTail ends a script's announcement of the first waiters (see
+// announce_queue in handover.lua): it makes the message read as a grant to
+// nobody for the releases that knew only grants, and read any other message
+// as a wake-up.
+const announceTail = ": 1 0 0"
+
 // parsePlaces reads a script's announcement of the first waiters,
-// "q:<remaining ms>:<first>[:<second>[:<third>]]"; ok is false for any
-// other message.
+// "q:<remaining ms>:<first>[:<second>[:<third>]]" followed by announceTail
+// (or not, as the scripts of the release before it published it); ok is
+// false for any other message.
 func parsePlaces(payload string) (rem time.Duration, first []string, ok bool) {
+	payload = strings.TrimSuffix(payload, announceTail)
 	rest, ok := strings.CutPrefix(payload, "q:")
 	if !ok {
 		return 0, nil, false

@@ -742,14 +742,19 @@ func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
 		lockers = append(lockers, l)
 	}
 	for round := range 3 {
-		gone := mustAcquire(t, lockers[0], resource, 300*time.Millisecond) // never released
+		// Never released. Its lease is long enough for the three waiters
+		// to queue on a loaded machine, and is cut short in Redis once they
+		// have: it runs out then, as a vanished holder's does.
+		gone := mustAcquire(t, lockers[0], resource, 30*time.Second)
 		got := make(chan acquired, 3)
-		// Queued in the order c, b, a, each in its own Locker; the last to
-		// queue has the shortest wait for the lease's end.
+		// Queued in the order c, b, a, each in its own Locker.
 		names := []string{"c", "b", "a"}
 		for i, name := range names {
 			startWaiter(ctx, lockers[(i+round)%3], name, resource, 30*time.Second, got)
 			waitQueued(t, c, lockers[0], resource, int64(i+1))
+		}
+		if err := c.PExpire(ctx, lockers[0].LockKey(resource), 300*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
 		}
 		prev := gone
 		for _, want := range names {
@@ -1047,4 +1052,76 @@ func TestTryAcquireRespectsTheQueue(t *testing.T) {
 	if err := first.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A waiter queued when its Locker is closed leaves the queue, since no
+// grant message can reach it any more, and waits by timed retries that do
+// not queue it again; it still gets the lock once the holder releases it.
+// Its script calls are counted: every one of them after Close is a timed
+// retry on the wait strategy, none refreshes a queue entry.
+func TestAClosedLockerNoLongerQueues(t *testing.T) {
+	const resource = "closedqueue"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hook, wl, hc, hl := waiterAndHolder(t)
+	queue, waiting := queueKeys(hl, resource)
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	startWaiter(ctx, wl, "w", resource, 30*time.Second, got)
+	waitQueued(t, hc, hl, resource, 1)
+
+	hook.Take()
+	wl.Close()
+	closed := time.Now()
+	deadline := closed.Add(3 * time.Second)
+	for {
+		n, err := hc.ZCard(ctx, queue).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter of a closed Locker still queued %v after Close, after %d script calls", time.Since(closed).Round(time.Millisecond), scriptCalls(hook.Take()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	left := time.Since(closed)
+	hook.Take()
+	const window = 2 * time.Second
+	time.Sleep(window)
+	calls := scriptCalls(hook.Take())
+	t.Logf("the waiter left the queue %v after Close; then %d script calls in %v, on the wait strategy", left.Round(time.Millisecond), calls, window)
+	if n, err := hc.ZCard(ctx, queue).Result(); err != nil || n != 0 {
+		t.Fatalf("queue after %v of timed retries: %d waiters (%v), want 0", window, n, err)
+	}
+	if n, err := hc.HLen(ctx, waiting).Result(); err != nil || n != 0 {
+		t.Fatalf("waiter entries after %v of timed retries: %d (%v), want 0", window, n, err)
+	}
+	if calls == 0 {
+		t.Fatalf("no script call in %v after Close: the waiter stopped trying", window)
+	}
+
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, got, 5*time.Second)
+	if a.lease.Fence().Token <= holder.Fence().Token {
+		t.Fatalf("token %d after %d", a.lease.Fence().Token, holder.Fence().Token)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptCalls counts the script calls among names.
+func scriptCalls(names []string) int {
+	n := 0
+	for _, name := range names {
+		if name == "evalsha" || name == "eval" {
+			n++
+		}
+	}
+	return n
 }

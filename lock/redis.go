@@ -60,7 +60,7 @@ func (b *redisBackend) Info() lockbackend.Info {
 
 func (b *redisBackend) Close(deadline time.Time) {
 	if b.hub != nil {
-		b.hub.close()
+		b.hub.close(deadline)
 	}
 	b.calls.Wait(deadline)
 }

@@ -356,9 +356,15 @@ func (c *subConn) sweep() {
 	}
 }
 
-// close stops every connection and waits for their goroutines. Waiters
-// still waiting fall back to timed retries.
-func (h *hub) close() {
+// close stops every connection and waits for their goroutines until
+// deadline. Waiters still waiting fall back to timed retries.
+//
+// A PubSub being connected again (its dial and handshake, which go-redis
+// bounds by the read timeout only) holds its lock, which its Close needs
+// too, and holds our reader and writer on it: so each PubSub is closed
+// from a goroutine of its own, and what has not ended by deadline ends
+// when go-redis gives up on the connection.
+func (h *hub) close(deadline time.Time) {
 	h.mu.Lock()
 	h.closed = true
 	var gens []*psGen
@@ -368,9 +374,13 @@ func (h *hub) close() {
 	}
 	h.mu.Unlock()
 	for _, g := range gens {
-		g.close()
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			g.close()
+		}()
 	}
-	h.wg.Wait()
+	waitUntil(&h.wg, deadline)
 }
 
 // retire takes c out of service; the caller holds h.mu and closes the

@@ -93,6 +93,24 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 	}()
 	fallbacks := 0
 	for {
+		if w != nil && l.isClosing() {
+			// Close stopped the subscription for good, so no grant message
+			// can reach this waiter any more: it leaves the queue (a grant
+			// made to it meanwhile is given back and handed on) and waits
+			// by timed retries that respect the queue without joining it,
+			// as with WithWait, instead of holding a place that a release
+			// would hand it without telling it.
+			w.Leave(false)
+			w = nil
+			if a.queued() {
+				acq := ""
+				if cfg.owner != "" {
+					acq = a.holder
+				}
+				l.cleanup(ctx, resource, a.holder, acq)
+				a.ref, a.place, a.head = 0, -1, false
+			}
+		}
 		var ready, lost <-chan struct{}
 		confirmed := false
 		if w != nil {
@@ -110,7 +128,7 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 		if w != nil {
 			w.Owe(false)
 		}
-		if w == nil && l.queue != nil {
+		if w == nil && l.queue != nil && !l.isClosing() {
 			if w = l.queue.Join(resource, a.holder, true); w != nil {
 				if ready, lost, confirmed = w.State(); confirmed {
 					continue // someone else's subscription covers a try from now on
@@ -139,12 +157,13 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			}
 		}
 		var (
-			wake, edge <-chan struct{}
-			granted    <-chan lockbackend.HandOver
-			placed     <-chan lockbackend.Place
+			wake, edge, closing <-chan struct{}
+			granted             <-chan lockbackend.HandOver
+			placed              <-chan lockbackend.Place
 		)
 		if w != nil {
-			wake, granted, placed = w.Wake(), w.Granted(), w.Placed()
+			// Close wakes a waiter, which then leaves the queue (above).
+			wake, granted, placed, closing = w.Wake(), w.Granted(), w.Placed(), l.closing
 			if confirmed {
 				edge = lost // back to timed retries
 			} else {
@@ -166,6 +185,7 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 			case <-wake:
 				w.Owe(true)
 			case <-edge:
+			case <-closing:
 			case g := <-granted:
 				if lease = l.handedOver(resource, ttl, cfg, &a, g); lease != nil {
 					return lease, nil
@@ -218,4 +238,14 @@ func tryAt(m lockbackend.Place) (at time.Time, ok bool) {
 		return m.At.Add(time.Duration(m.Place) * nextInLine), true
 	}
 	return m.At.Add(m.Remaining + time.Duration(m.Place)*nextInLine), true
+}
+
+// isClosing reports whether Close has been called.
+func (l *Locker) isClosing() bool {
+	select {
+	case <-l.closing:
+		return true
+	default:
+		return false
+	}
 }

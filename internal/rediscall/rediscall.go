@@ -68,6 +68,22 @@ func IsCut(err error) bool {
 	return errors.As(err, &c)
 }
 
+// Err returns ctx's error, or context.DeadlineExceeded once ctx's deadline
+// has passed although its timer has not fired yet. A client made with
+// ContextTimeoutEnabled ends a read at the deadline with a network timeout
+// ("i/o timeout"), and on a loaded machine it can hand that back before the
+// context's own timer has run: the call still ended by the deadline, and its
+// error must say so.
+func Err(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // Calls runs the calls to one client. Its zero value sends every call
 // through a goroutine; make one with [New]. It is safe for concurrent use.
 type Calls struct {

@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -98,6 +100,33 @@ func testCallsReturnByTheDeadline(t *testing.T, contextTimeout bool) {
 		}
 		if took > timeout+margin {
 			t.Errorf("%s returned after %v, past its %v deadline", tc.name, took.Round(time.Millisecond), timeout)
+		}
+	}
+}
+
+// pastDeadline is a context whose deadline has passed while its own timer has
+// not fired yet (Err is still nil), as a loaded machine leaves it for a moment
+// after a client made with ContextTimeoutEnabled ended its read at the
+// deadline.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A read that a client ended at the context's deadline, with a network
+// timeout, reports the deadline even before the context's timer has run: the
+// caller asked for a deadline, and "i/o timeout" is how the client kept it.
+func TestAReadEndedAtTheDeadlineMatchesIt(t *testing.T) {
+	s := &Store{}
+	for _, write := range []bool{false, true} {
+		cmd := goredis.NewCmd(context.Background())
+		cmd.SetErr(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})
+		var sent *sendCount
+		if write {
+			sent = new(sendCount)
+		}
+		_, err := s.decode(pastDeadline{context.Background()}, "update", "k", cmd, sent)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("write %v: a read ended at the deadline = %v, want an error matching context.DeadlineExceeded", write, err)
 		}
 	}
 }

@@ -121,7 +121,7 @@ func (s *Store) decode(ctx context.Context, op, key string, cmd *goredis.Cmd, se
 	vals, err := cmd.Slice()
 	if err != nil {
 		cause := err
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		if ctxErr := rediscall.Err(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 			cause = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
 		if sent != nil && s.mayHaveRun(err, sent) {
