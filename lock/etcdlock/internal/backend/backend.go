@@ -183,7 +183,10 @@ func token(rev int64) (fence.Token, error) {
 func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	start := time.Now()
 	secs := leaseSeconds(req.TTL)
-	newLease, sent, err := b.takeLease(ctx, secs)
+	// A queueing try's lease is granted now, never taken from the spare:
+	// a release may hand the lock to the entry it puts, and the Locker then
+	// counts that lease from this try's send.
+	newLease, sent, err := b.takeLease(ctx, secs, !req.Queue)
 	if err != nil {
 		// A lease granted whose reply was lost holds no key, and the
 		// server expires it: nothing to undo.

@@ -23,9 +23,18 @@ type spare struct {
 func spareAge(secs int64) time.Duration { return time.Duration(secs) * time.Second / 20 }
 
 // takeLease returns a lease of secs seconds for a try, and when its grant
-// was sent: the spare if it is young, else one granted now. A try that
-// follows the last one closely asks for the next spare in the background.
-func (b *Backend) takeLease(ctx context.Context, secs int64) (clientv3.LeaseID, time.Time, error) {
+// was sent: with useSpare, the spare if it is young, else one granted now.
+// A try that follows the last one closely asks for the next spare in the
+// background.
+func (b *Backend) takeLease(ctx context.Context, secs int64, useSpare bool) (clientv3.LeaseID, time.Time, error) {
+	if !useSpare {
+		sent := time.Now()
+		lg, err := b.cli.Grant(ctx, secs)
+		if err != nil {
+			return 0, sent, err
+		}
+		return lg.ID, sent, nil
+	}
 	now := time.Now()
 	b.mu.Lock()
 	s, ok := b.spares[secs]
