@@ -199,3 +199,38 @@ func TestConnectionCutKeepsWaiter(t *testing.T) {
 		t.Log("the client's watch resumed after the cut without being said lost")
 	}
 }
+
+// TestCloseBoundedWhileCutOff closes a Locker whose only member is cut off
+// while a waiter waits and a cleanup is in flight: Close returns within
+// its bound (2 s), whatever the client is still waiting for.
+func TestCloseBoundedWhileCutOff(t *testing.T) {
+	c := StartCluster(t, 3)
+	m := c.Members[0]
+	l, err := etcdlockNew(c.ClientOf(t, m.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	held, err := l.TryAcquire(ctx, "close", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "close", 10*time.Second)
+		waiting <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	m.Proxy.Block()
+	defer m.Proxy.Unblock()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_ = held.Release(short) // cut off: its cleanup goes on in the background
+	start := time.Now()
+	l.Close()
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("Close took %v while the member was cut off, past its 2s bound", d)
+	} else {
+		t.Logf("Close returned in %v", d.Round(time.Millisecond))
+	}
+}
