@@ -14,10 +14,30 @@ import (
 // server expires it, a waiter is handed the lock, and the holder had
 // stepped down (its known validity ended) before that grant; its late
 // extension and release are refused.
+//
+// Warm, the backend is busy enough to grant the holder's lease ahead of
+// its try (a spare lease, already running): the holder believes only what
+// is left of it.
 func TestPausedHolderStepsDownFirst(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		name := map[bool]string{false: "cold", true: "warm"}[warm]
+		t.Run(name, func(t *testing.T) { pausedHolder(t, warm) })
+	}
+}
+
+func pausedHolder(t *testing.T, warm bool) {
 	c := StartCluster(t, 3)
 	b := newBackend(t, c.Client(t))
 	ra := req("p", 2*time.Second)
+	if warm {
+		for range 3 {
+			out := mustGrant(t, b, req("busy", 2*time.Second))
+			if err := b.Release(ctxFor(t, 5*time.Second), out.Hold); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the spare lease ages
+	}
 	sent := time.Now()
 	a := mustGrant(t, b, ra)
 	stepDown := sent.Add(a.Known)
