@@ -45,6 +45,19 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	b.Run("fencekit-backend", func(b *testing.B) {
+		// The backend alone, under the Locker: what the Locker adds.
+		be := newBackend(b, c.Client(b))
+		for b.Loop() {
+			out, err := be.Try(ctx, req("u", 10*time.Second))
+			if err != nil || !out.Granted {
+				b.Fatal(out.Granted, err)
+			}
+			if err := be.Release(ctx, out.Hold); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		s := session(b, c.Client(b), 10)
 		m := concurrency.NewMutex(s, "/bench-"+fence.NewHolder()[:8])
