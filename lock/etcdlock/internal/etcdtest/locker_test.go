@@ -119,13 +119,18 @@ func TestLockerLeaseDoneBeforeServerExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done time.Time
-	go func() { <-a.Done(); done = time.Now() }()
+	doneAt := make(chan time.Time, 1)
+	go func() { <-a.Done(); doneAt <- time.Now() }()
 	b, err := l.Acquire(ctx, "d", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	granted := time.Now()
+	var done time.Time
+	select {
+	case done = <-doneAt:
+	default:
+	}
 	if done.IsZero() || !done.Before(granted) {
 		t.Fatalf("the first lease's Done closed at %v, not before the next grant at %v", done, granted)
 	}

@@ -31,12 +31,14 @@ func TestWorkloadLeaderRestart(t *testing.T) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(3 * time.Second):
+		case <-time.After(2 * time.Second):
 		}
 		leader := c.Leader(t)
 		c.Stop(leader)
-		time.Sleep(3 * time.Second)
+		time.Sleep(2 * time.Second)
+		start := time.Now()
 		c.Restart(t, leader)
+		t.Logf("the leader member (m%d) was stopped for 2s; its restart took %v", leader, time.Since(start).Round(time.Millisecond))
 	}
 	var fenced, plain workload.Result
 	var wg sync.WaitGroup
@@ -48,7 +50,9 @@ func TestWorkloadLeaderRestart(t *testing.T) {
 				Mode:      mode,
 				Resources: []string{"wl-" + mode.String() + "-a", "wl-" + mode.String() + "-b"},
 				TTL:       2 * time.Second,
-				Duration:  14 * time.Second,
+				// Long enough for work after the restarted member is
+				// back, which takes seconds on a loaded machine.
+				Duration: 24 * time.Second,
 			}
 			if mode == workload.Fenced {
 				cfg.Fault = fault
