@@ -51,9 +51,25 @@ func freePort(t testing.TB) int {
 }
 
 // StartCluster starts n members on free loopback ports and waits until
-// they serve; the test's cleanup stops them.
+// they serve; the test's cleanup stops them. A port taken by another
+// process between its choice and its use makes it start again on others.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	var err error
+	for range 5 {
+		var c *Cluster
+		if c, err = startCluster(t, n); err == nil {
+			return c
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	t.Fatal(err)
+	return nil
+}
+
+func startCluster(t testing.TB, n int) (*Cluster, error) {
 	c := &Cluster{t: t}
 	var initial []string
 	for i := range n {
@@ -74,17 +90,24 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for _, m := range c.Members {
 		go func() { errs <- m.start() }()
 	}
+	var first error
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
+	}
+	if first != nil {
+		for _, m := range c.Members {
+			m.stop()
+		}
+		return nil, first
 	}
 	t.Cleanup(func() {
 		for _, m := range c.Members {
 			m.stop()
 		}
 	})
-	return c
+	return c, nil
 }
 
 func (m *Member) config() *embed.Config {
@@ -115,9 +138,9 @@ func (m *Member) start() error {
 	case err := <-e.Err():
 		e.Close()
 		return fmt.Errorf("etcdtest: %s: %w", m.Name, err)
-	case <-time.After(60 * time.Second):
+	case <-time.After(30 * time.Second):
 		e.Close()
-		return fmt.Errorf("etcdtest: %s not ready after 60s", m.Name)
+		return fmt.Errorf("etcdtest: %s not ready after 30s", m.Name)
 	}
 	m.etcd = e
 	return nil
