@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/lockaccess"
-	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -57,12 +52,12 @@ type recordOutcome int
 const (
 	recorded recordOutcome = iota // the record names the term
 	notHeld                       // the lock is no longer the term's
-	newer                         // the record names a newer term (see set_leader.lua)
+	newer                         // the record names a newer term (see lockbackend.Recorder)
 )
 
 func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	for {
-		if lockaccess.Closed(e.locker) {
+		if lockbackend.Closed(e.locker) {
 			// A closed Locker renews nothing: a term won now would be lost
 			// a TTL later, and won again, for ever.
 			return nil, fmt.Errorf("election: Campaign %q: %w", e.name, ErrClosed)
@@ -106,130 +101,22 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	}
 }
 
-// record writes the leader record on every node and reports whether a
-// quorum of them names the term (above is the newer term's token when one
-// of them names a newer term).
+// record writes the leader record beside the lock (on Redlock, on every
+// node: a quorum must name the term) and reports whether it names the
+// term, or the newer term's token above when it names a newer one.
 func (e *Election) record(ctx context.Context, f fence.Fence, value string) (recordOutcome, fence.Token, error) {
-	keys := []string{e.lockKey, e.recordKey}
-	tok := strconv.FormatUint(uint64(f.Token), 10)
-	life := e.ttl.Milliseconds()
-	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-		return e.setLeader.Run(ctx, c, keys, f.Holder, tok, value, life, e.channel, e.sharded).Result()
-	})
-	ok, held := 0, 0
-	var above fence.Token
-	var errs []error
-	for _, r := range replies {
-		switch v := r.val.(type) {
-		case int64:
-			if v == 1 {
-				ok++
-			} else {
-				held++
-			}
-		case []any:
-			if len(v) == 2 {
-				if s, isStr := v[1].(string); isStr {
-					if n, err := strconv.ParseUint(s, 10, 64); err == nil && fence.Token(n) > above {
-						above = fence.Token(n)
-					}
-				}
-			}
-		default:
-			if r.err != nil {
-				errs = append(errs, r.err)
-			}
-		}
-	}
+	err := e.rec.PutRecord(ctx, f, value, e.ttl)
+	var ne *lockbackend.NewerRecordError
 	switch {
-	case ok >= e.quorum:
+	case err == nil:
 		return recorded, 0, nil
-	case above > 0:
-		return newer, above, nil
-	case len(errs) == 0 || ok+held >= e.quorum:
+	case errors.As(err, &ne):
+		return newer, ne.Token, nil
+	case errors.Is(err, lock.ErrNotHeld):
 		return notHeld, 0, nil
 	}
-	return notHeld, 0, errors.Join(errs...)
+	return notHeld, 0, err
 }
-
-type reply struct {
-	val any
-	err error
-}
-
-// fanOut runs call on every node, in parallel when there are several, and
-// returns their replies in node order. It keeps the lock's deadline rules
-// (see package rediscall): each call returns by ctx's end whatever the
-// client's options, and under Redlock each node's call is bounded by the
-// node timeout too, so fanOut returns once every node answered, the node
-// timeout passed, or ctx ended; a node without an answer then has a
-// *rediscall.CutError (or errNodeTimeout). A call cut short goes on in the
-// background until its client gives up on it, and the Locker's Close waits
-// for it within its bound.
-func (e *Election) fanOut(ctx context.Context, call func(context.Context, redis.UniversalClient) (any, error)) []reply {
-	run := func(ctx context.Context, n lockaccess.Node) reply {
-		r, ok := rediscall.Run(ctx, n.Calls, func(ctx context.Context) reply {
-			v, err := call(ctx, n.Client)
-			return reply{v, err}
-		}, nil)
-		if !ok {
-			r.err = &rediscall.CutError{Err: ctx.Err()}
-		}
-		return r
-	}
-	out := make([]reply, len(e.nodes))
-	if len(e.nodes) == 1 && e.timeout == 0 {
-		out[0] = run(ctx, e.nodes[0])
-		return out
-	}
-	var (
-		mu      sync.Mutex
-		pending = len(e.nodes)
-		all     = make(chan struct{})
-	)
-	for i := range out {
-		out[i].err = errNodeTimeout
-	}
-	for i, n := range e.nodes {
-		go func() {
-			nctx, cancel := context.WithTimeout(ctx, e.timeout)
-			r := run(nctx, n)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			if pending < 0 {
-				return // fanOut returned without this node's answer
-			}
-			out[i] = r
-			if pending--; pending == 0 {
-				close(all)
-			}
-		}()
-	}
-	timer := time.NewTimer(e.timeout)
-	defer timer.Stop()
-	select {
-	case <-all:
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	pending = -1
-	res := slices.Clone(out)
-	if err := ctx.Err(); err != nil {
-		for i := range res {
-			if res[i].err == errNodeTimeout {
-				res[i].err = &rediscall.CutError{Err: err}
-			}
-		}
-	}
-	return res
-}
-
-// errNodeTimeout is the error of a Redlock node that did not answer within
-// the node timeout.
-var errNodeTimeout = errors.New("no reply within the node timeout")
 
 // Term is one candidate's time as leader, from the [Election.Campaign] that
 // won it until [Term.Done] closes. Its fence is fixed for its life. A Term
@@ -387,8 +274,6 @@ func (t *Term) keepRecord() {
 	every := max(t.e.ttl/3, time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	keys := []string{t.e.lockKey, t.e.recordKey}
-	life := t.e.ttl.Milliseconds()
 	for {
 		select {
 		case <-t.done:
@@ -396,23 +281,11 @@ func (t *Term) keepRecord() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		replies := t.e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-			return refreshLeaderScript.Run(ctx, c, keys, t.fence.Holder, life).Int64()
-		})
+		err := t.e.rec.KeepRecord(ctx, t.fence, t.e.ttl)
 		cancel()
-		kept, gone := 0, 0
-		for _, r := range replies {
-			switch {
-			case r.err != nil:
-			case r.val == int64(1):
-				kept++
-			default:
-				gone++
-			}
-		}
-		if gone > len(t.e.nodes)-t.e.quorum {
-			// A quorum no longer holds the term's lock (or record): the lease
-			// was lost, whatever its local validity says.
+		if errors.Is(err, lock.ErrNotHeld) {
+			// The lock or the record is no longer the term's (on Redlock, a
+			// quorum's): the lease was lost, whatever its local validity says.
 			t.lost(fmt.Errorf("the lock or leader record was gone: %w", lock.ErrNotHeld))
 			return
 		}

@@ -83,7 +83,10 @@
 //
 // # What is stored
 //
-// Besides the lock's keys, an election keeps its leader record
+// The leader record is kept by the Locker's backend, beside the lock, and
+// only the lock's holder can write it; the election uses nothing else of
+// the backend. On Redis, besides the lock's keys, an election keeps its
+// leader record
 // ([Election.RecordKey], a hash with the leader's value, token and holder
 // id, in the lock's hash slot), written when a term is won by a script that
 // admits only a token above the recorded one, so a deposed leader can never
@@ -110,5 +113,8 @@ package election
 //     which ends it by the validity rule, and its record keeper);
 //   - leader.go: Leader and Observe;
 //   - run.go: Run;
-//   - telemetry.go, errors.go, scripts.go (set_leader.lua, refresh_leader.lua,
-//     leader.lua).
+//   - telemetry.go, errors.go.
+//
+// The record itself is the lock backend's (internal/lockbackend's
+// Recorder): on Redis, package lock's record.go and record_put.lua,
+// record_keep.lua and record_read.lua; on Redlock, redlock_record.go.

@@ -7,12 +7,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/lockaccess"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -41,14 +40,9 @@ type Election struct {
 	ttl    time.Duration
 	margin time.Duration // the step-down margin: a term ends this long before its lease's validity runs out
 
-	nodes   []lockaccess.Node
-	quorum  int
-	timeout time.Duration // the node timeout under Redlock, 0 on one node
-	sharded string        // "1" when announcements use SPUBLISH (a cluster)
+	rec lockbackend.Recorder // the record beside the lock, on the Locker's backend
 
-	lockKey, recordKey, channel string
-
-	setLeader *redis.Script // set_leader.lua; the model's controls send a broken one
+	recordKey, channel string // on Redis; "" on another backend
 
 	tel *instruments
 }
@@ -148,23 +142,21 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	case margin > c.ttl/2:
 		return nil, invalid("WithStepDown", "step-down margin %v is more than half the TTL %v: terms would end before their renewal arrives", margin, c.ttl)
 	}
-	nodes, quorum, timeout := lockaccess.Nodes(l)
-	if len(nodes) == 0 {
-		return nil, invalid("New", "the Locker has no Redis client")
+	rec, ok := lockbackend.Of(l).(lockbackend.Recorder)
+	if !ok {
+		return nil, invalid("New", "the Locker's backend keeps no record beside its locks")
 	}
 	tel, err := newInstruments(c.mp, c.tp)
 	if err != nil {
 		return nil, fmt.Errorf("election: New: telemetry: %w", err)
 	}
-	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, nodes: nodes, quorum: quorum, timeout: timeout, tel: tel, setLeader: setLeaderScript}
-	if _, ok := nodes[0].Client.(*redis.ClusterClient); ok {
-		e.sharded = "1"
+	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, rec: rec, tel: tel}
+	// On Redis, the leader record and its channel share the lock key's
+	// hash tag, so one script reads and writes both on a cluster.
+	if lockKey := l.LockKey(name); lockKey != "" {
+		base := strings.TrimSuffix(lockKey, ":lock")
+		e.recordKey, e.channel = base+":leader", base+":leaders"
 	}
-	// The leader record and its channel share the lock key's hash tag, so
-	// one script reads and writes both on a cluster.
-	e.lockKey = l.LockKey(name)
-	base := strings.TrimSuffix(e.lockKey, ":lock")
-	e.recordKey, e.channel = base+":leader", base+":leaders"
 	return e, nil
 }
 
@@ -185,12 +177,15 @@ func (e *Election) TTL() time.Duration { return e.ttl }
 
 // RecordKey returns the Redis key of the election's leader record: the
 // value and token of the current term, written when it is won. It shares
-// the lock key's hash tag and lives as long as the lock, plus the TTL.
+// the lock key's hash tag and lives as long as the lock, plus the TTL. On
+// a Locker whose backend does not keep its locks in Redis keys it returns
+// "".
 func (e *Election) RecordKey() string { return e.recordKey }
 
 // Channel returns the pub/sub channel on which each new leader is
 // announced (sharded, with SPUBLISH, on a cluster): the message is the
-// term's token, a space, and the leader's value.
+// term's token, a space, and the leader's value. On a Locker whose backend
+// does not keep its locks in Redis keys it returns "".
 func (e *Election) Channel() string { return e.channel }
 
 func checkName(name string) error {

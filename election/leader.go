@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // Leader is who leads an election: the value its term was won with and the
@@ -32,52 +29,14 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := checkCtx("Leader", ctx); err != nil {
 		return Leader{}, err
 	}
-	keys := []string{e.lockKey, e.recordKey}
-	replies := e.fanOut(ctx, func(ctx context.Context, c redis.UniversalClient) (any, error) {
-		return leaderScript.Run(ctx, c, keys).Slice()
-	})
-	type term struct {
-		token  fence.Token
-		holder string
-	}
-	votes := map[term]int{}
-	values := map[term]string{}
-	answered := 0
-	var errs []error
-	for _, r := range replies {
-		if r.err != nil {
-			errs = append(errs, r.err)
-			continue
-		}
-		answered++
-		rec, _ := r.val.([]any)
-		if len(rec) != 3 {
-			continue
-		}
-		v, _ := rec[0].(string)
-		ts, _ := rec[1].(string)
-		h, _ := rec[2].(string)
-		n, err := strconv.ParseUint(ts, 10, 64)
-		if err != nil {
-			continue
-		}
-		k := term{fence.Token(n), h}
-		votes[k]++
-		values[k] = v
-	}
-	var best Leader
-	for k, n := range votes {
-		if n >= e.quorum && k.token > best.Token {
-			best = Leader{Value: values[k], Token: k.token}
-		}
-	}
+	rec, err := e.rec.ReadRecord(ctx, e.name)
 	switch {
-	case best.Token > 0:
-		return best, nil
-	case answered < e.quorum:
-		return Leader{}, fmt.Errorf("election: Leader %q: %w", e.name, errors.Join(errs...))
+	case errors.Is(err, lockbackend.ErrNoRecord):
+		return Leader{}, ErrNoLeader
+	case err != nil:
+		return Leader{}, fmt.Errorf("election: Leader %q: %w", e.name, err)
 	}
-	return Leader{}, ErrNoLeader
+	return Leader{Value: rec.Value, Token: rec.Token}, nil
 }
 
 // Observe reports each new leader of the election, in order, with
@@ -109,27 +68,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 
 func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
-	msgs := make(chan *redis.Message, 64)
-	for _, n := range e.nodes {
-		c := n.Client
-		var ps *redis.PubSub
-		if e.sharded == "1" {
-			ps = c.SSubscribe(ctx, e.channel)
-		} else {
-			ps = c.Subscribe(ctx, e.channel)
-		}
-		defer ps.Close()
-		ch := ps.Channel()
-		go func() {
-			for m := range ch {
-				select {
-				case msgs <- m:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
+	// New leaders are announced as they are recorded; a backend whose
+	// single announcement cannot vouch for a quorum (Redlock) sends a zero
+	// Record instead, and the leader is read.
+	msgs := e.rec.WatchRecord(ctx, e.name)
 	every := min(max(e.ttl/3, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -149,16 +91,11 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	var poll func() bool
 	// announced reports a message's leader; with several nodes, where one
 	// node's announcement is not yet a quorum's, it reads the leader instead.
-	announced := func(m *redis.Message) bool {
-		if e.quorum > 1 {
+	announced := func(m lockbackend.Record) bool {
+		if m.Token == 0 {
 			return poll()
 		}
-		tok, value, ok := strings.Cut(m.Payload, " ")
-		n, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil {
-			return true
-		}
-		return report(Leader{Value: value, Token: fence.Token(n)})
+		return report(Leader{Value: m.Value, Token: m.Token})
 	}
 	poll = func() bool {
 		rctx, cancel := context.WithTimeout(ctx, every)
@@ -171,11 +108,13 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		// one just read: report them first, so none is skipped.
 		for {
 			select {
-			case m := <-msgs:
-				if e.quorum == 1 && !announced(m) {
+			case m, ok := <-msgs:
+				if ok && m.Token > 0 && !announced(m) {
 					return false
 				}
-				continue
+				if ok {
+					continue
+				}
 			default:
 			}
 			break
@@ -189,7 +128,11 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-msgs:
+		case m, ok := <-msgs:
+			if !ok {
+				msgs = nil // closed as ctx ended
+				continue
+			}
 			if !announced(m) {
 				return
 			}

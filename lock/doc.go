@@ -30,6 +30,13 @@
 //     admission is what keeps two holders' writes apart.
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
+//   - Package lock/pglock makes the same [Locker] on PostgreSQL alone. A
+//     Locker holds its locks on a backend (Redis, Redlock, PostgreSQL);
+//     leases, renewal, waiting, [Owner], [Locker.Do] and telemetry are the
+//     same on each. What a backend does not offer ([Owner] and
+//     [Locker.FenceLock] on Redlock, for instance) is refused with an error
+//     matching [fence.ErrInvalid], and the Redis key getters return "" on
+//     a backend without Redis keys.
 //
 // # Waiting
 //
@@ -157,9 +164,12 @@ package lock
 //     queue.go (the wait queue's client side: entry lives, grant
 //     messages), subscribe.go and redis_waiter.go (the subscription
 //     multiplexer shared by a Locker's waiters, which is the backend's
-//     queue);
+//     queue), record.go (the record beside the lock that the election
+//     keeps its leader in: record_put.lua, record_keep.lua,
+//     record_read.lua);
 //   - the Redlock backend (NewRedlock): redlock.go, redlock_errors.go, its
-//     node fan-out and its errors; every node runs the single-node scripts;
+//     node fan-out and its errors, redlock_record.go, its record on a
+//     quorum; every node runs the single-node scripts;
 //   - options.go, acquire_options.go, errors.go, telemetry.go,
 //     background.go, scripts.go: options, errors, spans and metrics,
 //     cleanup that outlives a call, the scripts (*.lua, one idea each;

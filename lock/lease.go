@@ -179,7 +179,8 @@ func (s *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// TTL returns the lease's remaining time as Redis sees it, or [ErrNotHeld]
+// TTL returns the lease's remaining time as the server sees it (on
+// Redlock, as a quorum holds it, less the drift allowance), or [ErrNotHeld]
 // when this grant no longer holds the lock (and then ends the lease, as
 // [Lease.Done] tells). ctx bounds the round trip.
 func (s *Lease) TTL(ctx context.Context) (time.Duration, error) {

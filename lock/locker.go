@@ -136,6 +136,15 @@ func init() {
 		}
 		return nil
 	}
+	lockbackend.Closed = func(v any) bool {
+		l, ok := v.(*Locker)
+		if !ok || l == nil {
+			return false
+		}
+		l.renewMu.Lock()
+		defer l.renewMu.Unlock()
+		return l.closed
+	}
 }
 
 // Close stops the Locker's subscription connections and the renewal of its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -34,6 +35,7 @@ type redisBackend struct {
 	calls      *rediscall.Calls
 	hub        *hub // nil when Acquire polls (WithWait)
 	background func(ctx context.Context, f func(ctx context.Context))
+	putScript  atomic.Pointer[redis.Script] // see recordPut; nil: record_put.lua
 }
 
 func newRedis(client redis.UniversalClient, s lockbackend.Settings) (*redisBackend, error) {
@@ -436,5 +438,6 @@ var _ interface {
 	lockbackend.Backend
 	lockbackend.Queue
 	lockbackend.Advancer
+	lockbackend.Recorder
 	redisNames
 } = (*redisBackend)(nil)

@@ -410,7 +410,12 @@ type redlockHold struct {
 // Try is one try of an acquisition on every node; the queue is not used
 // (Acquire polls).
 func (r *redlock) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
-	resource, ttl, holder := req.Resource, req.TTL, req.Holder
+	resource, ttl := req.Resource, req.TTL
+	// A holder id of its own for every try, not the acquisition's: a node
+	// that granted an earlier try (released since, for want of a quorum)
+	// keeps that holder in its token state, and would answer a try under
+	// the same id as a client's retry, with the earlier grant's token.
+	holder := fence.NewHolder()
 	if err := checkRedlockTTL(ttl); err != nil {
 		return lockbackend.Outcome{}, fmt.Errorf("%w: acquire %q", err, resource)
 	}

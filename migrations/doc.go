@@ -1,5 +1,5 @@
 // Package migrations holds the schema that fencekit's PostgreSQL storage
-// guard needs, as goose v3 SQL migrations embedded in the binary.
+// guard and PostgreSQL lock need, as goose v3 SQL migrations embedded in the binary.
 //
 // [Up] applies them through a *sql.DB, [UpPool] through a pgx pool
 // (*pgxpool.Pool), both with a goose Provider: PostgreSQL dialect, a session-level
@@ -20,7 +20,11 @@
 //     index on done_at for deleting old records. holder is the holder's
 //     mark (fence.HolderMark, as logs show it), never the holder id, which
 //     is the lock's secret; 00004 converts records written before it. fencekit never deletes
-//     them; see Once for what deleting one means.
+//     them; see Once for what deleting one means;
+//   - fencekit_lock and fencekit_lock_waiter (00006), UNLOGGED, and the
+//     fencekit_lock_* functions: the PostgreSQL lock of package lock/pglock
+//     (one row per active resource, one per queued waiter; rows of idle
+//     resources are reclaimed by the lock itself).
 //
 // A database migrated by an earlier version gets the new objects from the
 // next [Up]: only the migrations it lacks are applied.

@@ -5,7 +5,9 @@
 // when the instance that won the lock pauses past its lease and another
 // takes over.
 //
-// Each instance takes the Redis lock "lottery:<day>" with a short lease,
+// Each instance takes the lock "lottery:<day>" with a short lease (the
+// Redis lock, or with -lock postgres the PostgreSQL lock of lock/pglock,
+// in the same database: no Redis at all),
 // looks up the day's completion record (LookupOnce) and, if there is none,
 // draws through Once: the guard, a completion record for the key
 // "lottery-draw:<day>", the choice of winners and their rows commit in one

@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/lock/pglock"
 )
 
 // releaseTimeout bounds the release at the end of an instance, which runs
@@ -42,22 +44,46 @@ func (r *race) finished() {
 
 func (r *race) closeOthers() { r.closeOnce.Do(func() { close(r.othersDone) }) }
 
-// run is one instance: its own Redis client, lock and connections, as a
-// separate process would have.
-func (r *race) run(ctx context.Context, id int) (Instance, error) {
-	inst := Instance{ID: id}
+// locker is an instance's own lock, as a separate process would have: a
+// Redis client's, or (Lock "postgres") a pool's of the PostgreSQL
+// database. done closes it.
+func (r *race) locker(ctx context.Context) (l *lock.Locker, done func(), err error) {
+	if r.cfg.Lock == lockPostgres {
+		pool, err := pgxpool.New(ctx, r.cfg.PostgresURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := pglock.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return l, func() { l.Close(); pool.Close() }, nil
+	}
 	opt := r.cfg.Redis
 	opt.ContextTimeoutEnabled = true // reads end at the context's deadline
 	client := redis.NewClient(&opt)
-	defer client.Close()
 	var opts []lock.Option
 	if r.cfg.LockPrefix != "" {
 		opts = append(opts, lock.WithPrefix(r.cfg.LockPrefix))
 	}
-	locker, err := lock.New(client, opts...)
+	l, err = lock.New(client, opts...)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); client.Close() }, nil
+}
+
+// run is one instance: its own lock and connections, as a separate
+// process would have.
+func (r *race) run(ctx context.Context, id int) (Instance, error) {
+	inst := Instance{ID: id}
+	locker, closeLock, err := r.locker(ctx)
 	if err != nil {
 		return inst, err
 	}
+	defer closeLock()
 	db, err := r.db.instance(ctx)
 	if err != nil {
 		return inst, err

@@ -26,8 +26,13 @@ type Config struct {
 	// MySQLDSN is the MySQL or MariaDB database, as a go-sql-driver DSN,
 	// for Store "mysql".
 	MySQLDSN string
-	// Redis is where the instances take their lock. Each instance opens its
-	// own client with these options.
+	// Lock names where the instances take their lock: "redis" (the Redis
+	// lock, at Redis) or "postgres" (lock/pglock, in the PostgreSQL
+	// database at PostgresURL: no Redis at all; Store "postgres" or
+	// "pgsql"). default: "redis".
+	Lock string
+	// Redis is where the instances take their lock, with Lock "redis". Each
+	// instance opens its own client with these options.
 	Redis redis.Options
 	// LockPrefix is the lock's key prefix. default: the lock package's.
 	LockPrefix string
@@ -166,6 +171,9 @@ func (c Config) normalised() (Config, error) {
 	if c.Store == "" {
 		c.Store = storePostgres
 	}
+	if c.Lock == "" {
+		c.Lock = lockRedis
+	}
 	switch {
 	case c.Store != storePostgres && c.Store != storePgsql && c.Store != storeMySQL:
 		return c, fmt.Errorf("%w: store %q, want %q, %q or %q", errConfig, c.Store, storePostgres, storePgsql, storeMySQL)
@@ -173,7 +181,11 @@ func (c Config) normalised() (Config, error) {
 		return c, fmt.Errorf("%w: empty PostgreSQL URL", errConfig)
 	case c.Store == storeMySQL && c.MySQLDSN == "":
 		return c, fmt.Errorf("%w: empty MySQL DSN", errConfig)
-	case c.Redis.Addr == "":
+	case c.Lock != lockRedis && c.Lock != lockPostgres:
+		return c, fmt.Errorf("%w: lock %q, want %q or %q", errConfig, c.Lock, lockRedis, lockPostgres)
+	case c.Lock == lockPostgres && c.Store == storeMySQL:
+		return c, fmt.Errorf("%w: the PostgreSQL lock needs a PostgreSQL store (-store postgres or pgsql)", errConfig)
+	case c.Lock == lockRedis && c.Redis.Addr == "":
 		return c, fmt.Errorf("%w: empty Redis address", errConfig)
 	case c.Day.IsZero():
 		return c, fmt.Errorf("%w: no day", errConfig)
@@ -208,8 +220,10 @@ func Draw(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer db.close()
-	if err := pingRedis(ctx, cfg.Redis); err != nil {
-		return Result{}, err
+	if cfg.Lock == lockRedis {
+		if err := pingRedis(ctx, cfg.Redis); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := db.setup(ctx, cfg.Users); err != nil {
 		return Result{}, err
@@ -260,6 +274,9 @@ const (
 	storePostgres = "postgres"
 	storePgsql    = "pgsql"
 	storeMySQL    = "mysql"
+
+	lockRedis    = "redis"
+	lockPostgres = "postgres"
 )
 
 // store is the database a run records its draw in.

@@ -41,6 +41,16 @@ var testStores = []testStore{
 	{"postgres", testConfig, storedPostgres},
 	{"pgsql", testPgsqlConfig, storedPostgres},
 	{"mysql", testMySQLConfig, storedMySQL},
+	{"postgres-only", testPostgresOnlyConfig, storedPostgres},
+}
+
+// testPostgresOnlyConfig is testConfig with the lock in PostgreSQL too:
+// no Redis at all.
+func testPostgresOnlyConfig(t *testing.T) Config {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.Lock, cfg.Redis, cfg.LockPrefix = lockPostgres, redis.Options{}, ""
+	return cfg
 }
 
 // testConfig points a run at a schema and a key prefix of the test's own.

@@ -26,7 +26,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres (pgx), pgsql (PostgreSQL through database/sql) or mysql")
 	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (with -store postgres or pgsql)")
 	myDSN := fs.String("mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL or MariaDB DSN, user:password@tcp(host:port)/dbname (with -store mysql)")
-	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port")
+	lockName := fs.String("lock", lockRedis, "where to take the lock: redis, or postgres (in the -postgres database, no Redis; -store postgres or pgsql)")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port (with -lock redis)")
 	instances := fs.Int("instances", 3, "instances racing for the draw")
 	day := fs.String("day", time.Now().Format(dayLayout), "day to draw, YYYY-MM-DD")
 	winners := fs.Int("winners", 5, "winners per draw")
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := Config{
 		Store:       *storeName,
+		Lock:        *lockName,
 		PostgresURL: *pgURL,
 		MySQLDSN:    *myDSN,
 		Redis:       redis.Options{Addr: *redisAddr},
@@ -68,7 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *unfenced {
 		mode = "lock alone, unfenced"
 	}
-	fmt.Fprintf(stdout, "lottery for %s on %s: %d instances, %d winners, lease %v, %s", *day, *storeName, *instances, *winners, *ttl, mode)
+	fmt.Fprintf(stdout, "lottery for %s on %s, lock on %s: %d instances, %d winners, lease %v, %s", *day, *storeName, *lockName, *instances, *winners, *ttl, mode)
 	if *pause {
 		fmt.Fprint(stdout, ", forced pause")
 	}

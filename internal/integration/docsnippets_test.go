@@ -66,6 +66,7 @@ var snippetImports = map[string]string{
 	"time":       "time",
 	"fence":      "github.com/fencekit/fencekit/fence",
 	"lock":       "github.com/fencekit/fencekit/lock",
+	"pglock":     "github.com/fencekit/fencekit/lock/pglock",
 	"migrations": "github.com/fencekit/fencekit/migrations",
 	"postgres":   "github.com/fencekit/fencekit/storage/postgres",
 	"fkredis":    "github.com/fencekit/fencekit/storage/redis",

@@ -106,7 +106,10 @@ type Request struct {
 	// TTL is the lease asked for, in whole milliseconds.
 	TTL time.Duration
 	// Holder is the acquisition's fresh holder id: the grant's holder
-	// unless it enters an owner's lock again.
+	// unless it enters an owner's lock again, or the backend grants under
+	// an id of its own for each try ([Outcome.Holder] says which; Redlock
+	// does, since a node answers a try under an id it granted before as a
+	// client's retry).
 	Holder string
 	// Owner names the owner of a re-entrant acquisition; "" for none.
 	Owner string
@@ -370,8 +373,12 @@ var Open func(open Opener, opts []any) (any, error)
 
 // Of returns the backend of a *lock.Locker (given as any), for packages
 // that build on a Locker (election uses its [Recorder]); nil for anything
-// else. Package lock sets it when it is initialised.
-var Of func(locker any) Backend
+// else. Closed reports whether the Locker's Close was called (a closed
+// Locker renews no lease). Package lock sets both when it is initialised.
+var (
+	Of     func(locker any) Backend
+	Closed func(locker any) bool
+)
 
 // ReplyLost marks err, a call's failure whose reply never came, as
 // matching [ErrReplyLost]; its message is err's.

@@ -1,0 +1,95 @@
+// Package pglock puts the lock of package lock on PostgreSQL alone: a
+// [lock.Locker] whose leases and fencing tokens live in the database whose
+// storage guards admit them, with no Redis anywhere.
+//
+// [New] returns the same *lock.Locker as lock.New, so [lock.Locker.Do],
+// Acquire, TryAcquire, AutoRenew, the election and every storage guard
+// (storage/postgres, storage/pgsql, storage/mysql, storage/redis) work with
+// it unchanged:
+//
+//	if err := migrations.UpPool(ctx, pool); err != nil { // once per database
+//		return err
+//	}
+//	locker, err := pglock.New(pool)
+//	if err != nil {
+//		return err
+//	}
+//	defer locker.Close()
+//	err = locker.Do(ctx, "invoice:42", 10*time.Second, func(ctx context.Context, f fence.Fence) error {
+//		return postgres.InTx(ctx, pool, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+//			_, err := tx.Exec(ctx, `UPDATE invoices SET total = total + 5 WHERE id = 42`)
+//			return err
+//		})
+//	})
+//	return err
+//
+// # Guarantees
+//
+// Every grant, release and extension is one statement, one round trip, and
+// the server decides in that statement when a lease ends, on its own clock
+// (clock_timestamp()), never on a client's. A grant whose reply was lost
+// and that is tried again with the same holder id returns the same grant;
+// a grant whose caller gave up while it was in flight is released, so no
+// lock is left that nobody knows about.
+//
+// Tokens strictly increase per resource and live in the Redis lock's token
+// space: each is max(previous token + 1, the server's clock in
+// microseconds), below 2^53. So storage whose marks a Redis lock raised
+// (about 1.8e15) admits this lock's tokens, and a resource moved from one
+// lock to the other keeps being admitted; do not lock one resource through
+// both at once. The row of an idle resource is deleted once its retention
+// ([lock.WithTokenRetention], 10 minutes by default) has passed and the
+// clock has passed its token, so the table holds only active resources and
+// the clock carries the order once a row is gone.
+//
+// Waiting ([lock.Locker.Acquire]) is in arrival order across processes:
+// the release that frees a lock hands it, in the same statement, to the
+// first waiter whose entry is live, and a NOTIFY tells that waiter its
+// token, so it holds the lock without another round trip. Each Locker
+// listens on one connection of its own (opened with the pool's settings,
+// outside the pool). A waiter that gives up leaves the queue in one round
+// trip; one that vanished is handed the lock at most once, which costs the
+// waiters behind it that lease, as on Redis. Where LISTEN cannot work
+// (PgBouncer in transaction mode, which does not keep a session's LISTEN),
+// give [lock.WithWait]: the Locker opens no LISTEN connection and its
+// waiters poll on that strategy, in no particular order.
+//
+// The record beside each lock (the election's leader) is written only by
+// the grant that holds the lock, only goes up in token, and every write is
+// announced with a NOTIFY to its watchers.
+//
+// # Durability
+//
+// The tables are UNLOGGED: a grant or a release writes no WAL and waits for
+// no disk, three times the pairs per second of a logged table on the same
+// server (docs/performance.md). A crash of the server (or an immediate
+// shutdown) empties them, and a standby has none of their rows: after a
+// crash or a failover every lease is gone, as after a Redis restart without
+// persistence, and a second holder can be granted while the first still
+// works. The clock-anchored tokens keep storage safe then: the new grant's
+// token, from the clock, is above every earlier one as long as the server's
+// clock (the promoted standby's, after a failover) has not gone back past
+// them, and storage refuses the older holder's writes. docs/guarantees.md
+// in the repository says what holds after a crash and a failover.
+//
+// # What it does not offer
+//
+// [lock.Owner] (re-entrant holds), [lock.Locker.FenceLock] and
+// [lock.WithPrefix] are Redis's, and are refused with an error matching
+// [fence.ErrInvalid], with nothing sent; the Redis key getters return "".
+// Calls on a database without migration 00006_fencekit_lock return an
+// error matching [ErrNotMigrated] that names the call and the migration.
+package pglock
+
+// Where things are, for those who work on this package (not part of its
+// documentation):
+//
+//   - pglock.go: New;
+//   - contract.go: the lock's backend contract (internal/lockbackend) on
+//     top of the core: Try, Extend, Release, the queue's waiters, the
+//     record;
+//   - backend.go: the core: one statement per call, reclaim;
+//   - listen.go: the LISTEN connection and its notifications;
+//   - sql.go: the statements, each a call of a function of migration
+//     00006 (migrations/00006_fencekit_lock.sql, where the protocol is
+//     written down); errors.go: translation of server errors.
