@@ -35,6 +35,13 @@
 // deletion; nothing polls. A waiter that vanished costs the others at most
 // its lease.
 //
+// # The election
+//
+// election.New works on an etcd Locker as on any other: the leader record
+// is a key beside the lock, written only by the grant that holds it, on
+// that grant's lease (so it goes with the lock), and observers hear each
+// term through an etcd watch.
+//
 // Owners' re-entrant holds (lock.Owner) and Advance are not supported on
 // etcd, and are refused with an error matching fence.ErrInvalid.
 package etcdlock
