@@ -4,6 +4,8 @@ package integration
 // this module's go.mod (go mod tidy sees only real imports), so that
 // TestDocSnippetsCompile can build the snippets.
 import (
+	_ "github.com/fencekit/fencekit/lock/etcdlock"
 	_ "github.com/jmoiron/sqlx"
+	_ "go.etcd.io/etcd/client/v3"
 	_ "gorm.io/gorm"
 )

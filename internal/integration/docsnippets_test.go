@@ -85,6 +85,8 @@ var snippetImports = map[string]string{
 	"election":   "github.com/fencekit/fencekit/election",
 	"gorm":       "gorm.io/gorm",
 	"sqlx":       "github.com/jmoiron/sqlx",
+	"etcdlock":   "github.com/fencekit/fencekit/lock/etcdlock",
+	"clientv3":   "go.etcd.io/etcd/client/v3",
 }
 
 // snippetParams are the names every fragment may use without declaring them.

@@ -1,0 +1,198 @@
+package etcdtest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// The benchmarks compare the etcd Locker with etcd's own concurrency
+// package on the same three-member cluster, started once per benchmark:
+//
+//	go test -run '^$' -bench . -benchtime 200x ./...
+
+func session(b *testing.B, cli *clientv3.Client, ttl int) *concurrency.Session {
+	b.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkUncontended measures one lock and unlock of a free lock.
+func BenchmarkUncontended(b *testing.B) {
+	c := StartCluster(b, 3)
+	ctx := context.Background()
+	b.Run("fencekit", func(b *testing.B) {
+		l := newLocker(b, c)
+		for b.Loop() {
+			s, err := l.TryAcquire(ctx, "u", 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fencekit-backend", func(b *testing.B) {
+		// The backend alone, under the Locker: what the Locker adds.
+		be := newBackend(b, c.Client(b))
+		for b.Loop() {
+			out, err := be.Try(ctx, req("u", 10*time.Second))
+			if err != nil || !out.Granted {
+				b.Fatal(out.Granted, err)
+			}
+			if err := be.Release(ctx, out.Hold); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		s := session(b, c.Client(b), 10)
+		m := concurrency.NewMutex(s, "/bench-"+fence.NewHolder()[:8])
+		for b.Loop() {
+			if err := m.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkHandOff8 measures the time per grant when 8 waiters contend for
+// one lock, each taking it, holding it for no time, and releasing it.
+func BenchmarkHandOff8(b *testing.B) {
+	c := StartCluster(b, 3)
+	ctx := context.Background()
+	run := func(b *testing.B, lockUnlock func(i int) error) {
+		var n atomic.Int64
+		total := int64(b.N)
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for i := range 8 {
+			wg.Go(func() {
+				for n.Add(1) <= total {
+					if err := lockUnlock(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.Run("fencekit", func(b *testing.B) {
+		l := newLocker(b, c)
+		run(b, func(int) error {
+			s, err := l.Acquire(ctx, "h", 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return s.Release(ctx)
+		})
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		pfx := "/bench-" + fence.NewHolder()[:8]
+		var ms [8]*concurrency.Mutex
+		for i := range ms {
+			ms[i] = concurrency.NewMutex(session(b, c.Client(b), 10), pfx)
+		}
+		run(b, func(i int) error {
+			if err := ms[i].Lock(ctx); err != nil {
+				return err
+			}
+			return ms[i].Unlock(ctx)
+		})
+	})
+}
+
+// BenchmarkFailover measures how long a waiting candidate takes to lead
+// after the leader's process dies without resigning (its client closed,
+// its lease left to expire), with a 2s lease on both sides.
+func BenchmarkFailover(b *testing.B) {
+	c := StartCluster(b, 3)
+	ctx := context.Background()
+	b.Run("fencekit", func(b *testing.B) {
+		pfx := lock.WithPrefix("fk-" + fence.NewHolder()[:8] + ":")
+		next, err := newLockerOn(b, c.Client(b), pfx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total time.Duration
+		for b.Loop() {
+			cli := c.Client(b)
+			leader, err := newLockerOn(b, cli, pfx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := leader.Acquire(ctx, "leader", 2*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			got := make(chan *lock.Lease, 1)
+			go func() {
+				s, err := next.Acquire(ctx, "leader", 2*time.Second)
+				if err != nil {
+					b.Error(err)
+				}
+				got <- s
+			}()
+			time.Sleep(200 * time.Millisecond) // the candidate waits
+			killed := time.Now()
+			cli.Close() // the leader's process dies
+			s := <-got
+			total += time.Since(killed)
+			if s != nil {
+				_ = s.Release(ctx)
+			}
+		}
+		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/failover")
+	})
+	b.Run("concurrency.Election", func(b *testing.B) {
+		pfx := "/bench-" + fence.NewHolder()[:8]
+		var total time.Duration
+		for b.Loop() {
+			cli := c.Client(b)
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(2))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := concurrency.NewElection(s, pfx).Campaign(ctx, "a"); err != nil {
+				b.Fatal(err)
+			}
+			s2 := session(b, c.Client(b), 2)
+			won := make(chan error, 1)
+			e2 := concurrency.NewElection(s2, pfx)
+			go func() { won <- e2.Campaign(ctx, "b") }()
+			time.Sleep(200 * time.Millisecond)
+			killed := time.Now()
+			cli.Close()
+			if err := <-won; err != nil {
+				b.Fatal(err)
+			}
+			total += time.Since(killed)
+			_ = e2.Resign(ctx)
+		}
+		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/failover")
+	})
+}
+
+func newLockerOn(b *testing.B, cli *clientv3.Client, opts ...lock.Option) (*lock.Locker, error) {
+	l, err := etcdlockNew(cli, opts...)
+	if err == nil {
+		b.Cleanup(l.Close)
+	}
+	return l, err
+}

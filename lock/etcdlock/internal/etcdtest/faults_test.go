@@ -1,0 +1,256 @@
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
+)
+
+// TestPausedHolderStepsDownFirst pauses a holder past its lease: the etcd
+// server expires it, a waiter is handed the lock, and the holder had
+// stepped down (its known validity ended) before that grant; its late
+// extension and release are refused.
+//
+// Warm, the backend is busy enough to grant the holder's lease ahead of
+// its try (a spare lease, already running): the holder believes only what
+// is left of it.
+func TestPausedHolderStepsDownFirst(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		name := map[bool]string{false: "cold", true: "warm"}[warm]
+		t.Run(name, func(t *testing.T) { pausedHolder(t, warm) })
+	}
+}
+
+func pausedHolder(t *testing.T, warm bool) {
+	c := StartCluster(t, 3)
+	b := newBackend(t, c.Client(t))
+	ra := req("p", 2*time.Second)
+	if warm {
+		for range 3 {
+			out := mustGrant(t, b, req("busy", 2*time.Second))
+			if err := b.Release(ctxFor(t, 5*time.Second), out.Hold); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the spare lease ages
+	}
+	sent := time.Now()
+	a := mustGrant(t, b, ra)
+	stepDown := sent.Add(a.Known)
+	rb := req("p", 10*time.Second)
+	wb := queued(t, b, rb)
+	// The holder is paused: no keep-alive, no release.
+	g, _ := handedOver(t, b, wb, rb, 15*time.Second)
+	granted := time.Now()
+	if !granted.After(stepDown) {
+		t.Fatalf("the next holder was granted at %v, before the paused holder stepped down at %v", granted, stepDown)
+	}
+	if g.Token <= a.Token {
+		t.Fatalf("token %d after %d", g.Token, a.Token)
+	}
+	t.Logf("paused holder stepped down %v before the server's expiry handed the lock on", granted.Sub(stepDown).Round(time.Millisecond))
+	if _, err := b.Extend(ctxFor(t, 5*time.Second), a.Hold, 2*time.Second); !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatalf("late Extend: %v, want ErrNotHeld", err)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), a.Hold); !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatalf("late Release: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestLostGrantReplyLeavesNoLock loses the reply of the transaction that
+// puts the holder's key: the try fails, and the lease it may have put the
+// key on is revoked, so the lock is free at once rather than after the
+// lease's 30 seconds.
+func TestLostGrantReplyLeavesNoLock(t *testing.T) {
+	c := StartCluster(t, 3)
+	m := c.Members[0]
+	cli := c.ClientOf(t, m.ClientURL())
+	b := newBackend(t, cli)
+	var lost bool
+	b.BeforeTxn = func() {
+		if !lost {
+			lost = true
+			m.Proxy.LoseNextReply(nil)
+		}
+	}
+	_, err := b.Try(ctxFor(t, 10*time.Second), req("lost", 30*time.Second))
+	if err == nil {
+		t.Fatal("Try whose reply was lost returned no error")
+	}
+	if m.Proxy.Faults().Lost == 0 {
+		t.Fatal("no reply was lost")
+	}
+	b.BeforeTxn = nil
+	other := newBackendAt(t, c.Client(t), b)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := other.Try(ctxFor(t, 5*time.Second), req("lost", 30*time.Second))
+		if err == nil && out.Granted {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock is still taken 5s after the lost reply (err %v): the grant nobody knows of was not undone", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDeadlineKeptWhenMemberCutOff cuts the client off from the only member
+// it talks to: the try returns by its deadline with an error matching
+// ctx.Err(), and once the member is back, no lock is left behind.
+func TestDeadlineKeptWhenMemberCutOff(t *testing.T) {
+	c := StartCluster(t, 3)
+	m := c.Members[1]
+	cli := c.ClientOf(t, m.ClientURL())
+	b := newBackend(t, cli)
+	mustGrant(t, b, req("warm", 5*time.Second)) // the connection is up
+	var cut bool
+	b.BeforeTxn = func() {
+		if !cut {
+			cut = true
+			m.Proxy.Block()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := b.Try(ctx, req("cut", 30*time.Second))
+	took := time.Since(start)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Try while cut off: %v, want one matching context.DeadlineExceeded", err)
+	}
+	if took > 3*time.Second {
+		t.Fatalf("Try returned %v after its 1s deadline", took)
+	}
+	m.Proxy.Unblock()
+	b.BeforeTxn = nil
+	other := newBackendAt(t, c.Client(t), b)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := other.Try(ctxFor(t, 5*time.Second), req("cut", 30*time.Second))
+		if err == nil && out.Granted {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock still taken 10s after the cut ended (err %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTokensIncreaseAcrossLeaderRestart stops the leader member and starts
+// it again while a lease is held and grants go on: tokens keep increasing,
+// and the lease granted before the failover is still held after it.
+func TestTokensIncreaseAcrossLeaderRestart(t *testing.T) {
+	c := StartCluster(t, 3)
+	b := newBackend(t, c.Client(t))
+	held := mustGrant(t, b, req("held", 10*time.Second))
+	var last fence.Token
+	grant := func(phase string) {
+		t.Helper()
+		var out lockbackend.Outcome
+		var err error
+		for range 50 { // calls fail while the cluster elects a new leader
+			out, err = b.Try(ctxFor(t, 5*time.Second), req("r", 5*time.Second))
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil || !out.Granted {
+			t.Fatalf("%s: granted=%v err=%v", phase, out.Granted, err)
+		}
+		if out.Token <= last {
+			t.Fatalf("%s: token %d after %d", phase, out.Token, last)
+		}
+		last = out.Token
+		if err := b.Release(ctxFor(t, 5*time.Second), out.Hold); err != nil {
+			t.Fatalf("%s: release: %v", phase, err)
+		}
+	}
+	for range 5 {
+		grant("before")
+	}
+	leader := c.Leader(t)
+	c.Stop(leader)
+	for range 5 {
+		grant("leader stopped")
+	}
+	if _, err := b.Extend(ctxFor(t, 10*time.Second), held.Hold, 10*time.Second); err != nil {
+		t.Fatalf("the lease granted before the failover: %v", err)
+	}
+	c.Restart(t, leader)
+	for range 5 {
+		grant("leader restarted")
+	}
+	newLeader := c.Leader(t)
+	c.Stop(newLeader)
+	c.Restart(t, newLeader)
+	for range 5 {
+		grant("second leader restarted")
+	}
+}
+
+// TestConnectionCutKeepsWaiter cuts the client's connection while a waiter
+// waits: its watch is said lost, comes back, and the release made while it
+// was cut still hands the lock over.
+func TestConnectionCutKeepsWaiter(t *testing.T) {
+	c := StartCluster(t, 3)
+	m := c.Members[2]
+	b := newBackend(t, c.ClientOf(t, m.ClientURL()))
+	holder := newBackendAt(t, c.Client(t), b)
+	a := mustGrant(t, holder, req("w", 10*time.Second))
+	rb := req("w", 10*time.Second)
+	wb := queued(t, b, rb)
+	_, lost, _ := wb.State()
+	m.Proxy.CutFor(time.Second)
+	if err := holder.Release(ctxFor(t, 5*time.Second), a.Hold); err != nil {
+		t.Fatal(err)
+	}
+	handedOver(t, b, wb, rb, 15*time.Second)
+	select {
+	case <-lost:
+		t.Log("the watch was said lost, and came back")
+	default:
+		t.Log("the client's watch resumed after the cut without being said lost")
+	}
+}
+
+// TestCloseBoundedWhileCutOff closes a Locker whose only member is cut off
+// while a waiter waits and a cleanup is in flight: Close returns within
+// its bound (2 s), whatever the client is still waiting for.
+func TestCloseBoundedWhileCutOff(t *testing.T) {
+	c := StartCluster(t, 3)
+	m := c.Members[0]
+	l, err := etcdlockNew(c.ClientOf(t, m.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	held, err := l.TryAcquire(ctx, "close", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "close", 10*time.Second)
+		waiting <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	m.Proxy.Block()
+	defer m.Proxy.Unblock()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_ = held.Release(short) // cut off: its cleanup goes on in the background
+	start := time.Now()
+	l.Close()
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("Close took %v while the member was cut off, past its 2s bound", d)
+	} else {
+		t.Logf("Close returned in %v", d.Round(time.Millisecond))
+	}
+}
