@@ -1,8 +1,11 @@
-// Package lock is a Redis lock whose every grant carries a fencing token.
+// Package lock is a distributed lock whose every grant carries a fencing
+// token, held on Redis (a server, a Cluster, or Redlock's independent
+// masters), on PostgreSQL (package lock/pglock) or on etcd (the module
+// lock/etcdlock).
 //
 // A [Locker] grants a lease on a named resource to one holder at a time. The
-// grant and its token come from one Lua script, in one round trip: the token
-// strictly increases with every grant of the resource, and a [Lease] hands it
+// grant and its token come in one round trip (on Redis, from one Lua
+// script): the token strictly increases with every grant of the resource, and a [Lease] hands it
 // to storage as a [fence.Fence] together with a holder id unique to the
 // grant. Present [Lease.Fence] with every read and write made under the
 // lease: a holder that pauses past its TTL (a GC pause, a slow network, a
@@ -30,10 +33,10 @@
 //     admission is what keeps two holders' writes apart.
 //   - [Locker.FenceLock] fences a lock that redsync, bsm/redislock or
 //     another library took, without replacing it.
-//   - Package lock/pglock makes the same [Locker] on PostgreSQL alone. A
-//     Locker holds its locks on a backend (Redis, Redlock, PostgreSQL);
-//     leases, renewal, waiting, [Owner], [Locker.Do] and telemetry are the
-//     same on each. What a backend does not offer ([Owner] and
+//   - Package lock/pglock makes the same [Locker] on PostgreSQL alone, and
+//     the module lock/etcdlock on etcd. A Locker holds its locks on a
+//     backend (Redis, Redlock, PostgreSQL, etcd); leases, renewal,
+//     waiting, [Locker.Do] and telemetry are the same on each. What a backend does not offer ([Owner] and
 //     [Locker.FenceLock] on Redlock, for instance) is refused with an error
 //     matching [fence.ErrInvalid], and the Redis key getters return "" on
 //     a backend without Redis keys.
