@@ -4,15 +4,16 @@
 // lock/etcdlock).
 //
 // A [Locker] grants a lease on a named resource to one holder at a time. The
-// grant and its token come in one round trip (on Redis, from one Lua
-// script): the token strictly increases with every grant of the resource, and a [Lease] hands it
-// to storage as a [fence.Fence] together with a holder id unique to the
-// grant. Present [Lease.Fence] with every read and write made under the
-// lease: a holder that pauses past its TTL (a GC pause, a slow network, a
-// suspended VM) still believes it holds the lock, and only the storage
-// adapters of this module (storage/postgres, storage/mysql, storage/redis),
-// which admit a fence only if it is not older than the newest they have
-// seen, keep its late write from overwriting the next holder's work.
+// grant and its token come in one round trip (on Redis, from one Lua script):
+// the token strictly increases with every grant of the resource, and a
+// [Lease] hands it to storage as a [fence.Fence] together with a holder id
+// unique to the grant. Present [Lease.Fence] with every read and write made
+// under the lease: a holder that pauses past its TTL (a GC pause, a slow
+// network, a suspended VM) still believes it holds the lock, and only the
+// storage adapters of this module (storage/postgres, storage/mysql,
+// storage/redis), which admit a fence only if it is not older than the newest
+// they have seen, keep its late write from overwriting the next holder's
+// work.
 //
 // # Ways to use it
 //
@@ -35,11 +36,11 @@
 //     another library took, without replacing it.
 //   - Package lock/pglock makes the same [Locker] on PostgreSQL alone, and
 //     the module lock/etcdlock on etcd. A Locker holds its locks on a
-//     backend (Redis, Redlock, PostgreSQL, etcd); leases, renewal,
-//     waiting, [Locker.Do] and telemetry are the same on each. What a backend does not offer ([Owner] and
-//     [Locker.FenceLock] on Redlock, for instance) is refused with an error
-//     matching [fence.ErrInvalid], and the Redis key getters return "" on
-//     a backend without Redis keys.
+//     backend (Redis, Redlock, PostgreSQL, etcd); leases, renewal, waiting,
+//     [Locker.Do] and telemetry are the same on each. What a backend does
+//     not offer ([Owner] and [Locker.FenceLock] on Redlock, for instance)
+//     is refused with an error matching [fence.ErrInvalid], and the Redis
+//     key getters return "" on a backend without Redis keys.
 //
 // # Waiting
 //
