@@ -30,7 +30,11 @@
 // (clock_timestamp()), never on a client's. A grant whose reply was lost
 // and that is tried again with the same holder id returns the same grant;
 // a grant whose caller gave up while it was in flight is released, so no
-// lock is left that nobody knows about.
+// lock is left that nobody knows about. A statement whose session broke
+// before its answer came back (pg_terminate_backend, a restart, a pooled
+// connection that died while idle) is sent again on another connection,
+// as go-redis retries the Redis lock's scripts: every statement answers a
+// repeat of a run that happened as that run did.
 //
 // Tokens strictly increase per resource and live in the Redis lock's token
 // space: each is max(previous token + 1, the server's clock in

@@ -70,6 +70,10 @@ func translate(ctx context.Context, op, resource string, err error) error {
 // reply lost (a connection cut, a context that ended mid-call). A server
 // error reply, or a failure before anything was sent, says it was not.
 func mayHaveRun(err error) bool {
+	var sent *sentError
+	if errors.As(err, &sent) {
+		return true
+	}
 	if s, ok := pgcore.AsServerError(err); ok {
 		// An ERROR aborted the statement; a FATAL one ended the session,
 		// which says nothing of what it had committed.
