@@ -43,7 +43,8 @@ import (
 // itself ("release"): the second grant proves the first one's key was
 // gone before it was sent.
 
-// lateKinds are the scenario's two kinds, by the release path they take.
+// The scenario's kinds: late releases by the path they take, and the
+// waiter's give-ups.
 const (
 	lateFast   = "late releases judged: fast path (nobody queued)"
 	lateQueued = "late releases judged: a waiter queued"
@@ -51,7 +52,7 @@ const (
 )
 
 // lateScenario runs the scenario's rounds on its own resource until ctx
-// ends, alternating between the two paths.
+// ends, alternating between nobody queued and a waiter queued.
 func (m *model) lateScenario(ctx context.Context, t *testing.T, cfg modelConfig) {
 	c := testenv.Redis(t)
 	if cfg.hook != nil {
@@ -91,18 +92,18 @@ func (m *model) lateScenario(ctx context.Context, t *testing.T, cfg modelConfig)
 
 // late is the scenario's state.
 type late struct {
-	m               *model
-	l, wl           *lock.Locker
-	c               *redis.Client
-	rng             *rand.Rand
-	gaveUp          chan struct{} // a waiter's give-up reached Redis
-	resource        string
-	key, queue      string
-	first, second   *held
-	waiterDone      chan struct{}
-	waiterMu        sync.Mutex
-	waiterLease     *lock.Lease
-	waiterCancelled context.CancelFunc
+	m             *model
+	l, wl         *lock.Locker
+	c             *redis.Client
+	rng           *rand.Rand
+	gaveUp        chan struct{} // a waiter's give-up reached Redis
+	resource      string
+	key, queue    string
+	first, second *held
+	waiterDone    chan struct{}
+	waiterMu      sync.Mutex
+	waiterLease   *lock.Lease
+	cancelWaiter  context.CancelFunc
 }
 
 // hold registers lease l as a hold whose promise the model checks against
@@ -182,8 +183,8 @@ func (s *late) round(ctx context.Context, queued bool) {
 	m.count("late releases (scenario)", 1)
 	_, _, v := m.checkPromises(context.Background(), s.second)
 	if lateErr == nil {
-		m.violation("release", fmt.Sprintf("%p", s.second), "a release of a lease that had run out reported success while a later grant held the lock (token %d, %s)",
-			s.second.g.f.Token, kind)
+		m.violation("release", fmt.Sprintf("%p", s.second), "a release of a lease that had run out reported success while a later grant held the lock (token %d, waiter queued: %v)",
+			s.second.g.f.Token, queued)
 	} else if !errors.Is(lateErr, lock.ErrNotHeld) {
 		m.count("late scenario: releases failed otherwise", 1)
 		m.note("a late release failed: %v", lateErr)
@@ -206,7 +207,7 @@ func (s *late) giveUp() {
 	case <-s.gaveUp: // an earlier round's, seen late
 	default:
 	}
-	s.waiterCancelled()
+	s.cancelWaiter()
 	t := time.NewTimer(2 * time.Second)
 	defer t.Stop()
 	select {
@@ -248,7 +249,7 @@ func (h giveUpHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // releases that one.
 func (s *late) queueWaiter(ctx context.Context) bool {
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	s.waiterCancelled = cancel
+	s.cancelWaiter = cancel
 	s.waiterDone = make(chan struct{})
 	go func() {
 		defer close(s.waiterDone)
@@ -282,7 +283,7 @@ func (s *late) cleanup() {
 	s.first, s.second = nil, nil
 	if s.waiterDone != nil {
 		<-s.waiterDone
-		s.waiterCancelled()
+		s.cancelWaiter()
 		s.waiterMu.Lock()
 		if s.waiterLease != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
