@@ -163,6 +163,8 @@ type held struct {
 	stop  chan struct{}
 	// excused says a node's data loss excused part of its promise once.
 	excused atomic.Bool
+	// checked says a promise check of it was conclusive once.
+	checked atomic.Bool
 	// extending says its actor's Extend is under way: an extension sent
 	// meanwhile may be that Extend's rather than a renewal.
 	extending atomic.Bool
@@ -509,6 +511,9 @@ func (m *model) judge(h *held, d time.Time, obs []observation) verdict {
 		return verdictInconclusive
 	}
 	m.count("promise checks", 1)
+	if m.cfg.exposeOnCheck && h.checked.CompareAndSwap(false, true) {
+		m.exposed.Add(1) // a broken lease the judge has seen
+	}
 	allowed := len(m.nodes) - m.quorum
 	if failed <= allowed {
 		return verdictKept
@@ -1077,6 +1082,11 @@ type modelConfig struct {
 	// workload, where the drift allowance (1% of the lease, plus 2ms)
 	// outgrows the time a loaded machine takes to send a grant.
 	longLeases bool
+	// exposeOnCheck counts a broken lease as gone wrong once a promise
+	// check of it was conclusive, rather than once it was granted: for a
+	// variant that is wrong only where the judge looks (a validity a few
+	// milliseconds long), on a machine too loaded to check every lease.
+	exposeOnCheck bool
 	// floors are the least the run must judge of each kind. A run goes on
 	// past its budget until it has, for at most modelExposureCap budgets
 	// (a loaded machine runs fewer leases in a budget), and fails if it
