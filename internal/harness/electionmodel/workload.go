@@ -67,6 +67,9 @@ type Config struct {
 	// TermTTLs bounds how long a term acts before it resigns, in TTLs: a
 	// random while between one TTL and TermTTLs+1 (default 4).
 	TermTTLs int
+	// RecordHold is how long a held record write waits, at least: long
+	// enough for the lock to run out on the server (default the TTL).
+	RecordHold time.Duration
 }
 
 // Term is one term of the history.
@@ -156,6 +159,9 @@ func Run(ctx context.Context, cfg Config) *History {
 	}
 	if cfg.TermTTLs == 0 {
 		cfg.TermTTLs = 4
+	}
+	if cfg.RecordHold == 0 {
+		cfg.RecordHold = cfg.TTL
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -248,7 +254,7 @@ func Run(ctx context.Context, cfg Config) *History {
 }
 
 // holdRecord holds candidate i's record write, now and then, past the TTL
-// after its grant, by up to a tenth of it more, so that it arrives as the
+// after its grant (Config.RecordHold), by up to a tenth of the TTL more, so that it arrives as the
 // lock runs out and another candidate takes it: before or after that
 // candidate has recorded itself. A candidate granted the lock while
 // another's write is held writes its own record just after that one goes
@@ -259,7 +265,7 @@ func (r *run) holdRecord(ctx context.Context, i int, rng *rand.Rand) {
 	r.heldMu.Lock()
 	until, by := r.heldTil, r.heldBy
 	hold := by < 0 && rng.IntN(2) == 0 && ctx.Err() == nil
-	d := ttl + time.Duration(rng.Int64N(int64(ttl/10)))
+	d := r.cfg.RecordHold + time.Duration(rng.Int64N(int64(ttl/10)))
 	if hold {
 		r.heldTil, r.heldBy = time.Now().Add(d), i
 	}
