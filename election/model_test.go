@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencekit/fencekit/election"
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
@@ -578,21 +579,11 @@ func modelActor(ctx context.Context, e *election.Election, id int, unfenced bool
 	}
 }
 
+// reportModel logs the run's summary line, in the form every backend's
+// election model logs it ("redis election model judged (...): ...").
 func reportModel(t *testing.T, name string, v *verdict) {
 	t.Helper()
-	var keys []string
-	for k := range v.counts {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "\n  %-35s %d", k, v.counts[k])
-	}
-	if len(v.gaps) > 0 {
-		fmt.Fprintf(&b, "\n  %-35s min %v p50 %v", "step-down gaps", pct(v.gaps, 0), pct(v.gaps, 50))
-	}
-	t.Logf("%s: %d violations%s", name, len(v.violations), b.String())
+	electionmodel.Log(t, electionmodel.Summary("redis", name, &electionmodel.Verdict{Counts: v.counts, Violations: v.violations, Gaps: v.gaps}))
 }
 
 // TestElectionModel runs the model and requires no violation and enough
