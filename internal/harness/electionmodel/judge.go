@@ -21,7 +21,8 @@ const (
 	Released
 	// Recorded: the record was written with Token (and Holder, where the
 	// backend keeps it) while LockHolder held the lock with LockToken
-	// ("" and 0: the lock was free), over Replaced (nil: no live record).
+	// ("" and 0: the lock was free; either alone where the backend knows
+	// only one), over Replaced (nil: no live record).
 	Recorded
 )
 
@@ -174,10 +175,14 @@ func judgeRecords(v *Verdict, s *ServerLog) {
 		}
 		v.count("record writes judged (holder)", 1)
 		switch {
-		case e.LockToken == 0:
+		case e.LockToken == 0 && e.LockHolder == "":
 			v.violate("record holder: the record of term %d (%s) was written while the lock was free: a phantom leader", e.Token, e.Value)
-		case e.LockToken != e.Token || (e.Holder != "" && e.LockHolder != e.Holder):
-			v.violate("record holder: the record of term %d (%s) was written while the lock was held by term %d: a phantom leader", e.Token, e.Value, e.LockToken)
+		case (e.LockToken != 0 && e.LockToken != e.Token) || (e.Holder != "" && e.LockHolder != "" && e.LockHolder != e.Holder):
+			other := fmt.Sprintf("term %d", e.LockToken)
+			if e.LockToken == 0 {
+				other = fmt.Sprintf("holder %s", e.LockHolder)
+			}
+			v.violate("record holder: the record of term %d (%s) was written while the lock was held by %s: a phantom leader", e.Token, e.Value, other)
 		}
 		if e.Replaced == nil {
 			continue

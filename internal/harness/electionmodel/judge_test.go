@@ -44,6 +44,8 @@ func TestJudge(t *testing.T) {
 		{"observed out of order", func(h *History, _ *ServerLog) { h.Observed = append(h.Observed, h.Observed[0]) }, "observer"},
 		{"record while free", func(_ *History, s *ServerLog) { s.Events[3].LockHolder, s.Events[3].LockToken = "", 0 }, "record holder"},
 		{"record under another grant", func(_ *History, s *ServerLog) { s.Events[3].LockToken = 30 }, "record holder"},
+		{"record under another holder, token unknown", func(_ *History, s *ServerLog) { s.Events[3].LockHolder, s.Events[3].LockToken = "ha", 0 }, "record holder"},
+		{"record under its holder, token unknown", func(_ *History, s *ServerLog) { s.Events[3].LockToken = 0 }, ""},
 		{"lower record", func(_ *History, s *ServerLog) { s.Events[3].Replaced.Token = 25 }, "record token"},
 		{"planted not judged", func(_ *History, s *ServerLog) { s.Events[3].LockToken, s.Events[3].Planted = 30, true }, ""},
 		{"late step-down", func(_ *History, s *ServerLog) { s.Events[2].At = ms(105) }, "step-down"},
