@@ -36,7 +36,13 @@
 //     ended at least a floor before the lock was next granted.
 //
 // Each judgment is counted by kind; [Check] fails a run that judged fewer
-// than its floors, and logs one summary line per run, "<backend> election
-// model judged: ...". [Rejects] runs a broken variant (a control) over
-// several seeds and requires the judge to reject it in most of them.
+// than its floors, and logs one summary line per run ([Summary]: "<backend>
+// election model judged (<run>): <kind> <count>, ..."), also appended to
+// the file FENCEKIT_JUDGED_LOG names ([Log]), which CI prints. [Rejects]
+// runs a broken variant (a control) over several seeds and requires the
+// judge to reject it in most of them.
+//
+// Files: workload.go holds the workload (Run, Config, the history),
+// judge.go the judge and the server-side events a backend supplies,
+// check.go the floors, the controls and the summary line.
 package electionmodel
