@@ -71,10 +71,22 @@ type pgModelRun struct {
 	setRecord string        // a broken fencekit_lock_set_record, or "" for the real one
 }
 
-// pgModelDB creates a database of the run's own on the shared server,
-// migrated, with the audit trigger, and drops it when t ends. It returns
-// the database's URL.
-func pgModelDB(t *testing.T) string {
+// runScope holds what one run opened, closed when the run ends rather
+// than when its test does: a test makes several runs, and each run's
+// connections count against a server other tests share.
+type runScope struct{ fns []func() }
+
+func (r *runScope) add(f func()) { r.fns = append(r.fns, f) }
+
+func (r *runScope) close() {
+	for i := len(r.fns) - 1; i >= 0; i-- {
+		r.fns[i]()
+	}
+}
+
+// pgModelDB creates a database of the run's own on the shared server and
+// drops it when the run ends. It returns the database's URL.
+func pgModelDB(t *testing.T, sc *runScope) string {
 	t.Helper()
 	base := testenv.PostgresBaseURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -88,7 +100,7 @@ func pgModelDB(t *testing.T) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
-	t.Cleanup(func() {
+	sc.add(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, base)
@@ -113,8 +125,9 @@ func pgModelDB(t *testing.T) string {
 }
 
 // pgPool opens a pool of rawURL through addr (host:port; "" keeps the
-// URL's) under application name app, with tracer, closed when t ends.
-func pgPool(t *testing.T, rawURL, addr, app string, tracer pgx.QueryTracer) *pgxpool.Pool {
+// URL's) under application name app, with tracer, closed when the run
+// ends.
+func pgPool(t *testing.T, sc *runScope, rawURL, addr, app string, tracer pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -126,6 +139,7 @@ func pgPool(t *testing.T, rawURL, addr, app string, tracer pgx.QueryTracer) *pgx
 	q := u.Query()
 	q.Set("application_name", app)
 	q.Set("connect_timeout", "2")
+	q.Set("pool_max_conns", "3") // runs share a server other tests use too
 	u.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
@@ -138,7 +152,7 @@ func pgPool(t *testing.T, rawURL, addr, app string, tracer pgx.QueryTracer) *pgx
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	sc.add(pool.Close)
 	return pool
 }
 
@@ -204,11 +218,20 @@ func clockOffsetLow(t *testing.T, pool *pgxpool.Pool) time.Duration {
 	return low
 }
 
+// pgModelSlots lets two runs of the model go on at once (the model and its
+// controls are parallel tests): each holds about twenty connections of a
+// server that other tests share.
+var pgModelSlots = make(chan struct{}, 2)
+
 // runPgModel makes one run of the model with cfg and judges it.
 func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
 	t.Helper()
-	dbURL := pgModelDB(t)
-	admin := pgPool(t, dbURL, "", "fencekit-elmodel-admin", nil)
+	pgModelSlots <- struct{}{}
+	defer func() { <-pgModelSlots }()
+	sc := &runScope{}
+	defer sc.close()
+	dbURL := pgModelDB(t, sc)
+	admin := pgPool(t, sc, dbURL, "", "fencekit-elmodel-admin", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := migrations.UpPool(ctx, admin); err != nil {
@@ -236,7 +259,7 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(l.Close)
+		sc.add(l.Close)
 		e, err := election.New(l, "model", opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -258,10 +281,10 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		Unfenced:   cfg.unfenced,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, target)
-			pool := pgPool(t, dbURL, p.Addr(), app(i), recordTracer{hold: beforeRecord})
+			pool := pgPool(t, sc, dbURL, p.Addr(), app(i), recordTracer{hold: beforeRecord})
 			return electionmodel.Candidate{Election: newElection(pool), Cut: p.Block, Uncut: p.Unblock}
 		},
-		Observer: newElection(pgPool(t, dbURL, "", observer, nil)),
+		Observer: newElection(pgPool(t, sc, dbURL, "", observer, nil)),
 		ObserverReady: func(ctx context.Context) bool {
 			var n int
 			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
@@ -353,9 +376,12 @@ func str(p *string) string {
 }
 
 // TestElectionModelPostgres runs the election model on PostgreSQL, under
-// its faults, and requires no violation and enough judged of each kind.
+// its faults, and requires no violation and enough judged of each kind,
+// over up to six runs: on a busy machine the faults end most terms before
+// they resign (a run may hold none resigned).
 func TestElectionModelPostgres(t *testing.T) {
 	testenv.Slow(t)
+	t.Parallel()
 	budget := electionmodel.Budget(t, 4*time.Second)
 	floors := map[string]int{
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
@@ -364,7 +390,7 @@ func TestElectionModelPostgres(t *testing.T) {
 		"record writes held past the TTL": 1, "records planted": 1,
 		"terms run out (step-down gap judged)": 1, "faults: sessions terminated": 1,
 	}
-	electionmodel.Check(t, "postgres", floors, 4, func(seed uint64) *electionmodel.Verdict {
+	electionmodel.Check(t, "postgres", floors, 6, func(seed uint64) *electionmodel.Verdict {
 		return runPgModel(t, pgModelRun{}, seed, budget)
 	})
 }
@@ -377,6 +403,7 @@ func TestElectionModelPostgres(t *testing.T) {
 // stopped believing.)
 func pgControl(t *testing.T, name, kind string, cfg pgModelRun) {
 	testenv.Slow(t)
+	t.Parallel()
 	budget := electionmodel.Budget(t, 4*time.Second)
 	electionmodel.Rejects(t, "postgres", name, kind, 3, 3, func(seed uint64) *electionmodel.Verdict {
 		return runPgModel(t, cfg, seed, budget)
