@@ -1,11 +1,15 @@
 package pgcore
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/sqlguard"
 )
 
@@ -27,6 +31,9 @@ type ServerError struct {
 	Code string
 	// Message is the primary message.
 	Message string
+	// Detail is the reply's DETAIL, where the driver keeps it (pgx's
+	// PgError and lib/pq's Error do).
+	Detail string
 	// Final is true for a reply of severity FATAL or PANIC: the server ended
 	// the session, which says nothing about what it had committed (a backend
 	// terminated while COMMIT waits for a synchronous standby has committed
@@ -53,17 +60,51 @@ func AsServerError(err error) (ServerError, bool) {
 		if sev == "" {
 			sev = pgErr.Severity
 		}
-		return ServerError{Code: pgErr.Code, Message: pgErr.Message, Final: sev == "FATAL" || sev == "PANIC"}, true
+		return ServerError{Code: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Final: sev == "FATAL" || sev == "PANIC"}, true
 	}
 	var st sqlStater
 	if errors.As(err, &st) && st.SQLState() != "" {
-		s := ServerError{Code: st.SQLState(), Message: st.Error()}
+		s := ServerError{Code: st.SQLState(), Message: st.Error(), Detail: detailField(st)}
 		if f, ok := st.(fataler); ok {
 			s.Final = f.Fatal()
 		}
 		return s, true
 	}
 	return ServerError{}, false
+}
+
+// detailField is the string field Detail of the struct err points to
+// (lib/pq's *pq.Error keeps the reply's DETAIL there, with no method to
+// read it by), or "".
+func detailField(err error) string {
+	v := reflect.ValueOf(err)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return ""
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	if f := v.FieldByName("Detail"); f.IsValid() && f.Kind() == reflect.String {
+		return f.String()
+	}
+	return ""
+}
+
+// StaleMark reads the mark that a refusal of fencekit_guard_admit (SQLSTATE
+// CodeStale) carries in its DETAIL, a JSON object {"token": <bigint>,
+// "holder": <text>}, as the mark of resource.
+func StaleMark(resource, detail string) (fence.Fence, error) {
+	var mark struct {
+		Token  int64  `json:"token"`
+		Holder string `json:"holder"`
+	}
+	if err := json.Unmarshal([]byte(detail), &mark); err != nil {
+		return fence.Fence{}, fmt.Errorf("unreadable mark %q: %w", detail, err)
+	}
+	return fence.Fence{Resource: resource, Token: fence.Token(mark.Token), Holder: mark.Holder}, nil
 }
 
 // Retryable reports whether code aborted a transaction that running again

@@ -81,6 +81,17 @@ const TopLevelSQL = `SELECT coalesce(bool_or(xmin::text::bigint = txid_current()
     OR xmax::text::bigint = txid_current() % 4294967296), false)
 FROM fencekit_guard WHERE resource = $1`
 
+// TopLevelMarkSQL is TopLevelSQL that also returns the mark of resource
+// $1, for a batch that sends it right after the guard statement: the guard
+// left the row locked by the transaction, admitted or not, so the mark it
+// reads is the one the guard judged (at READ COMMITTED its snapshot is
+// newer than the lock; at REPEATABLE READ and above a lock on a version
+// newer than the snapshot fails the guard with a serialization failure).
+// A refusal then needs no statement more to say what it lost to.
+const TopLevelMarkSQL = `SELECT xmin::text::bigint = txid_current() % 4294967296
+    OR xmax::text::bigint = txid_current() % 4294967296, token, holder
+FROM fencekit_guard WHERE resource = $1`
+
 // SavepointHint is the message for a guard refused inside a savepoint.
 const SavepointHint = "the transaction is inside a savepoint (a nested transaction, such as GORM's nested Transaction or pgx's Tx.Begin): " +
 	"a rollback to it would undo the guard and leave the rest of the transaction unfenced; " +

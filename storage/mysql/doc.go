@@ -135,8 +135,9 @@
 // and [Once] is one locking read that judges the mark, and writes nothing
 // when the mark is the fence itself (every transaction of a lease after
 // its first); the transaction that raises the mark (a lease's first) sends
-// the raise as a second statement. [Guard] and [GuardAll] upsert the mark,
-// a row write every time, and add a locking read on refusals. A
+// the raise as a second statement. [Guard] and [GuardAll] upsert the mark
+// in one statement that writes the row only when it inserts it or raises
+// the mark, and add a locking read on refusals. A
 // resource's first [InTx] or [Once] also reads the missing row, rolls
 // back, creates the row and begins again.
 //

@@ -22,27 +22,37 @@ const MaxHolderLen = 1024
 const (
 	// guardSQL admits (resource, token, holder), inserting the mark or
 	// raising it, and leaves the guard row locked (exclusively, whether or
-	// not it was raised) until the transaction ends. Arguments: resource,
-	// token, holder, then (token, token, holder) before each IF and the new
-	// value after it.
+	// not it was raised) until the transaction ends. It writes the row only
+	// when it inserts it or raises its mark: under the fence that already
+	// holds the mark every column keeps its value, and InnoDB then writes
+	// nothing. Arguments: resource, token, holder, then token, token,
+	// holder, token for the admission, then token, then token, holder,
+	// then token, token.
 	//
-	// MySQL assigns left to right and each assignment sees the columns
-	// already assigned (MariaDB too, unless sql_mode has
-	// SIMULTANEOUS_ASSIGNMENT, where all see the old row). holder is
-	// assigned before token, and the token's condition then gives the same
-	// answer as the holder's under either rule: if holder was raised, the
-	// fence's token is at least the old one; otherwise nothing changed. An admission always bumps admissions, so an admitted existing
-	// row counts as 2 affected rows and a refused one as 0 (or 1 with
-	// CLIENT_FOUND_ROWS), whatever the DSN says. Placeholders stand in for
-	// VALUES(), which MySQL 8.0.20 deprecated in this clause and MariaDB
-	// has no replacement for.
+	// Its answer is the affected-row count and the insert id: a new row
+	// counts 1 (id 0), a raised mark 2; an unchanged row counts 0, or 1
+	// when the connection asked for found rows (clientFoundRows=true), and
+	// its id tells the fence that holds the mark (guardHolds) from a
+	// refused one (guardRefused): LAST_INSERT_ID(n) sets the insert id of
+	// the statement's reply, and nothing else does (the table has no
+	// AUTO_INCREMENT column). IF evaluates only the branch it takes, and
+	// 0 * LAST_INSERT_ID(n) adds nothing to admissions.
+	//
+	// Every condition reads token, which is assigned last: MySQL assigns
+	// left to right and each assignment sees the columns already assigned
+	// (MariaDB too, unless sql_mode has SIMULTANEOUS_ASSIGNMENT, where all
+	// see the old row), so the conditions agree under either rule.
+	// Placeholders stand in for VALUES(), which MySQL 8.0.20 deprecated in
+	// this clause and MariaDB has no replacement for.
 	guardSQL = `INSERT INTO fencekit_guard (resource, token, holder, updated_at)
 VALUES (?, ?, ?, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE
-    admissions = IF(? > token OR (? = token AND ? = holder), admissions + 1, admissions),
-    updated_at = IF(? > token OR (? = token AND ? = holder), UTC_TIMESTAMP(6), updated_at),
-    holder     = IF(? > token OR (? = token AND ? = holder), ?, holder),
-    token      = IF(? > token OR (? = token AND ? = holder), ?, token)`
+    admissions = IF(? > token OR (? = token AND ? = holder),
+        IF(? > token, admissions + 1, admissions + 0 * LAST_INSERT_ID(1)),
+        admissions + 0 * LAST_INSERT_ID(2)),
+    updated_at = IF(? > token, UTC_TIMESTAMP(6), updated_at),
+    holder     = IF(? > token, ?, holder),
+    token      = IF(? > token, ?, token)`
 
 	// judgeSQL locks a resource's guard row (an equality search on the
 	// primary key: the row's record lock only) and judges the fence by the
@@ -84,17 +94,23 @@ ON DUPLICATE KEY UPDATE resource = resource`
 	highWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = ?`
 )
 
-// Affected-row counts of guardSQL (MySQL's INSERT ... ON DUPLICATE KEY
-// UPDATE): a new row counts 1, a changed row 2, an unchanged row 0, or 1
-// when the connection asked for found rows (clientFoundRows=true).
-const rowsChanged = 2
+// guardSQL's answers (see guardSQL): the affected-row count of a raised
+// mark (MySQL's INSERT ... ON DUPLICATE KEY UPDATE counts a changed row
+// 2), and the insert ids of an unchanged row.
+const (
+	rowsChanged  = 2
+	guardHolds   = 1 // LAST_INSERT_ID(1): the fence holds the mark, nothing written
+	guardRefused = 2 // LAST_INSERT_ID(2): stale
+)
 
 // Guard admits f as a statement of tx by the rule of [fence.Admits]: one
 // INSERT ... ON DUPLICATE KEY UPDATE on the guard table, which raises the
 // resource's high-water mark to (f.Token, f.Holder) and locks its guard row
 // until tx ends, so that other holders of the resource wait for tx and then
 // see its mark. Make it the first statement of tx: then everything tx reads
-// and writes afterwards is fenced.
+// and writes afterwards is fenced. It writes the guard row only when it
+// inserts it or raises its mark: under the fence that holds the mark (every
+// guard of a lease after its first) it locks the row and writes nothing.
 //
 // It must come first because InnoDB's plain reads are snapshots. At
 // REPEATABLE READ (MySQL's default) the snapshot is taken by the
@@ -180,10 +196,10 @@ func validator(op string) func(fence.Fence) error {
 func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	t, h := int64(f.Token), f.Holder
 	res, err := tx.ExecContext(ctx, guardSQL, f.Resource, t, h,
-		t, t, h,
-		t, t, h,
-		t, t, h, h,
-		t, t, h, t)
+		t, t, h, t,
+		t,
+		t, h,
+		t, t)
 	if err != nil {
 		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
 	}
@@ -194,8 +210,17 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	if n == rowsChanged {
 		return nil
 	}
-	// 1 is a new row, or with found rows a refusal; 0 is a refusal. The row
-	// is locked by tx either way, so its mark settles it.
+	id, err := res.LastInsertId()
+	switch {
+	case err == nil && id == guardHolds, err == nil && id == 0 && n == 1:
+		// The fence holds the mark (nothing written), or a new row.
+		return nil
+	case err == nil && id == guardRefused:
+		// Stale: the mark it lost to is read below.
+	}
+	// Refused, or an answer that does not say (a driver without the insert
+	// id). The row is locked by tx either way, so its mark settles it, and
+	// is the one that refused f.
 	mark, err := readMark(ctx, tx, markSQL, f.Resource)
 	if err != nil {
 		return err

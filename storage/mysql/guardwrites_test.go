@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
 
@@ -126,4 +127,89 @@ WHERE p.DB = DATABASE() AND x.trx_state = 'LOCK WAIT'`).Scan(&n)
 		// for 100 ms: polling faster would see the same snapshot forever.
 		time.Sleep(150 * time.Millisecond)
 	}
+}
+
+// TestGuardWritesTheGuardRowOnlyWhenTheMarkRises: Guard (and GuardAll)
+// presenting the fence that holds the mark locks the guard row and writes
+// nothing (the session's Handler_update, which counts each row updated,
+// does not move), one that raises the mark updates it once, a refused one writes nothing and reports the mark; whatever
+// the connection's found-rows flag and whether statements are prepared
+// on the server or interpolated.
+func TestGuardWritesTheGuardRowOnlyWhenTheMarkRises(t *testing.T) {
+	for _, foundRows := range []bool{false, true} {
+		for _, interpolate := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/interpolateParams=%v", foundRowsName(foundRows), interpolate), func(t *testing.T) {
+				cfg := testenv.MySQLConfig(t)
+				cfg.ClientFoundRows = foundRows
+				cfg.InterpolateParams = interpolate
+				ctx, db := setupWith(t, cfg)
+				raise(t, ctx, db, fenceOf("r", 5, "a"))
+				steps := []struct {
+					f      fence.Fence
+					all    bool // through GuardAll
+					admit  bool
+					writes int64 // rows updated
+				}{
+					{fenceOf("r", 5, "a"), false, true, 0},
+					{fenceOf("r", 5, "a"), true, true, 0},
+					{fenceOf("r", 5, "b"), false, false, 0},
+					{fenceOf("r", 4, "a"), true, false, 0},
+					{fenceOf("r", 6, "b"), false, true, 1},
+					{fenceOf("r", 6, "b"), false, true, 0},
+					{fenceOf("r", 7, "c"), true, true, 1},
+					{fenceOf("new", 1, "c"), false, true, 0}, // inserted
+					{fenceOf("new", 1, "c"), false, true, 0},
+				}
+				for i, s := range steps {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					before := rowUpdates(t, ctx, tx)
+					if s.all {
+						err = mysql.GuardAll(ctx, tx, s.f)
+					} else {
+						err = mysql.Guard(ctx, tx, s.f)
+					}
+					written := rowUpdates(t, ctx, tx) - before
+					if s.admit {
+						if err != nil {
+							t.Fatalf("step %d: guard(%v) = %v, want admitted", i, s.f, err)
+						}
+						if err := tx.Commit(); err != nil {
+							t.Fatal(err)
+						}
+					} else {
+						_ = tx.Rollback()
+						prev := steps[i-1].f
+						if prev.Resource != s.f.Resource {
+							t.Fatalf("step %d: the table is out of order", i)
+						}
+						wantStale(t, err, mark(t, ctx, db, s.f.Resource))
+					}
+					if written != s.writes {
+						t.Errorf("step %d: guard(%v) updated %d rows, want %d", i, s.f, written, s.writes)
+					}
+				}
+				if got := mark(t, ctx, db, "r"); got != fenceOf("r", 7, "c") {
+					t.Fatalf("mark = %v, want r/7/c", got)
+				}
+			})
+		}
+	}
+}
+
+// rowUpdates is the session's Handler_update: the rows tx's connection
+// has updated. (Handler_write would count every INSERT ... ON DUPLICATE
+// KEY UPDATE, which tries to insert before it finds the row, and
+// INNODB_TRX's trx_rows_modified is a cache refreshed every 100 ms.)
+func rowUpdates(t testing.TB, ctx context.Context, tx *sql.Tx) int64 {
+	t.Helper()
+	var n int64
+	err := tx.QueryRowContext(ctx, `SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS
+WHERE VARIABLE_NAME = 'HANDLER_UPDATE'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -94,6 +94,26 @@ func guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	return prefixed("pgsql: guard", &fence.StaleError{Fence: f, HighWater: mark})
 }
 
+// admit is guard for a transaction that InTx or Once began: the raising
+// form of the guard (pgcore.GuardAdmitSQL, the function storage/postgres's
+// batches call), whose refusal carries the mark it lost to in its own
+// error (SQLSTATE FK001, the mark in DETAIL), so a stale fence costs no
+// statement more. The error aborts tx, which the caller rolls back.
+func admit(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	_, err := tx.ExecContext(ctx, pgcore.GuardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
+	if err == nil {
+		return nil
+	}
+	if s, ok := pgcore.AsServerError(err); ok && s.Code == pgcore.CodeStale {
+		mark, merr := pgcore.StaleMark(f.Resource, s.Detail)
+		if merr != nil {
+			return prefixed("pgsql: guard", fmt.Errorf("%w: %v", fence.ErrStale, merr))
+		}
+		return prefixed("pgsql: guard", &fence.StaleError{Fence: f, HighWater: mark})
+	}
+	return prefixed(fmt.Sprintf("pgsql: guard %s", f), translate(err))
+}
+
 // GuardAll guards several resources in one transaction, as [Guard] does for
 // one. It locks their guard rows in ascending byte order of resource name,
 // whatever the order of fences, so two transactions guarding overlapping sets

@@ -90,7 +90,7 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 	}
 	ran := false
 	err := runTx(ctx, db, nil, "pgsql: Once", func(ctx context.Context, tx *sql.Tx) error {
-		if err := guard(ctx, tx, f); err != nil {
+		if err := admit(ctx, tx, f); err != nil {
 			return err
 		}
 		var claimed bool

@@ -12,8 +12,9 @@ import (
 // pgxStdlib opens databases through pgx's stdlib driver with its defaults:
 // statements prepared once per connection and cached.
 var pgxStdlib = pgsqlsuite.Driver{
-	Name: "pgx-stdlib",
-	Open: func(u string) (*sql.DB, error) { return sql.Open("pgx", u) },
+	Name:      "pgx-stdlib",
+	Open:      func(u string) (*sql.DB, error) { return sql.Open("pgx", u) },
+	Reprepare: 2,
 }
 
 // pgxSimple sends every statement through the simple protocol, arguments

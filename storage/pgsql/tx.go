@@ -13,13 +13,16 @@ import (
 type TxFunc = func(ctx context.Context, tx *sql.Tx) error
 
 // InTx runs fn in a transaction fenced by f: it begins a transaction with
-// opts, guards f with [Guard] as its first statement, runs fn and commits.
+// opts, admits f by the rule of [Guard] as its first statement, runs fn and
+// commits.
 // If the guard, fn or the commit fails, the transaction is rolled back and
 // nothing fn did is kept; a COMMIT cut off in flight is the one case where
 // InTx cannot tell, and says so (see below).
 //
 // A stale f returns an error wrapping a [*fence.StaleError] without running
-// fn. Serialization failures and deadlocks (SQLSTATE 40001, 40P01), from the
+// fn; its mark comes with the refusal of the guard statement itself (the
+// raising guard, fencekit_guard_admit, which aborts the transaction InTx
+// then rolls back), so telling it costs no statement more. Serialization failures and deadlocks (SQLSTATE 40001, 40P01), from the
 // guard, from fn's statements or from the commit, return an error matching
 // [ErrRetryable]; wrap InTx in [Retry] to run it again. Other errors from fn
 // are returned as they are.
@@ -50,7 +53,7 @@ func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, f
 		return err
 	}
 	return runTx(ctx, db, opts, "pgsql: InTx", func(ctx context.Context, tx *sql.Tx) error {
-		if err := guard(ctx, tx, f); err != nil {
+		if err := admit(ctx, tx, f); err != nil {
 			return err
 		}
 		if err := fn(ctx, tx); err != nil {

@@ -131,25 +131,40 @@ func TestExecNotMigrated(t *testing.T) {
 }
 
 // TestBefore00005: on a database migrated before 00005 (without
-// fencekit_guard_try), the transaction paths fail with ErrNotMigrated
-// naming the migration and change nothing, while the batch, whose
-// fencekit_guard_admit predates it, keeps working.
+// fencekit_guard_try), the calls on a transaction of the caller's fail with
+// ErrNotMigrated naming the migration and change nothing, while the batch
+// and InTx on a pool, whose fencekit_guard_admit predates it, keep working.
 func TestBefore00005(t *testing.T) {
 	ctx, pool := setup(t)
 	mustExec(t, ctx, pool, `DROP FUNCTION IF EXISTS fencekit_guard_try(text, bigint, text)`)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ran := false
-	err := postgres.InTx(ctx, pool, pgx.TxOptions{}, fenceOf("counter", 1, "h"), func(context.Context, pgx.Tx) error {
+	err = postgres.InTx(ctx, tx, pgx.TxOptions{}, fenceOf("counter", 1, "h"), func(context.Context, pgx.Tx) error {
 		ran = true
 		return nil
 	})
 	if !errors.Is(err, postgres.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00005") || ran {
-		t.Fatalf("InTx without fencekit_guard_try = %v (ran %v), want ErrNotMigrated naming migration 00005", err, ran)
+		t.Fatalf("InTx in a transaction without fencekit_guard_try = %v (ran %v), want ErrNotMigrated naming migration 00005", err, ran)
 	}
+	_ = tx.Rollback(ctx)
 	if m, err := postgres.HighWater(ctx, pool, "counter"); err != nil || m.Token != 0 {
 		t.Fatalf("mark = %v, %v, want none", m, err)
 	}
 	if _, err := postgres.Exec(ctx, pool, fenceOf("counter", 2, "h"), postgres.Statement{SQL: `UPDATE counter SET n = 2 WHERE id = 1`}); err != nil {
 		t.Fatalf("Exec without fencekit_guard_try = %v, want it admitted", err)
+	}
+	err = postgres.InTx(ctx, pool, pgx.TxOptions{}, fenceOf("counter", 3, "h"), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE counter SET n = 3 WHERE id = 1`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InTx on a pool without fencekit_guard_try = %v, want it admitted", err)
+	}
+	if n, _ := counter(t, ctx, pool); n != 3 {
+		t.Fatalf("n = %d, want 3", n)
 	}
 }
 

@@ -28,7 +28,8 @@
 //
 //   - [InTx] begins a transaction, guards one fence, runs your function and
 //     commits, rolling back on any error. It is the usual fenced
-//     read-modify-write.
+//     read-modify-write, and on a pool or a connection BEGIN and the guard
+//     share one round trip: the round trips of the same plain transaction.
 //   - [GuardAll] guards several resources in one transaction, locking their
 //     rows in ascending resource order so two transactions cannot deadlock.
 //   - [Exec] sends the guard and your statements as one pipelined batch that

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,17 +114,11 @@ func translate(err error, f fence.Fence) error {
 	case codeSerializationFailure, codeDeadlockDetected:
 		return &RetryableError{Err: err}
 	case CodeStale:
-		var mark struct {
-			Token  int64  `json:"token"`
-			Holder string `json:"holder"`
+		mark, merr := pgcore.StaleMark(f.Resource, pgErr.Detail)
+		if merr != nil {
+			return fmt.Errorf("%w (%v)", fence.ErrStale, merr)
 		}
-		if jerr := json.Unmarshal([]byte(pgErr.Detail), &mark); jerr != nil {
-			return fmt.Errorf("%w (unreadable mark %q: %v)", fence.ErrStale, pgErr.Detail, jerr)
-		}
-		return &fence.StaleError{
-			Fence:     f,
-			HighWater: fence.Fence{Resource: f.Resource, Token: fence.Token(mark.Token), Holder: mark.Holder},
-		}
+		return &fence.StaleError{Fence: f, HighWater: mark}
 	case codeUndefinedTable, codeUndefinedFunction:
 		// A pipelined batch prepares the caller's statements with the guard,
 		// so a table or function of theirs that is missing can fail the

@@ -75,26 +75,33 @@ func guardChecked(ctx context.Context, tx pgx.Tx, f fence.Fence) error {
 
 // guardTop is guard for a transaction of the caller's, which may stand
 // inside a savepoint (pgx's Tx.Begin makes one): the guard and the check
-// that it stands at the top level (pgcore.TopLevelSQL) go in one batch,
-// one round trip, and a guard inside a savepoint is refused.
+// that it stands at the top level (pgcore.TopLevelMarkSQL, which also reads
+// the mark the guard judged) go in one batch, one round trip, and a guard
+// inside a savepoint is refused. A stale refusal carries the mark from that
+// batch.
 func guardTop(ctx context.Context, tx pgx.Tx, call string, f fence.Fence) error {
-	b := &pgx.Batch{}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(guardSQL, f.Resource, int64(f.Token), f.Holder)
-	b.Queue(pgcore.TopLevelSQL, f.Resource)
+	b.Queue(pgcore.TopLevelMarkSQL, f.Resource)
 	br := tx.SendBatch(ctx, b)
 	var admitted, top bool
+	var token int64
+	mark := fence.Fence{Resource: f.Resource}
 	gerr := br.QueryRow().Scan(&admitted)
-	terr := br.QueryRow().Scan(&top)
+	terr := br.QueryRow().Scan(&top, &token, &mark.Holder)
+	mark.Token = fence.Token(token)
 	if err := br.Close(); gerr == nil && terr == nil {
 		terr = err
 	}
-	if gerr != nil {
+	switch {
+	case errors.Is(gerr, pgx.ErrNoRows) && terr == nil:
+		// Stale, and the row the guard locked gave its mark.
+		return prefixed("postgres: guard", &fence.StaleError{Fence: f, HighWater: mark})
+	case gerr != nil:
 		return guarded(ctx, tx, f, gerr)
-	}
-	if terr != nil {
+	case terr != nil:
 		return prefixed(fmt.Sprintf("postgres: %s: savepoint check of %q", call, f.Resource), translate(terr, f))
-	}
-	if !top {
+	case !top:
 		return invalid("%s of %q: %s", call, f.Resource, pgcore.SavepointHint)
 	}
 	return nil
@@ -142,17 +149,11 @@ func guardAll(ctx context.Context, tx pgx.Tx, fences ...fence.Fence) error {
 	if err := checkCall(ctx, tx, "tx"); err != nil {
 		return err
 	}
-	n := 0
+	// Each guard's batch checks its level too (all stand at one), and
+	// reads the mark a refusal carries.
 	return store.GuardAll(ctx, fences,
 		func(f fence.Fence) error { return checkFence("GuardAll", f) },
-		func(f fence.Fence) error {
-			// Every guard of the call stands at one level of tx: the last
-			// one's batch checks them all.
-			if n++; n == len(fences) {
-				return guardTop(ctx, tx, "GuardAll", f)
-			}
-			return guard(ctx, tx, f)
-		})
+		func(f fence.Fence) error { return guardTop(ctx, tx, "GuardAll", f) })
 }
 
 // HighWater returns the high-water mark of resource: the newest fence the

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -27,7 +28,13 @@ import (
 //     write of a lease after its first), beside BEGIN, UPDATE, COMMIT;
 //     InTxFirst: under a new token each time (a lease's first write);
 //   - TableUpdate, TableUpdateFirst: Table.Update of a row, beside one
-//     autocommit UPDATE of it.
+//     autocommit UPDATE of it;
+//   - TableUpdateSQL: the statement Table.Update sends, sent by hand,
+//     beside the plain UPDATE (what the server and the wire add: two more
+//     columns written and the admission in the WHERE clause);
+//     TableUpdateClient: Table.Update beside that statement sent by hand
+//     (what the library adds on the client: checks, the statement's text,
+//     its span, taking a connection for the call).
 //
 // FENCEKIT_BENCH_LATENCY (such as 1ms) delays each direction through a
 // proxy. Take the medians of -count 5:
@@ -106,6 +113,17 @@ func BenchmarkGuardCost(b *testing.B) {
 		n++
 		return tbl.Update(ctx, pool, f, 1, postgres.Set("balance", n))
 	}
+	// Table.Update's statement for tbl and one Set, with its arguments in
+	// its order: key, token, holder, value.
+	const fencedUpdate = `UPDATE "accounts" SET "balance" = $4, "fence_token" = $2, "fence_holder" = $3 WHERE "id" = $1 AND ("fence_token" IS NULL OR "fence_token" < $2 OR ("fence_token" = $2 AND "fence_holder" = $3))`
+	byHand := func(f fence.Fence) error {
+		n++
+		tag, err := pool.Exec(ctx, fencedUpdate, 1, int64(f.Token), f.Holder, n)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("fenced UPDATE by hand updated %d rows", tag.RowsAffected())
+		}
+		return err
+	}
 	rows := func() int64 { return schemaRowVersions(b, ctx, pool) }
 
 	b.Run("InTx", func(b *testing.B) {
@@ -121,6 +139,14 @@ func BenchmarkGuardCost(b *testing.B) {
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
 		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
+	})
+	b.Run("TableUpdateSQL", func(b *testing.B) {
+		f := next()
+		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return byHand(f) })
+	})
+	b.Run("TableUpdateClient", func(b *testing.B) {
+		f := next()
+		pgsqlsuite.Paired(b, rows, func() error { return byHand(f) }, func() error { return tableUpdate(f) })
 	})
 }
 

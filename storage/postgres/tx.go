@@ -18,12 +18,16 @@ import (
 type TxFunc = func(ctx context.Context, tx pgx.Tx) error
 
 // InTx runs fn in a transaction fenced by f: it begins a transaction with
-// opts, guards f with [Guard], runs fn and commits. If the guard or fn fails,
-// or the server refuses the commit, the transaction is rolled back and
-// nothing fn did is kept; a commit cut off in flight is the one case where
-// InTx cannot tell, and says so (see below).
+// opts, admits f by the rule of [Guard] as its first statement, runs fn and
+// commits. If the guard or fn fails, or the server refuses the commit, the
+// transaction is rolled back and nothing fn did is kept; a commit cut off in
+// flight is the one case where InTx cannot tell, and says so (see below).
 //
-// A stale f returns an error wrapping a [*fence.StaleError] without running fn. Serialization
+// On a pool or a connection, BEGIN and the guard go to the server in one
+// batch: a fenced transaction takes as many round trips as the same
+// transaction unfenced. A stale f returns an error wrapping a
+// [*fence.StaleError] without running fn; its mark comes from the statement
+// that refused f. Serialization
 // failures and deadlocks (SQLSTATE 40001, 40P01), from the guard, from fn's
 // statements or from the commit, return an error matching [ErrRetryable];
 // wrap InTx in [Retry] to run it again. Other errors from fn are returned as
@@ -61,7 +65,12 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		return err
 	}
 	var tx pgx.Tx
-	if opts != (pgx.TxOptions{}) {
+	pipelined := false
+	if b, ok := db.(Batcher); ok && commitsItself(db) {
+		// A pool or a connection: BEGIN and the guard go in one batch.
+		pipelined = true
+		tx, err = beginGuarded(ctx, b, opts, f)
+	} else if opts != (pgx.TxOptions{}) {
 		b, ok := db.(txBeginner)
 		if !ok {
 			return invalid("transaction options need a pool or a connection, not %T", db)
@@ -71,6 +80,9 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 		tx, err = db.Begin(ctx)
 	}
 	if err != nil {
+		if pipelined {
+			return err
+		}
 		return fmt.Errorf("postgres: begin: %w", translate(err, f))
 	}
 	committed := false
@@ -84,8 +96,10 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, f fence.Fence, f
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	if err := guard(ctx, tx, f); err != nil {
-		return err
+	if !pipelined {
+		if err := guard(ctx, tx, f); err != nil {
+			return err
+		}
 	}
 	if err := fn(ctx, tx); err != nil {
 		return translate(err, f)
@@ -130,4 +144,52 @@ const DefaultRetryAttempts = 10
 // continues unchanged, and Retry holds nothing that it would leak.
 func Retry(ctx context.Context, attempts int, fn func(ctx context.Context) error) error {
 	return store.Retry(ctx, attempts, DefaultRetryAttempts, fn)
+}
+
+// beginGuarded begins a transaction on db (a pool or a connection) with
+// opts and admits f as its first statement, both in one batch: one round
+// trip where BEGIN and then the guard took two. The guard is the raising
+// form (fencekit_guard_admit): a stale f fails with SQLSTATE CodeStale,
+// whose DETAIL carries the mark it lost to, read by the statement that
+// refused it, so the refusal needs no statement more. The error aborts the
+// transaction, which is rolled back here; nothing of it is kept.
+//
+// No outcome is unknown here: the batch commits nothing (a reply lost or a
+// context ended in flight leaves an open transaction, which the server
+// rolls back when the connection closes, and a BEGIN that failed makes the
+// server skip the guard up to the batch's end). On success the transaction
+// holds the guard row lock, as after [Guard], and the caller must end it.
+func beginGuarded(ctx context.Context, db Batcher, opts pgx.TxOptions, f fence.Fence) (pgx.Tx, error) {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.BeginTx(opts)
+	b.Queue(guardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
+	br := db.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, berr := br.Exec()
+	var gerr error
+	if berr == nil {
+		_, gerr = br.Exec()
+	}
+	cerr := br.Close()
+	var err error
+	switch {
+	case berr != nil:
+		err = fmt.Errorf("postgres: begin: %w", translate(berr, f))
+	case gerr != nil:
+		var stale *fence.StaleError
+		if err = translate(gerr, f); errors.As(err, &stale) {
+			err = prefixed("postgres: guard", stale)
+		} else {
+			err = prefixed(fmt.Sprintf("postgres: guard %s", f), err)
+		}
+	case cerr != nil:
+		err = prefixed(fmt.Sprintf("postgres: guard %s", f), translate(cerr, f))
+	default:
+		return tx, nil
+	}
+	if tx != nil {
+		// Also returns a pool's connection, which the transaction holds.
+		_ = tx.Rollback(ctx)
+	}
+	return nil, err
 }

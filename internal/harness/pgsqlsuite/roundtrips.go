@@ -3,12 +3,15 @@ package pgsqlsuite
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/pgsql"
 )
 
@@ -162,8 +165,22 @@ func testRoundTrips(t *testing.T, d Driver) {
 		}
 		return tx.Commit()
 	})
-	t.Logf("%s round trips: plain transaction %d, InTx %d, Guard in the caller's transaction %d; autocommit UPDATE with arguments %d, Table.Update %d",
-		d.Name, plainTx, inTx, guardTx, oneStatement, tableUpdate)
+	staleInTx := tc.count(t, func() error {
+		err := pgsql.InTx(ctx, db, nil, fenceOf("rt", 1, "other"), func(context.Context, *sql.Tx) error {
+			return errors.New("fn ran under a stale fence")
+		})
+		if mark, ok := fence.LostTo(err); !ok || mark != f {
+			return fmt.Errorf("stale InTx = %v, want a refusal that lost to %v", err, f)
+		}
+		return nil
+	})
+	t.Logf("%s round trips: plain transaction %d, InTx %d, stale InTx %d, Guard in the caller's transaction %d; autocommit UPDATE with arguments %d, Table.Update %d",
+		d.Name, plainTx, inTx, staleInTx, guardTx, oneStatement, tableUpdate)
+	// BEGIN, the guard, ROLLBACK: the refusal carries its mark. A driver
+	// that prepares statements prepares the refused guard again.
+	if staleInTx != 2+oneStatement+d.Reprepare {
+		t.Errorf("a stale InTx took %d round trips, want BEGIN, the guard's %d, ROLLBACK and %d to prepare the guard again", staleInTx, oneStatement, d.Reprepare)
+	}
 	if guardTx != inTx+oneStatement {
 		t.Errorf("a transaction with Guard took %d round trips, want InTx's %d plus the savepoint check's %d", guardTx, inTx, oneStatement)
 	}

@@ -26,6 +26,11 @@ type Driver struct {
 	// Open opens a database on u, a postgres:// URL whose search_path
 	// parameter names the test's own schema.
 	Open func(u string) (*sql.DB, error)
+	// Reprepare is the round trips the driver spends, on the call after a
+	// statement failed, preparing that statement again: pgx's statement
+	// cache drops a statement after any error, then deallocates and
+	// prepares it (2); drivers that prepare nothing spend none.
+	Reprepare int64
 }
 
 // Run runs every test of the suite through d.

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -71,6 +72,9 @@ func (d breakingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 }
 
 func (d breakingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if (d.unlocked || d.snapshot) && beginsGuarded(b) {
+		return d.beginBroken(ctx, b)
+	}
 	for _, q := range b.QueuedQueries {
 		q.SQL = d.rewrite(q.SQL)
 	}
@@ -124,6 +128,78 @@ func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	}
 	return t.Tx.SendBatch(ctx, b)
 }
+
+// pgAdmitPrefix starts the raising guard statement (pgcore.GuardAdmitSQL),
+// which InTx and Once send in one batch after BEGIN.
+const pgAdmitPrefix = "SELECT fencekit_guard_admit($1, $2, $3)"
+
+// beginsGuarded reports whether b is InTx's opening batch: BEGIN, then the
+// raising guard.
+func beginsGuarded(b *pgx.Batch) bool {
+	q := b.QueuedQueries
+	return len(q) == 2 && strings.HasPrefix(strings.ToLower(q[0].SQL), "begin") &&
+		strings.HasPrefix(q[1].SQL, pgAdmitPrefix) && len(q[1].Arguments) == 3
+}
+
+// beginBroken runs InTx's opening batch b (see beginsGuarded) as a
+// transaction of breakingTx, whose guard statement is the broken one
+// (unlockedGuard or snapshotGuard), and answers as the batch does: a stale
+// fence fails the guard with SQLSTATE FK001 and its mark in DETAIL.
+func (d breakingDB) beginBroken(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	tx, err := d.Pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: b.QueuedQueries[0].SQL})
+	if err != nil {
+		return &brokenBatch{errs: []error{err}}
+	}
+	bt := breakingTx{Tx: tx, db: d}
+	args := b.QueuedQueries[1].Arguments
+	var admitted bool
+	gerr := bt.QueryRow(ctx, pgGuardPrefix, args...).Scan(&admitted)
+	if errors.Is(gerr, pgx.ErrNoRows) {
+		var mt int64
+		var mh string
+		gerr = tx.QueryRow(ctx, `SELECT token, holder FROM fencekit_guard WHERE resource = $1`, args[0]).Scan(&mt, &mh)
+		if gerr == nil {
+			detail, _ := json.Marshal(map[string]any{"token": mt, "holder": mh})
+			gerr = &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "FK001", Message: "stale fence", Detail: string(detail)}
+		}
+	}
+	return &brokenBatch{tx: bt, errs: []error{nil, gerr}}
+}
+
+// brokenBatch is the pgx.BatchResults of beginBroken: errs are the results
+// of the batch's statements, in order.
+type brokenBatch struct {
+	tx   pgx.Tx
+	errs []error
+	next int
+}
+
+func (b *brokenBatch) Exec() (pgconn.CommandTag, error) {
+	if b.next >= len(b.errs) {
+		return pgconn.CommandTag{}, errors.New("history: no more results in the batch")
+	}
+	b.next++
+	return pgconn.CommandTag{}, b.errs[b.next-1]
+}
+
+func (b *brokenBatch) Query() (pgx.Rows, error) {
+	return nil, errors.New("history: brokenBatch answers Exec only")
+}
+
+func (b *brokenBatch) QueryRow() pgx.Row {
+	return errRow{errors.New("history: brokenBatch answers Exec only")}
+}
+
+func (b *brokenBatch) Close() error {
+	for _, err := range b.errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *brokenBatch) Tx() pgx.Tx { return b.tx }
 
 // pgGuardPrefix starts the guard statement (pgcore.GuardSQL, which
 // storage/postgres and storage/pgsql send): its call of fencekit_guard_try.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/pgsql"
@@ -49,6 +53,16 @@ func (b pgsqlConn) Prepare(q string) (driver.Stmt, error) {
 }
 
 func (b pgsqlConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	if (b.unlocked || b.snapshot) && strings.HasPrefix(q, pgAdmitPrefix) {
+		// InTx and Once send the raising guard: the same broken guard,
+		// answering as fencekit_guard_admit does.
+		b.c.swapped.Add(1)
+		var inner driver.StmtQueryContext = pgsqlSnapshotStmt{b: b.breakingConn}
+		if b.unlocked {
+			inner = pgsqlUnlockedStmt{b: b.breakingConn}
+		}
+		return pgsqlAdmitStmt{b: b.breakingConn, guard: inner}, nil
+	}
 	if b.unlocked && strings.HasPrefix(q, pgGuardPrefix) {
 		b.c.swapped.Add(1)
 		return pgsqlUnlockedStmt{b: b.breakingConn}, nil
@@ -142,6 +156,44 @@ ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.h
 		return nil, err
 	}
 	return &boolRows{n: 1}, nil
+}
+
+// pgsqlAdmitStmt runs a broken guard (pgsqlUnlockedStmt,
+// pgsqlSnapshotStmt) in place of fencekit_guard_admit and answers as that
+// function does: nothing when admitted, SQLSTATE FK001 with the mark in
+// DETAIL when stale.
+type pgsqlAdmitStmt struct {
+	b     *breakingConn
+	guard driver.StmtQueryContext
+}
+
+func (s pgsqlAdmitStmt) Close() error  { return nil }
+func (s pgsqlAdmitStmt) NumInput() int { return -1 }
+
+func (s pgsqlAdmitStmt) Exec(args []driver.Value) (driver.Result, error) {
+	return nil, errors.New("history: pgsqlAdmitStmt needs ExecContext")
+}
+
+func (s pgsqlAdmitStmt) Query(args []driver.Value) (driver.Rows, error) {
+	return nil, errors.New("history: pgsqlAdmitStmt does not query")
+}
+
+func (s pgsqlAdmitStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	rows, err := s.guard.QueryContext(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	admitted := rows.Next(make([]driver.Value, 1)) == nil
+	_ = rows.Close()
+	if admitted {
+		return driver.RowsAffected(1), nil
+	}
+	marks, err := s.b.query(ctx, `SELECT token, holder FROM fencekit_guard WHERE resource = $1`, asString(args[0].Value))
+	if err != nil || len(marks) != 1 {
+		return nil, fmt.Errorf("history: the mark of a refused guard: %v (%d rows)", err, len(marks))
+	}
+	detail, _ := json.Marshal(map[string]any{"token": asInt(marks[0][0]), "holder": asString(marks[0][1])})
+	return nil, &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "FK001", Message: "stale fence", Detail: string(detail)}
 }
 
 // boolRows is n rows (0 or 1) of one column holding true.
