@@ -294,7 +294,7 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	r.Report(t)
 	floors := lockmodel.DefaultFloors()
 	// Faults take much of a short run: fewer states to judge.
-	floors[lockmodel.Tokens] = 3
+	floors[lockmodel.Tokens] = 10
 	floors[lockmodel.Anchor] = 3
 	floors[lockmodel.Promise] = 10
 	floors[lockmodel.Renewal] = 0

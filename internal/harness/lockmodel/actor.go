@@ -90,7 +90,7 @@ func (m *model) do(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, run
 	c := m.begin(i, earliest(deadline, runEnd))
 	ctx, cancel := context.WithDeadline(m.ctx, deadline)
 	defer cancel()
-	hold := time.Duration(rng.IntN(int(ttl/time.Millisecond))) * time.Millisecond
+	hold := time.Duration(rng.IntN(int(ttl/time.Millisecond)/2+1)) * time.Millisecond
 	panics := rng.IntN(3) == 0
 	var got *fence.Fence
 	var err error
@@ -158,12 +158,12 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 		}
 	}
 	switch x := rng.IntN(100); {
-	case x < 80:
+	case x < 62:
 		if v := lease.Validity(); v > 0 {
 			sleep(m.ctx, time.Duration(rng.Int64N(int64(v/3)+1)))
 		}
 		m.release(h, bg)
-	case x < 94:
+	case x < 93:
 		// Late: after the lease ended on the local clock, once another
 		// holder has the lock (or a while has passed), so that the
 		// release meets another holder's lock.

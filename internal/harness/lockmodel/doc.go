@@ -24,8 +24,10 @@
 //     reading Validity to the observation's reply.
 //   - tokens: a grant that returned before another was asked for has the
 //     lower token (no backend under the model offers Owner re-entries).
+//     Each such pair is a judgment.
 //   - anchor: a grant asked for after an observation's reply has a token
-//     above that observation's floor.
+//     above that observation's floor (one judgment per grant, against the
+//     highest such floor).
 //   - queue: a waiter observed live and queued ahead, when a later asker's
 //     grant was made, and still waiting then (its Acquire's deadline not
 //     reached, the grant made before its entry could lapse unrefreshed) is

@@ -143,10 +143,10 @@ const (
 func DefaultFloors() map[string]int {
 	return map[string]int{
 		Promise:        20,
-		Tokens:         8,
-		Anchor:         8,
+		Tokens:         15,
+		Anchor:         5,
 		Queue:          3,
-		Renewal:        2,
+		Renewal:        1,
 		FreeWithWaiter: 1,
 		LateReleaseMet: 1,
 		WaiterAhead:    1,

@@ -180,8 +180,8 @@ func (m *model) seen(actor int) func(holder string) {
 		m.dmu.Unlock()
 		mu.Lock()
 		pause := time.Duration(0)
-		if again && rng.IntN(2) == 0 {
-			pause = time.Duration(20+rng.IntN(400)) * time.Millisecond
+		if again && rng.IntN(3) == 0 {
+			pause = time.Duration(20+rng.IntN(300)) * time.Millisecond
 		}
 		mu.Unlock()
 		if pause > 0 {
@@ -308,17 +308,20 @@ func (m *model) observe() *Observation {
 func (m *model) granted(g *grant) {
 	m.dmu.Lock()
 	defer m.dmu.Unlock()
-	var before *grant
+	// Every pair is a judgment; a grant's violations are told once, with
+	// the highest token it went below.
+	var worst *grant
 	for _, e := range m.grants {
-		if e.end.Before(g.start) && (before == nil || e.token > before.token) {
-			before = e
+		if !e.end.Before(g.start) {
+			continue
+		}
+		m.r.count(Tokens, 1)
+		if e.token >= g.token && (worst == nil || e.token > worst.token) {
+			worst = e
 		}
 	}
-	if before != nil {
-		m.r.count(Tokens, 1)
-		if before.token >= g.token {
-			m.violate(Tokens, "%s grant of token %d (%s) was asked for after a grant of token %d (%s) returned", m.b.Name, g.token, g.kind, before.token, before.kind)
-		}
+	if worst != nil {
+		m.violate(Tokens, "%s grant of token %d (%s) was asked for after a grant of token %d (%s) returned", m.b.Name, g.token, g.kind, worst.token, worst.kind)
 	}
 	var floor fence.Token
 	seen := false
