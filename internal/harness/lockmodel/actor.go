@@ -25,7 +25,11 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 		case x < 62:
 			m.acquire(i, l, rng, ttl, false, runEnd)
 		case x < 77:
-			m.acquire(i, l, rng, 150*time.Millisecond+ttl/2, true, runEnd)
+			renewTTL := 150*time.Millisecond + ttl/2
+			if m.cfg.RenewTTL > 0 {
+				renewTTL = m.cfg.RenewTTL
+			}
+			m.acquire(i, l, rng, renewTTL, true, runEnd)
 		case x < 90:
 			m.do(i, l, rng, ttl, runEnd)
 		default:
@@ -168,7 +172,7 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 		// holder has the lock (or a while has passed), so that the
 		// release meets another holder's lock.
 		time.Sleep(lease.Validity() + time.Duration(rng.IntN(20))*time.Millisecond)
-		wait := time.Now().Add(1500 * time.Millisecond)
+		wait := time.Now().Add(m.cfg.LateWait)
 		met := m.othersHeld(h)
 		for !met && time.Now().Before(wait) && m.ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)

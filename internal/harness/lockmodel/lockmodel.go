@@ -94,6 +94,15 @@ type Config struct {
 	StopOnViolation bool
 	// Label is added to the summary line ("postgres+faults").
 	Label string
+	// LateWait is how long a late release waits, after its lease ended on
+	// the local clock, for another holder to have the lock (default
+	// 1.5s). A backend whose server holds a lease much longer than asked
+	// (etcd's whole seconds) sets it short, or the wait holds the lock.
+	LateWait time.Duration
+	// RenewTTL is the TTL of the leases that AutoRenew keeps; default
+	// between 170ms and 270ms. A backend whose renewal takes a consensus
+	// round (etcd) sets it longer.
+	RenewTTL time.Duration
 }
 
 // Budget is FENCEKIT_CHECK_TIME, or 3s.

@@ -100,6 +100,9 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	if cfg.Seed == 0 {
 		cfg.Seed = Seed(t)
 	}
+	if cfg.LateWait <= 0 {
+		cfg.LateWait = 1500 * time.Millisecond
+	}
 	if cfg.Resource == "" {
 		cfg.Resource = "lmodel:" + fence.NewHolder()[:12]
 	}
