@@ -69,12 +69,12 @@ func TestLockModelNeutralOnRedis(t *testing.T) {
 			return observeNeutral(ctx, watcher, keys)
 		},
 	}
-	r := lockmodel.Run(t, b, lockmodel.Config{Resource: resource})
-	r.Report(t)
 	floors := lockmodel.DefaultFloors()
 	for _, k := range []string{lockmodel.Queue, lockmodel.WaiterAhead, lockmodel.FreeWithWaiter} {
 		delete(floors, k)
 	}
+	r := lockmodel.Run(t, b, lockmodel.Config{Resource: resource, Floors: floors})
+	r.Report(t)
 	r.Check(t, floors)
 }
 

@@ -249,10 +249,11 @@ func TestLockModelPostgres(t *testing.T) {
 	testenv.Slow(t)
 	db := modelDatabase(t, testenv.PostgresBaseURL(t))
 	p := newPgModel(t, db, db)
-	r := lockmodel.Run(t, p.backend(), lockmodel.Config{})
+	floors := lockmodel.DefaultFloors()
+	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors})
 	p.done()
 	r.Report(t)
-	r.Check(t, lockmodel.DefaultFloors())
+	r.Check(t, floors)
 }
 
 // TestLockModelPostgresFaults runs the lock model on a private server
@@ -289,9 +290,6 @@ func TestLockModelPostgresFaults(t *testing.T) {
 			return nil
 		}},
 	}
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults"})
-	p.done()
-	r.Report(t)
 	floors := lockmodel.DefaultFloors()
 	// Faults take much of a short run: fewer states to judge.
 	floors[lockmodel.Tokens] = 10
@@ -302,6 +300,9 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	floors[lockmodel.FreeWithWaiter] = 0
 	floors[lockmodel.WaiterAhead] = 0
 	floors[lockmodel.Queue] = 0
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors})
+	p.done()
+	r.Report(t)
 	r.Check(t, floors)
 	if f := proxy.Faults(); f.Lost == 0 {
 		t.Errorf("no reply was lost through the proxy (%+v)", f)

@@ -82,8 +82,13 @@ type Config struct {
 	Resource string
 	// Actors is how many Lockers drive it (default 5).
 	Actors int
-	// Budget is how long the workload runs (default [Budget]).
+	// Budget is how long the workload runs (default [Budget]); while a
+	// kind of Floors is judged fewer times than its floor, it goes on, to
+	// four times the budget at most.
 	Budget time.Duration
+	// Floors are the least judgments of each kind the run aims at (the
+	// caller checks them with [Result.Check]).
+	Floors map[string]int
 	// Seed seeds the actors' schedules (default [Seed]).
 	Seed uint64
 	// Faults says the backend's faults are injected during the run.

@@ -126,10 +126,10 @@ func TestLockModelEtcd(t *testing.T) {
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
-	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t)}
+	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t), Floors: etcdFloors()}
 	r := lockmodel.Run(t, e.backend(), cfg)
 	r.Report(t)
-	r.Check(t, etcdFloors())
+	r.Check(t, cfg.Floors)
 
 	b := e.backend()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
@@ -152,7 +152,7 @@ func TestLockModelEtcd(t *testing.T) {
 	cfg.Faults, cfg.Label = true, "faults"
 	r = lockmodel.Run(t, b, cfg)
 	r.Report(t)
-	r.Check(t, etcdFloors())
+	r.Check(t, cfg.Floors)
 	if r.Count("faults: leader restarted") == 0 {
 		t.Error("the leader was not restarted during the run")
 	}
