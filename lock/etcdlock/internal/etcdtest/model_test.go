@@ -159,12 +159,12 @@ func TestLockModelEtcd(t *testing.T) {
 }
 
 // clientClockBackend is a broken etcd backend: a holder believes its lease
-// 5s longer than the server keeps it (etcd's leases last whole
+// 10s longer than the server keeps it (etcd's leases last whole
 // seconds, at least two), as if it counted the lease's end on
 // its own clock, skewed, rather than the server's lease.
 type clientClockBackend struct{ *backend.Backend }
 
-const clientSkew = 5 * time.Second
+const clientSkew = 10 * time.Second
 
 func (b clientClockBackend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	o, err := b.Backend.Try(ctx, req)
