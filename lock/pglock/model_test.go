@@ -160,6 +160,7 @@ func (p *pgModel) backend() lockmodel.Backend {
 		Locker:  p.locker,
 		Observe: p.observe,
 		Grants:  p.grants,
+		Close:   p.done,
 	}
 }
 
@@ -251,7 +252,6 @@ func TestLockModelPostgres(t *testing.T) {
 	p := newPgModel(t, db, db)
 	floors := lockmodel.DefaultFloors()
 	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors})
-	p.done()
 	r.Report(t)
 	r.Check(t, floors)
 }
@@ -301,7 +301,6 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	floors[lockmodel.WaiterAhead] = 0
 	floors[lockmodel.Queue] = 0
 	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors})
-	p.done()
 	r.Report(t)
 	r.Check(t, floors)
 	if f := proxy.Faults(); f.Lost == 0 {
@@ -376,53 +375,46 @@ func TestLockModelPostgresControls(t *testing.T) {
 	testenv.Slow(t)
 	db := modelDatabase(t, testenv.PostgresBaseURL(t))
 	p := newPgModel(t, db, db)
-	ctx := ctxFor(t, 5*time.Minute)
-	const seeds = 3
-	share := lockmodel.Budget(t) / seeds
-	seed := lockmodel.Seed(t)
-	for ci, c := range modelControls {
-		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			for _, e := range c.edits {
-				var def string
-				if err := p.observer.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, e.function).Scan(&def); err != nil {
-					t.Fatal(err)
-				}
-				if strings.Count(def, e.old) != 1 {
-					t.Fatalf("%s: the line %q is not in %s once: update the control", c.name, e.old, e.function)
-				}
-				if _, err := p.observer.Exec(ctx, strings.Replace(def, e.old, e.new, 1)); err != nil {
-					t.Fatalf("install %s: %v", c.name, err)
-				}
-				defer func() {
-					if _, err := p.observer.Exec(ctx, def); err != nil {
-						t.Errorf("restore %s: %v", e.function, err)
-					}
-				}()
-			}
-			rejected := 0
-			for s := range seeds {
-				r := lockmodel.Run(t, p.backend(), lockmodel.Config{
-					Budget:          4 * share,
-					Seed:            seed + uint64(ci*seeds+s),
-					StopOnViolation: true,
-					Label:           "control " + c.name,
-				})
-				p.done()
-				r.Report(t)
-				caught := false
-				for _, k := range c.caughtBy {
-					if r.Rejected(k) {
-						caught = true
-						t.Logf("%s rejected by %s: %s", c.name, k, r.Violations(k)[0])
-					}
-				}
-				if caught {
-					rejected++
-				}
-			}
-			if rejected*2 <= seeds {
-				t.Errorf("%s: rejected in %d of %d runs, want most", c.name, rejected, seeds)
-			}
-		})
+	var cs []lockmodel.Control
+	for _, c := range modelControls {
+		cs = append(cs, lockmodel.Control{Name: c.name, CaughtBy: c.caughtBy, Install: func(t testing.TB) (lockmodel.Backend, func()) {
+			return p.backend(), p.install(t, c)
+		}})
 	}
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{})
+}
+
+// install replaces, in the model's database, each function c edits with
+// its edited definition, and returns what puts the originals back.
+func (p *pgModel) install(t testing.TB, c modelControl) (undo func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var defs []string
+	undo = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := len(defs) - 1; i >= 0; i-- {
+			if _, err := p.observer.Exec(ctx, defs[i]); err != nil {
+				t.Errorf("restore after %s: %v", c.name, err)
+			}
+		}
+	}
+	for _, e := range c.edits {
+		var def string
+		if err := p.observer.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, e.function).Scan(&def); err != nil {
+			undo()
+			t.Fatal(err)
+		}
+		if strings.Count(def, e.old) != 1 {
+			undo()
+			t.Fatalf("%s: the line %q is not in %s once: update the control", c.name, e.old, e.function)
+		}
+		if _, err := p.observer.Exec(ctx, strings.Replace(def, e.old, e.new, 1)); err != nil {
+			undo()
+			t.Fatalf("install %s: %v", c.name, err)
+		}
+		defs = append(defs, def)
+	}
+	return undo
 }

@@ -8,7 +8,8 @@
 // waiters queued in order with how long each entry stays live, and a floor
 // that every token granted after the read's reply must exceed); optionally
 // the log of every grant the server made; the faults it can inject and
-// heal. Several actors drive one resource with short leases (TryAcquire,
+// heal; and the broken variants of itself that the model must reject
+// ([Control], run by [RunControls]). Several actors drive one resource with short leases (TryAcquire,
 // Acquire with give-ups, AutoRenew, Extend, TTL, Release, some of them
 // late, after the lease ended, leases left to run out, Do with a function
 // that panics now and then) while a watcher observes the resource. The

@@ -41,6 +41,10 @@ type Backend struct {
 
 	// Faults are what the backend can inject during a run with faults.
 	Faults []Fault
+
+	// Close, if not nil, runs once the run has closed its Lockers: it
+	// closes what Locker opened for them (their pools).
+	Close func()
 }
 
 // Observation is one server-side read of a resource.

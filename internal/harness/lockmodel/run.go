@@ -110,6 +110,16 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	lockers := make([]*lock.Locker, cfg.Actors)
 	m := &model{t: t, b: b, cfg: cfg, r: r, holds: map[*held]struct{}{}, cur: make([]*call, cfg.Actors),
 		holderCall: map[string]*call{}, qJudged: map[queuePair]bool{}, qAhead: map[*grant]bool{}}
+	defer func() {
+		for _, l := range lockers {
+			if l != nil {
+				l.Close()
+			}
+		}
+		if b.Close != nil {
+			b.Close()
+		}
+	}()
 	for i := range lockers {
 		l, err := b.Locker(i, m.seen(i))
 		if err != nil {
@@ -117,11 +127,6 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 		}
 		lockers[i] = l
 	}
-	defer func() {
-		for _, l := range lockers {
-			l.Close()
-		}
-	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	m.ctx, m.stop = ctx, cancel
