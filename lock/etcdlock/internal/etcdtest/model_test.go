@@ -23,9 +23,9 @@ import (
 // again, a member cut off from its clients by its proxy) and a negative
 // control, a backend whose leases are believed on the client's clock.
 
-// etcdModel is the model's etcd backend: the actors connect through the
+// lockEtcd is the model's etcd backend: the actors connect through the
 // members' proxies, the watcher to the members directly.
-type etcdModel struct {
+type lockEtcd struct {
 	t       *testing.T
 	c       *Cluster
 	watcher *clientv3.Client
@@ -34,19 +34,19 @@ type etcdModel struct {
 	open func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error)
 }
 
-func newEtcdModel(t *testing.T, c *Cluster) *etcdModel {
+func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
 	var direct []string
 	for _, m := range c.Members {
 		direct = append(direct, m.DirectURL())
 	}
-	return &etcdModel{t: t, c: c, watcher: c.ClientOf(t, direct...), prefix: "lmodel/" + fence.NewHolder()[:12] + "/"}
+	return &lockEtcd{t: t, c: c, watcher: c.ClientOf(t, direct...), prefix: "lmodel/" + fence.NewHolder()[:12] + "/"}
 }
 
-func (e *etcdModel) backend() lockmodel.Backend {
+func (e *lockEtcd) backend() lockmodel.Backend {
 	return lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
 }
 
-func (e *etcdModel) locker(int, func(string)) (*lock.Locker, error) {
+func (e *lockEtcd) locker(int, func(string)) (*lock.Locker, error) {
 	cli := e.c.Client(e.t)
 	if e.open == nil {
 		return etcdlock.New(cli, lock.WithPrefix(e.prefix))
@@ -68,7 +68,7 @@ func (e *etcdModel) locker(int, func(string)) (*lock.Locker, error) {
 // below every key created after it. The waiters' entries live as long as
 // their leases, which this read does not see: they are listed as lapsed,
 // and the queue is not judged on etcd.
-func (e *etcdModel) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
+func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
 	var o lockmodel.Observation
 	dir := e.prefix + "{" + resource + "}/h/"
 	resp, err := e.watcher.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -122,7 +122,7 @@ func etcdFloors() map[string]int {
 // floor.
 func TestLockModelEtcd(t *testing.T) {
 	c := StartCluster(t, 3)
-	e := newEtcdModel(t, c)
+	e := newLockEtcd(t, c)
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
@@ -187,7 +187,7 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 // model's budget): the promise check must reject it in most of them.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
-	e := newEtcdModel(t, c)
+	e := newLockEtcd(t, c)
 	e.open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 		b, err := backend.New(cli, s)
 		if err != nil {
