@@ -80,6 +80,10 @@ func TestFencedSurvivesClusterFailover(t *testing.T) {
 	}
 }
 
+// redlockTTL is the lease of the Redlock run: the workload's holders pause
+// past it (twice the lease, one time in four) whatever its length.
+const redlockTTL = 300 * time.Millisecond
+
 // TestFencedRedlockSurvivesNodeLoss runs the workload on a Redlock Locker
 // over five private masters while one is killed and restarted empty and
 // another is killed for good: the quorum holds on, tokens come from
@@ -96,18 +100,26 @@ func TestFencedRedlockSurvivesNodeLoss(t *testing.T) {
 		srvs = append(srvs, s)
 		clients = append(clients, s.Client())
 	}
-	l, err := lock.NewRedlock(clients, lock.WithNodeTimeout(20*time.Millisecond))
+	// A grant waits for each node's reply up to the node timeout, and a
+	// lease is handed out only with validity left after the slowest reply
+	// of its quorum: a third of the lease, so that a loaded machine's late
+	// replies still leave most of it (with 20ms of a 50ms lease, few
+	// grants reached a quorum in time under load, and the run had no
+	// stale holder to show). A killed node refuses its connections at
+	// once; the timeout only bounds a node that hangs.
+	l, err := lock.NewRedlock(clients, lock.WithNodeTimeout(redlockTTL/3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
 	res := run(t, workload.Config{
 		Locker: l, Counter: redisStorage().make(t), Mode: workload.Fenced,
-		TTL: 50 * time.Millisecond, // room for five nodes' round trips
+		TTL: redlockTTL,
 		// The faults take the first 500ms; the rest is for progress on the
 		// three nodes left, which a loaded machine was seen to need more
 		// than the default run's other 700ms for.
-		Duration: recoveryRun(t),
+		Duration:       recoveryRun(t),
+		ProgressWithin: progressWithin,
 		Fault: func(ctx context.Context) {
 			if sleepCtx(ctx, 300*time.Millisecond) {
 				srvs[0].Restart() // every lock and token state on it gone

@@ -49,6 +49,13 @@ func recoveryRun(t *testing.T) time.Duration {
 	return max(runFor(t), 3*time.Second)
 }
 
+// progressWithin is how long after a fault a run waits for a write to be
+// admitted (workload.Config.ProgressWithin) before it fails as showing no
+// progress: a bound on recovery (a server restarted, a quorum regained, a
+// counter's clock anchor), far above what a loaded machine takes, and not
+// a share of the run's Duration. A run that recovers sooner ends sooner.
+const progressWithin = 30 * time.Second
+
 // storage builds a fresh counter store for one run.
 type storage struct {
 	name string
@@ -212,7 +219,7 @@ func TestFencedSurvivesRedisDataLoss(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := run(t, workload.Config{Locker: l, Counter: st.make(t), Mode: workload.Fenced, Fault: f.fault(srv)})
+				res := run(t, workload.Config{Locker: l, Counter: st.make(t), Mode: workload.Fenced, Fault: f.fault(srv), ProgressWithin: progressWithin})
 				requireSafe(t, res)
 				if res.AckedAfterFault == 0 {
 					t.Fatalf("no write succeeded after the fault: no progress: %v", res)
@@ -338,6 +345,9 @@ func TestFencedSurvivesMySQLRestart(t *testing.T) {
 	res := run(t, workload.Config{
 		Locker: sharedLocker(t), Counter: &workload.MySQLCounter{DB: db}, Mode: workload.Fenced,
 		Duration: max(runFor(t), 3*time.Second), // a restart with crash recovery takes a while
+		// Crash recovery under load can outlast the run: writes must
+		// resume within the bound, however long the restart took.
+		ProgressWithin: progressWithin,
 		Fault: func(ctx context.Context) {
 			if sleepCtx(ctx, 300*time.Millisecond) {
 				srv.Kill()

@@ -49,6 +49,10 @@ type Election struct {
 
 	recordKey, channel string // on Redis; "" on another backend
 
+	// readEvery, when set (tests only), replaces how often an observer
+	// reads the leader (a third of the TTL, at most a second).
+	readEvery time.Duration
+
 	tel *instruments
 }
 

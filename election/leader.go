@@ -84,6 +84,9 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	// Record instead, and the leader is read.
 	msgs := e.rec.WatchRecord(ctx, e.name)
 	every := min(max(e.ttl/3, 10*time.Millisecond), time.Second)
+	if e.readEvery > 0 {
+		every = e.readEvery
+	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	// The last report: a term's token, then how many values it had
@@ -123,28 +126,42 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		return report(Leader{Value: m.Value, Token: m.Token}, m.Seq)
 	}
 	poll = func() bool {
-		rctx, cancel := context.WithTimeout(ctx, every)
-		l, seq, err := e.leader(rctx)
-		cancel()
-		if err != nil {
-			return ctx.Err() == nil
-		}
-		// Announcements already received are of earlier terms than the
-		// one just read: report them first, so none is skipped.
 		for {
-			select {
-			case m, ok := <-msgs:
-				if ok && m.Token > 0 && !announced(m) {
-					return false
-				}
-				if ok {
-					continue
-				}
-			default:
+			rctx, cancel := context.WithTimeout(ctx, every)
+			l, seq, err := e.leader(rctx)
+			cancel()
+			if err != nil {
+				return ctx.Err() == nil
 			}
-			break
+			// Announcements received meanwhile that carry their record
+			// are reported first, so none is skipped (the read's leader is
+			// then passed over if one of them is newer). One without its
+			// record may be of a write made after the read: read again once
+			// this one is reported, rather than wait for the next tick.
+			again := false
+		drain:
+			for {
+				select {
+				case m, ok := <-msgs:
+					switch {
+					case !ok:
+						break drain
+					case m.Token == 0:
+						again = true
+					case !announced(m):
+						return false
+					}
+				default:
+					break drain
+				}
+			}
+			if !report(l, seq) {
+				return false
+			}
+			if !again {
+				return true
+			}
 		}
-		return report(l, seq)
 	}
 	if !poll() {
 		return

@@ -62,7 +62,10 @@ func TestRunHandsOverAndStops(t *testing.T) {
 	var order []string
 	errs := make(chan error, 2)
 	for _, name := range []string{"a", "b"} {
-		e := newElection(t, newLocker(t, c, prefix), "run")
+		l := newLocker(t, c, prefix)
+		e := newElection(t, l, "run")
+		queue := l.LockKey("run")
+		queue = queue[:len(queue)-len(":lock")] + ":queue"
 		go func() {
 			errs <- election.Run(ctx, e, name, func(ctx context.Context, f fence.Fence) error {
 				mu.Lock()
@@ -73,7 +76,16 @@ func TestRunHandsOverAndStops(t *testing.T) {
 					<-ctx.Done()
 					return ctx.Err()
 				}
-				time.Sleep(20 * time.Millisecond) // long enough for the other to queue
+				// Resign only once the other candidate is queued, whatever
+				// the machine's load: then the hand-over must go to it.
+				for deadline := time.Now().Add(10 * time.Second); c.ZCard(ctx, queue).Val() < 1; time.Sleep(time.Millisecond) {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					if time.Now().After(deadline) {
+						return errors.New("the other candidate not queued after 10s")
+					}
+				}
 				return nil
 			})
 		}()

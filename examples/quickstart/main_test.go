@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,18 +92,6 @@ func TestQuickstartUnreachable(t *testing.T) {
 			t.Errorf("the message shows the password: %q", errOut)
 		}
 	}
-}
-
-// closedAddr returns a local address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // TestREADMEQuickStart: the README's Quick start code is the marked region

@@ -43,6 +43,14 @@ type Config struct {
 	// Fault, when set, runs once beside the workers (for example, killing
 	// Redis midway); the run waits for it.
 	Fault func(ctx context.Context)
+	// ProgressWithin, when set with Fault, keeps the run going past
+	// Duration until a write that started after Fault returned has been
+	// acknowledged, for at most ProgressWithin after Fault returned. A
+	// check of progress after the fault (Result.AckedAfterFault) then asks
+	// that writes resume within that bound, rather than within whatever a
+	// loaded machine leaves of Duration once the fault is over.
+	// default: the run ends at Duration.
+	ProgressWithin time.Duration
 	// Events, when set, receives every step of every operation, for a
 	// timeline. It is called from many goroutines.
 	Events func(Event)
@@ -162,8 +170,37 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			c.Events(e)
 		}
 	}
-	runCtx, cancel := context.WithTimeout(ctx, c.Duration)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		t := time.NewTimer(c.Duration)
+		defer t.Stop()
+		select {
+		case <-runCtx.Done():
+			return
+		case <-t.C:
+		}
+		if c.Fault == nil || c.ProgressWithin <= 0 {
+			cancel()
+			return
+		}
+		// Past Duration: on until a write made after the fault is
+		// acknowledged, or ProgressWithin has passed since the fault.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			fd := faultDone.Load()
+			if afterFault.Load() > 0 || fd > 0 && time.Since(start) > time.Duration(fd)+c.ProgressWithin {
+				cancel()
+				return
+			}
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 
 	var wg sync.WaitGroup
 	if c.Fault != nil {

@@ -96,6 +96,35 @@ func runContext(b Budget, exposed *atomic.Int64) (context.Context, context.Cance
 	return ctx, cancel
 }
 
+// runContextUntil returns the context a sound run's workers run under: it
+// ends once b.Duration has passed and done reports true (polled every
+// 100ms), or after exposureCap times b.Duration. A run whose floors bind
+// goes on so until it has judged them: how long a loaded machine takes to
+// make each kind varies, what the run must have judged does not.
+func runContextUntil(b Budget, done func() bool) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), exposureCap*b.Duration)
+	go func() {
+		t := time.NewTimer(b.Duration)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !done() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
+
 // String names the budget for logs and failures.
 func (b Budget) String() string { return fmt.Sprintf("%v, seed %d", b.Duration, b.Seed) }
 

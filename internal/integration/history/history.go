@@ -83,6 +83,24 @@ func (c Call) Open(out any) {
 	c.r.open++
 }
 
+// Tally counts by kind, as [Tally] does, the calls recorded so far that
+// have returned or been left open; calls still under way are not counted.
+// It may be called while calls are made.
+func (r *Recorder) Tally(kinds func(op porcupine.Operation) []string) Judgments {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j := Judgments{}
+	for _, op := range r.ops {
+		if op.Output == nil {
+			continue
+		}
+		for _, k := range kinds(op) {
+			j[k]++
+		}
+	}
+	return j
+}
+
 // Operations returns the history so far; every call must have returned or
 // been left open.
 func (r *Recorder) Operations() []porcupine.Operation {
@@ -260,6 +278,16 @@ func (r Rates) For(d time.Duration) Floors {
 		f[k] = max(1, int64(math.Ceil(per*d.Seconds())))
 	}
 	return f
+}
+
+// Meets reports whether j holds at least each of floors.
+func (j Judgments) Meets(floors Floors) bool {
+	for k, fl := range floors {
+		if j[k] < fl {
+			return false
+		}
+	}
+	return true
 }
 
 // Require logs the judgments of the run named name with their floors, one

@@ -1,0 +1,356 @@
+package electionmodel
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencekit/fencekit/election"
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Candidate is one candidate of the model: an election on a Locker of its
+// own, and a way to cut that Locker off from the server (every byte held,
+// as a partition does) and to let it through again.
+type Candidate struct {
+	Election *election.Election
+	Cut      func()
+	Uncut    func()
+}
+
+// Fault is a backend's own fault, run now and then beside the model's
+// nemesis (a session terminated, a member stopped).
+type Fault struct {
+	// Name counts the fault in the verdict ("faults: <Name>").
+	Name string
+	// Every is the mean pause between two runs.
+	Every time.Duration
+	// Do injects the fault; leader is the candidate that leads now, or -1.
+	// It reports whether it injected anything.
+	Do func(ctx context.Context, leader int) bool
+}
+
+// Config is one run of the model on one backend.
+type Config struct {
+	// Backend names the backend in the summary line ("postgres", "etcd").
+	Backend string
+	// TTL is every candidate's election TTL.
+	TTL time.Duration
+	// Candidates is how many candidates campaign (default 3).
+	Candidates int
+	// Budget is how long the candidates campaign.
+	Budget time.Duration
+	// Seed seeds the run's random choices (timing makes runs differ anyway).
+	Seed uint64
+	// NewCandidate makes candidate i. beforeRecord, if the backend can call
+	// it, is to be called before each record write of the candidate's: it
+	// may hold the write (and every byte of the candidate) past the TTL.
+	NewCandidate func(i int, beforeRecord func()) Candidate
+	// Observer is an election on a Locker connected directly, whose
+	// Observe the model records.
+	Observer *election.Election
+	// ObserverReady, if not nil, reports whether the observer now hears
+	// every record written; the candidates start once it does.
+	ObserverReady func(ctx context.Context) bool
+	// Plant writes a record with a token above every term's, as a server
+	// whose clock went back would leave, and reports whether it did; nil
+	// where the backend lets none be planted.
+	Plant func(ctx context.Context) bool
+	// Faults are the backend's own faults.
+	Faults []Fault
+	// Unfenced makes the candidates believe they lead until a TTL after
+	// they last knew (the negative control).
+	Unfenced bool
+	// TermTTLs bounds how long a term acts before it resigns, in TTLs: a
+	// random while between one TTL and TermTTLs+1 (default 4).
+	TermTTLs int
+	// RecordHold is how long a held record write waits, at least: long
+	// enough for the lock to run out on the server (default the TTL).
+	RecordHold time.Duration
+}
+
+// Term is one term of the history.
+type Term struct {
+	Actor  int
+	Value  string
+	Holder string
+	Token  fence.Token
+	Begun  time.Time // taken after Campaign returned: the term began at or before it
+	DoneAt time.Time // when a goroutine saw the term's Done close
+	Acts   []Act
+	Lost   bool // ended by loss, not resignation
+}
+
+// Act is one action taken as leader: At is taken before the leadership
+// check (the term was believed at some instant at or after it), Checked
+// after the check succeeded.
+type Act struct {
+	At, Checked time.Time
+}
+
+// Interval is a span of the local clock.
+type Interval struct{ From, To time.Time }
+
+// History is what a run did, on the clients' side.
+type History struct {
+	Terms    []*Term
+	Observed []election.Leader
+	// Cuts holds, per candidate, when it was cut off (by the nemesis or a
+	// held record write).
+	Cuts [][]Interval
+	// Counts counts the faults injected, by kind.
+	Counts map[string]int
+}
+
+type run struct {
+	cfg     Config
+	mu      sync.Mutex
+	h       History
+	leader  atomic.Int64 // the candidate that leads now, or -1
+	cands   []Candidate
+	cutMu   sync.Mutex
+	cutAt   []time.Time // when candidate i was cut, zero when it is not
+	heldMu  sync.Mutex
+	heldTil time.Time // when the record write held now goes on
+	heldBy  int
+}
+
+func (r *run) count(kind string, n int) {
+	r.mu.Lock()
+	r.h.Counts[kind] += n
+	r.mu.Unlock()
+}
+
+// cut cuts candidate i off; uncut lets it through and notes the interval.
+// Nested cuts (a held write during the nemesis's) keep the outer one.
+func (r *run) cut(i int) bool {
+	r.cutMu.Lock()
+	defer r.cutMu.Unlock()
+	if !r.cutAt[i].IsZero() {
+		return false
+	}
+	r.cands[i].Cut()
+	r.cutAt[i] = time.Now()
+	return true
+}
+
+func (r *run) uncut(i int) {
+	r.cutMu.Lock()
+	defer r.cutMu.Unlock()
+	if r.cutAt[i].IsZero() {
+		return
+	}
+	r.cands[i].Uncut()
+	iv := Interval{From: r.cutAt[i], To: time.Now()}
+	r.cutAt[i] = time.Time{}
+	r.mu.Lock()
+	r.h.Cuts[i] = append(r.h.Cuts[i], iv)
+	r.mu.Unlock()
+}
+
+// Run runs the model's workload with cfg and returns its history. The
+// backend's server-side history is read by the caller after Run returns.
+func Run(ctx context.Context, cfg Config) *History {
+	if cfg.Candidates == 0 {
+		cfg.Candidates = 3
+	}
+	if cfg.TermTTLs == 0 {
+		cfg.TermTTLs = 4
+	}
+	if cfg.RecordHold == 0 {
+		cfg.RecordHold = cfg.TTL
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := &run{cfg: cfg, heldBy: -1, cutAt: make([]time.Time, cfg.Candidates)}
+	r.h.Counts = map[string]int{}
+	r.h.Cuts = make([][]Interval, cfg.Candidates)
+	r.leader.Store(-1)
+
+	// The observer, started first so that it hears every term.
+	octx, stopObserver := context.WithCancel(context.Background())
+	defer stopObserver()
+	observed := cfg.Observer.Observe(octx)
+	obsDone := make(chan []election.Leader, 1)
+	go func() {
+		var seen []election.Leader
+		for l := range observed {
+			seen = append(seen, l)
+		}
+		obsDone <- seen
+	}()
+	if cfg.ObserverReady != nil {
+		for deadline := time.Now().Add(10 * time.Second); !cfg.ObserverReady(ctx) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	for i := range cfg.Candidates {
+		hrng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)+100))
+		var hmu sync.Mutex
+		r.cands = append(r.cands, cfg.NewCandidate(i, func() {
+			hmu.Lock()
+			defer hmu.Unlock()
+			r.holdRecord(ctx, i, hrng)
+		}))
+	}
+	var wg sync.WaitGroup
+	for i := range cfg.Candidates {
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
+		wg.Go(func() { r.actor(ctx, i, rng) })
+	}
+	// The nemesis: the leader cut off past the TTL and more, so that the
+	// lock runs out before the lost term's release can reach the server:
+	// the step-down gap is then judged against the next grant.
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(cfg.Seed, 99))
+		for {
+			if !sleep(ctx, cfg.TTL/2+time.Duration(rng.Int64N(int64(cfg.TTL)))) {
+				return
+			}
+			i := int(r.leader.Load())
+			if i < 0 || !r.cut(i) {
+				continue
+			}
+			r.count("faults: leader cut off", 1)
+			sleep(ctx, cfg.TTL*3/2+time.Duration(rng.Int64N(int64(2*cfg.TTL))))
+			r.uncut(i)
+		}
+	})
+	if cfg.Plant != nil {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, 98))
+			for sleep(ctx, 3*cfg.TTL+time.Duration(rng.Int64N(int64(3*cfg.TTL)))) {
+				if cfg.Plant(ctx) {
+					r.count("records planted", 1)
+				}
+			}
+		})
+	}
+	for k, f := range cfg.Faults {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, 200+uint64(k)))
+			for sleep(ctx, f.Every/2+time.Duration(rng.Int64N(int64(f.Every)))) {
+				if f.Do(ctx, int(r.leader.Load())) {
+					r.count("faults: "+f.Name, 1)
+				}
+			}
+		})
+	}
+	sleep(ctx, cfg.Budget)
+	cancel()
+	for i := range r.cands {
+		r.uncut(i)
+	}
+	wg.Wait()
+	// Let the last terms be reported before the observer stops.
+	time.Sleep(cfg.TTL)
+	stopObserver()
+	r.h.Observed = <-obsDone
+	return &r.h
+}
+
+// holdRecord holds candidate i's record write, now and then, past the TTL
+// after its grant (Config.RecordHold), by up to a tenth of the TTL more, so that it arrives as the
+// lock runs out and another candidate takes it: before or after that
+// candidate has recorded itself. A candidate granted the lock while
+// another's write is held writes its own record just after that one goes
+// on, so that the held write meets the lock held by a candidate that has
+// not recorded itself yet.
+func (r *run) holdRecord(ctx context.Context, i int, rng *rand.Rand) {
+	ttl := r.cfg.TTL
+	r.heldMu.Lock()
+	until, by := r.heldTil, r.heldBy
+	hold := by < 0 && rng.IntN(2) == 0 && ctx.Err() == nil
+	d := r.cfg.RecordHold + time.Duration(rng.Int64N(int64(ttl/10)))
+	if hold {
+		r.heldTil, r.heldBy = time.Now().Add(d), i
+	}
+	r.heldMu.Unlock()
+	if !hold {
+		if by >= 0 && by != i {
+			time.Sleep(time.Until(until) + 20*time.Millisecond)
+		}
+		return
+	}
+	if r.cut(i) {
+		r.count("record writes held past the TTL", 1)
+		sleep(ctx, d)
+		r.uncut(i)
+	}
+	r.heldMu.Lock()
+	r.heldBy = -1
+	r.heldMu.Unlock()
+}
+
+// actor campaigns, acts while it leads, and resigns, until ctx ends.
+func (r *run) actor(ctx context.Context, id int, rng *rand.Rand) {
+	ttl := r.cfg.TTL
+	e := r.cands[id].Election
+	value := "actor-" + strconv.Itoa(id)
+	for ctx.Err() == nil {
+		term, err := e.Campaign(ctx, value)
+		if err != nil {
+			sleep(ctx, 10*time.Millisecond)
+			continue
+		}
+		t := &Term{Actor: id, Value: value, Holder: term.Fence().Holder, Token: term.Fence().Token, Begun: time.Now()}
+		doneAt := make(chan time.Time, 1)
+		go func() {
+			<-term.Done()
+			doneAt <- time.Now()
+		}()
+		r.leader.Store(int64(id))
+		hold := time.Now().Add(ttl + time.Duration(rng.Int64N(int64(r.cfg.TermTTLs)*int64(ttl))))
+		lastKnown := time.Now()
+		for time.Now().Before(hold) && ctx.Err() == nil {
+			at := time.Now()
+			leads := term.Leading()
+			if id%2 == 1 {
+				// Half the actors go by Done, as Run's users do (their
+				// ctx ends when it closes), half by Leading.
+				select {
+				case <-term.Done():
+					leads = false
+				default:
+					leads = true
+				}
+			}
+			if r.cfg.Unfenced {
+				// The broken elector: it believes it leads for a TTL
+				// after it last knew it did.
+				if leads {
+					lastKnown = at
+				}
+				leads = at.Sub(lastKnown) < ttl
+			}
+			if !leads {
+				break
+			}
+			t.Acts = append(t.Acts, Act{At: at, Checked: time.Now()})
+			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+		}
+		r.leader.CompareAndSwap(int64(id), -1)
+		t.Lost = term.Err() != nil
+		rctx, cancel := context.WithTimeout(context.Background(), ttl)
+		_ = term.Resign(rctx)
+		cancel()
+		t.DoneAt = <-doneAt
+		r.mu.Lock()
+		r.h.Terms = append(r.h.Terms, t)
+		r.mu.Unlock()
+	}
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx goes on.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
