@@ -247,12 +247,17 @@ func (m *model) violate(kind, format string, args ...any) {
 // inject injects the backend's faults, one at a time, with pauses.
 func (m *model) inject(rng *rand.Rand) {
 	done := make([]int, len(m.b.Faults))
-	for m.ctx.Err() == nil {
+	// Each fault once first, in an order drawn from the seed; then any.
+	first := rng.Perm(len(m.b.Faults))
+	for n := 0; m.ctx.Err() == nil; n++ {
 		sleep(m.ctx, time.Duration(150+rng.IntN(400))*time.Millisecond)
 		if m.ctx.Err() != nil {
 			return
 		}
 		i := rng.IntN(len(m.b.Faults))
+		if n < len(first) {
+			i = first[n]
+		}
 		f := m.b.Faults[i]
 		if f.Limit > 0 && done[i] >= f.Limit {
 			continue
