@@ -1,0 +1,60 @@
+package lockmodel
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Control is a broken variant of a backend: a negative control that the
+// model must reject.
+type Control struct {
+	Name string
+	// CaughtBy are the checks of which one at least must reject it.
+	CaughtBy []string
+	// Install puts the variant in place and returns the backend to run
+	// the model on, and a function that takes the variant out again.
+	Install func(t testing.TB) (b Backend, undo func())
+}
+
+// ControlRuns is how many seeds each control runs with; a control must be
+// rejected in most of them.
+const ControlRuns = 3
+
+// RunControls runs the model on each control, in a subtest of t, with
+// [ControlRuns] seeds: each run goes on until its variant has gone wrong
+// (a violation of any check judged while the run goes on), for at most
+// four times share. A control rejected, by one of the checks that should
+// catch it, in no more than half of its runs fails t: the model accepted
+// a broken backend. cfg is each run's base configuration (its Budget,
+// Seed, StopOnViolation and Label are set here).
+func RunControls(t *testing.T, cs []Control, share time.Duration, cfg Config) {
+	t.Helper()
+	seed := Seed(t)
+	for ci, c := range cs {
+		t.Run(strings.ReplaceAll(c.Name, " ", "_"), func(t *testing.T) {
+			b, undo := c.Install(t)
+			defer undo()
+			rejected := 0
+			for s := range ControlRuns {
+				run := cfg
+				run.Budget = 4 * share
+				run.Seed = seed + uint64(ci*ControlRuns+s)
+				run.StopOnViolation = true
+				run.Label = "control " + c.Name
+				r := Run(t, b, run)
+				r.Report(t)
+				for _, k := range c.CaughtBy {
+					if r.Rejected(k) {
+						rejected++
+						t.Logf("%s rejected by %s: %s", c.Name, k, r.Violations(k)[0])
+						break
+					}
+				}
+			}
+			if rejected*2 <= ControlRuns {
+				t.Errorf("%s: rejected in %d of %d runs, want most: the model accepted a broken backend", c.Name, rejected, ControlRuns)
+			}
+		})
+	}
+}

@@ -1,0 +1,52 @@
+// Package lockmodel is a randomized model of package lock's Locker that
+// runs against any lock backend: Redis, PostgreSQL (lock/pglock) and etcd
+// (lock/etcdlock) alike.
+//
+// A backend supplies only what differs ([Backend]): a Locker per actor, on
+// connections of its own; a server-side observation of one resource in one
+// read (who holds it as the server decides it, that grant's token, the
+// waiters queued in order with how long each entry stays live, and a floor
+// that every token granted after the read's reply must exceed); optionally
+// the log of every grant the server made; the faults it can inject and
+// heal; and the broken variants of itself that the model must reject
+// ([Control], run by [RunControls]). Several actors drive one resource with short leases (TryAcquire,
+// Acquire with give-ups, AutoRenew, Extend, TTL, Release, some of them
+// late, after the lease ended, leases left to run out, Do with a function
+// that panics now and then) while a watcher observes the resource. The
+// checks, each counted by kind:
+//
+//   - promise: a lease whose Validity at local time t0 was v, observed by
+//     a read that returned at t1 < t0+v (less a small slack for the clocks'
+//     rates), must be held by that lease's holder, with its token, in that
+//     read; otherwise the backend let go of a lock its holder was promised.
+//     Judged on the local monotonic clock only, so a loaded machine makes a
+//     check inconclusive, never wrong. Calls that end a promise (Release,
+//     Extend) run under the model's lock, which the watcher holds from
+//     reading Validity to the observation's reply.
+//   - tokens: a grant that returned before another was asked for has the
+//     lower token (no backend under the model offers Owner re-entries).
+//     Each such pair is a judgment.
+//   - anchor: a grant asked for after an observation's reply has a token
+//     above that observation's floor (one judgment per grant, against the
+//     highest such floor).
+//   - queue: a waiter observed live and queued ahead, when a later asker's
+//     grant was made, and still waiting then (its Acquire's deadline not
+//     reached, the grant made before its entry could lapse unrefreshed) is
+//     served first: the server granted it a lower token. Judged only where
+//     the backend keeps a log of its grants, since a waiter can be handed
+//     the lock without ever learning it (the hand-over's news came after
+//     its lease ran out).
+//   - renewal: AutoRenew leases held past their first validity are still
+//     held; judged by rate (most must be), since a loaded machine runs some
+//     renewals late. Leases whose hold overlapped a fault are not judged.
+//
+// The workload counts the states that let the checks decide: a free lock
+// with a live waiter queued (leases left to run out while others wait),
+// late releases that meet another holder's lock (followed at once by an
+// observation that checks that holder's promise), grants with a live
+// waiter ahead. A run that judged fewer than its floor of a kind fails.
+//
+// FENCEKIT_CHECK_SEED replays a run's schedule (each actor draws its steps
+// from the seed; goroutine interleavings still differ), FENCEKIT_CHECK_TIME
+// sets a run's budget (default 3s).
+package lockmodel

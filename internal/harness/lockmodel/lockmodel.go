@@ -1,0 +1,317 @@
+package lockmodel
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// Backend is what a lock backend supplies to the model.
+type Backend struct {
+	// Name names the backend in the summary line: "redis", "postgres",
+	// "etcd".
+	Name string
+
+	// Locker returns actor's Locker, on connections of its own; the model
+	// closes it at the end of the run. seen, which the backend calls (from
+	// the Locker's client, before the call is sent) with the holder id of
+	// each grant attempt it sends, tells the model which Acquire a queued
+	// holder id belongs to; a backend that cannot see its calls leaves it
+	// uncalled. seen may block: the model pauses some of a queued
+	// waiter's tries there.
+	Locker func(actor int, seen func(holder string)) (*lock.Locker, error)
+
+	// Observe reads resource on the server, in one read.
+	Observe func(ctx context.Context, resource string) (Observation, error)
+
+	// Grants, if not nil, returns every grant the server made of resource
+	// since the run began: the token of each holder id it granted (the
+	// lowest, if it granted one holder twice). The queue check needs it.
+	Grants func(ctx context.Context, resource string) (map[string]fence.Token, error)
+
+	// Faults are what the backend can inject during a run with faults.
+	Faults []Fault
+
+	// Close, if not nil, runs once the run has closed its Lockers: it
+	// closes what Locker opened for them (their pools).
+	Close func()
+}
+
+// Observation is one server-side read of a resource.
+type Observation struct {
+	// Holder holds the lock as the server decides it (the lease has not
+	// ended on the server's clock or lease); "" when the lock is free.
+	Holder string
+	// Token is Holder's token.
+	Token fence.Token
+	// Waiters are the queue's entries, first in line first.
+	Waiters []Waiter
+	// Floor is a value every token granted after the read's reply
+	// exceeds: PostgreSQL's clock in µs, etcd's 2^52 + the response
+	// header's revision.
+	Floor fence.Token
+}
+
+// Waiter is one entry of a lock's queue, as the server read it.
+type Waiter struct {
+	Holder string
+	// Life is how long, from the read on, the entry stays live without a
+	// refresh; zero or less when it has lapsed.
+	Life time.Duration
+}
+
+// Fault is a fault a backend injects and heals.
+type Fault struct {
+	Name string
+	// Inject injects the fault and returns once it is healed (or ctx
+	// ended).
+	Inject func(ctx context.Context) error
+	// Limit is how many times a run injects it at most; 0: no limit.
+	Limit int
+}
+
+// Config is one run's settings.
+type Config struct {
+	// Resource is the resource the actors lock; unique to the run.
+	Resource string
+	// Actors is how many Lockers drive it (default 5).
+	Actors int
+	// Budget is how long the workload runs (default [Budget]); while a
+	// kind of Floors is judged fewer times than its floor, it goes on, to
+	// four times the budget at most.
+	Budget time.Duration
+	// Floors are the least judgments of each kind the run aims at (the
+	// caller checks them with [Result.Check]).
+	Floors map[string]int
+	// Seed seeds the actors' schedules (default [Seed]).
+	Seed uint64
+	// Faults says the backend's faults are injected during the run.
+	Faults bool
+	// StopOnViolation ends the workload at the first violation of a
+	// check that is judged while it runs (promise, tokens, anchor): what
+	// a negative control needs.
+	StopOnViolation bool
+	// Label is added to the summary line ("postgres+faults").
+	Label string
+	// LateWait is how long a late release waits, after its lease ended on
+	// the local clock, for another holder to have the lock (default
+	// 1.5s). A backend whose server holds a lease much longer than asked
+	// (etcd's whole seconds) sets it short, or the wait holds the lock.
+	LateWait time.Duration
+	// RenewTTL is the TTL of the leases that AutoRenew keeps; default
+	// between 170ms and 270ms. A backend whose renewal takes a consensus
+	// round (etcd) sets it longer.
+	RenewTTL time.Duration
+}
+
+// Budget is FENCEKIT_CHECK_TIME, or 3s.
+func Budget(t testing.TB) time.Duration {
+	if s := os.Getenv("FENCEKIT_CHECK_TIME"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("FENCEKIT_CHECK_TIME=%q: not a positive duration", s)
+		}
+		return d
+	}
+	return 3 * time.Second
+}
+
+// Seed is FENCEKIT_CHECK_SEED, or a seed from the clock.
+func Seed(t testing.TB) uint64 {
+	if s := os.Getenv("FENCEKIT_CHECK_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FENCEKIT_CHECK_SEED=%q: not an unsigned integer", s)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// The kinds of judgment, as the summary line names them.
+const (
+	Promise = "promise"
+	Tokens  = "tokens"
+	Anchor  = "anchor"
+	Queue   = "queue"
+	Renewal = "renewal"
+)
+
+// States the workload must produce for the checks to decide, counted like
+// judgments.
+const (
+	FreeWithWaiter = "free lock with a live waiter queued"
+	LateReleaseMet = "late releases meeting another holder's lock"
+	WaiterAhead    = "grants with a live waiter ahead"
+
+	renewalsLapsed = "renewals lapsed"
+)
+
+// DefaultFloors are the least judgments of each kind a run must make.
+func DefaultFloors() map[string]int {
+	return map[string]int{
+		Promise:        20,
+		Tokens:         15,
+		Anchor:         5,
+		Queue:          3,
+		Renewal:        1,
+		FreeWithWaiter: 1,
+		LateReleaseMet: 1,
+		WaiterAhead:    1,
+	}
+}
+
+// Result is what one run judged.
+type Result struct {
+	Backend string
+	Label   string
+	Seed    uint64
+
+	mu         sync.Mutex
+	counts     map[string]int
+	violations map[string][]string
+}
+
+func newResult(name, label string, seed uint64) *Result {
+	return &Result{Backend: name, Label: label, Seed: seed, counts: map[string]int{}, violations: map[string][]string{}}
+}
+
+func (r *Result) count(kind string, n int) {
+	r.mu.Lock()
+	r.counts[kind] += n
+	r.mu.Unlock()
+}
+
+func (r *Result) violate(kind, format string, args ...any) {
+	r.mu.Lock()
+	r.violations[kind] = append(r.violations[kind], fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// Count returns how many judgments (or states) of kind the run made.
+func (r *Result) Count(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[kind]
+}
+
+// Violations returns the violations of the check kind.
+func (r *Result) Violations(kind string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.violations[kind])
+}
+
+// Rejected reports whether the check kind found a violation.
+func (r *Result) Rejected(kind string) bool { return len(r.Violations(kind)) > 0 }
+
+// Violated returns the kinds of check that found a violation, sorted.
+func (r *Result) Violated() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []string
+	for k, v := range r.violations {
+		if len(v) > 0 {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// Summary is the run's one line: "<backend> lock model judged: promise N,
+// tokens N, anchor N, queue N, renewal N, ..." with the other counts after
+// the five checks.
+func (r *Result) Summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := r.Backend
+	if r.Label != "" {
+		name += "+" + r.Label
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s lock model judged:", name)
+	main := []string{Promise, Tokens, Anchor, Queue, Renewal}
+	for i, k := range main {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s %d", k, r.counts[k])
+	}
+	var rest []string
+	for k := range r.counts {
+		if !slices.Contains(main, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		fmt.Fprintf(&b, ", %s %d", k, r.counts[k])
+	}
+	fmt.Fprintf(&b, " (seed %d", r.Seed)
+	if v := len(r.violations); v > 0 {
+		n := 0
+		for _, vs := range r.violations {
+			n += len(vs)
+		}
+		fmt.Fprintf(&b, ", %d violations", n)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Check fails t for every violation and every kind judged fewer times
+// than its floor.
+func (r *Result) Check(t testing.TB, floors map[string]int) {
+	t.Helper()
+	for _, k := range r.Violated() {
+		vs := r.Violations(k)
+		for i, v := range vs {
+			if i == 5 {
+				t.Errorf("%s: %d more violations", k, len(vs)-i)
+				break
+			}
+			t.Errorf("%s violated (seed %d, replay with FENCEKIT_CHECK_SEED=%d): %s", k, r.Seed, r.Seed, v)
+		}
+	}
+	ks := make([]string, 0, len(floors))
+	for k := range floors {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		if n := r.Count(k); n < floors[k] {
+			t.Errorf("%s: judged %d, below the floor of %d (seed %d): the workload did not make the states that decide it", k, n, floors[k], r.Seed)
+		}
+	}
+}
+
+// Report logs the summary line and appends it to the file named by
+// FENCEKIT_JUDGED_LOG, if set, so that CI's log lists the judgments per
+// kind of every backend.
+func (r *Result) Report(t testing.TB) {
+	t.Helper()
+	line := r.Summary()
+	t.Log(line)
+	if p := os.Getenv("FENCEKIT_JUDGED_LOG"); p != "" {
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Errorf("FENCEKIT_JUDGED_LOG: %v", err)
+			return
+		}
+		defer f.Close()
+		if _, err := fmt.Fprintln(f, line); err != nil {
+			t.Errorf("FENCEKIT_JUDGED_LOG: %v", err)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
+	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/lock/etcdlock"
+	"github.com/fencekit/fencekit/lock/etcdlock/internal/backend"
+)
+
+// The lock model (internal/harness/lockmodel) on etcd: a run on a
+// three-member cluster under faults (the leader stopped and started
+// again, a member cut off from its clients by its proxy) and a negative
+// control, a backend whose leases are believed on the client's clock.
+
+// lockEtcd is the model's etcd backend: the actors connect through the
+// members' proxies, the watcher to the members directly.
+type lockEtcd struct {
+	t       *testing.T
+	c       *Cluster
+	watcher *clientv3.Client
+	prefix  string
+	// open makes an actor's Locker's backend; etcdlock's when nil.
+	open func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error)
+}
+
+func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
+	var direct []string
+	for _, m := range c.Members {
+		direct = append(direct, m.DirectURL())
+	}
+	return &lockEtcd{t: t, c: c, watcher: c.ClientOf(t, direct...), prefix: "lmodel/" + fence.NewHolder()[:12] + "/"}
+}
+
+func (e *lockEtcd) backend() lockmodel.Backend {
+	return lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
+}
+
+func (e *lockEtcd) locker(int, func(string)) (*lock.Locker, error) {
+	cli := e.c.Client(e.t)
+	if e.open == nil {
+		return etcdlock.New(cli, lock.WithPrefix(e.prefix))
+	}
+	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
+		return e.open(cli, s)
+	}, []any{lock.WithPrefix(e.prefix)})
+	if err != nil {
+		return nil, err
+	}
+	return l.(*lock.Locker), nil
+}
+
+// observe reads the resource's holder keys in one range read, in
+// create-revision order, as the backend's layout documents them: under
+// "<prefix>{<resource>}/h/", one per holder and queued waiter, named by
+// its holder id; the first holds the lock, and its token is TokenBase plus
+// its create revision. The floor is TokenBase plus the read's revision,
+// below every key created after it. The waiters' entries live as long as
+// their leases, which this read does not see: they are listed as lapsed,
+// and the queue is not judged on etcd.
+func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
+	var o lockmodel.Observation
+	dir := e.prefix + "{" + resource + "}/h/"
+	resp, err := e.watcher.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return o, err
+	}
+	o.Floor = etcdlock.TokenBase + fence.Token(resp.Header.Revision)
+	for i, kv := range resp.Kvs {
+		holder, ok := strings.CutPrefix(string(kv.Key), dir)
+		if !ok || holder == "" {
+			return o, fmt.Errorf("observe: key %q is not a holder's", kv.Key)
+		}
+		if i == 0 {
+			o.Holder, o.Token = holder, etcdlock.TokenBase+fence.Token(kv.CreateRevision)
+			continue
+		}
+		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder})
+	}
+	return o, nil
+}
+
+// etcdLateWait is short: a late release waits for no other holder, since
+// the server keeps the lease for whole seconds, well past the holder's
+// own belief.
+const etcdLateWait = 20 * time.Millisecond
+
+// etcdRenewTTL is the TTL of renewed leases on etcd, whose renewals are
+// keep-alives answered by the leader: long enough for them to land on a
+// loaded machine.
+const etcdRenewTTL = time.Second
+
+// etcdFloors are the model's floors on etcd, whose leases last whole
+// seconds on the server (fewer grants per run), and which keeps no log of
+// grants (the queue is not judged) and never leaves the lock free with a
+// waiter queued (the first key holds it).
+func etcdFloors() map[string]int {
+	f := lockmodel.DefaultFloors()
+	for _, k := range []string{lockmodel.Queue, lockmodel.WaiterAhead, lockmodel.FreeWithWaiter, lockmodel.LateReleaseMet} {
+		delete(f, k)
+	}
+	f[lockmodel.Promise] = 10
+	f[lockmodel.Tokens] = 3
+	f[lockmodel.Anchor] = 2
+	f[lockmodel.Renewal] = 0
+	return f
+}
+
+// TestLockModelEtcd runs the lock model on a three-member cluster, once
+// undisturbed, then while the leader is stopped and started again and
+// members are cut off from their clients, and judges every check with its
+// floor.
+func TestLockModelEtcd(t *testing.T) {
+	c := StartCluster(t, 3)
+	e := newLockEtcd(t, c)
+	// Twice the model's budget: three members serve in this process, and
+	// each grant is a lease's grant and a transaction, each a consensus
+	// round; a leader's restart stalls the calls in flight to it.
+	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t), Floors: etcdFloors()}
+	r := lockmodel.Run(t, e.backend(), cfg)
+	r.Report(t)
+	r.Check(t, cfg.Floors)
+
+	b := e.backend()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	b.Faults = []lockmodel.Fault{
+		{Name: "leader restarted", Limit: 1, Inject: func(ctx context.Context) error {
+			i := c.Leader(t)
+			c.Stop(i)
+			time.Sleep(300 * time.Millisecond)
+			c.Restart(t, i)
+			return nil
+		}},
+		{Name: "member cut off", Limit: 2, Inject: func(ctx context.Context) error {
+			m := c.Members[rng.IntN(len(c.Members))]
+			m.Proxy.Block()
+			time.Sleep(300 * time.Millisecond)
+			m.Proxy.Unblock()
+			return nil
+		}},
+	}
+	cfg.Faults, cfg.Label = true, "faults"
+	r = lockmodel.Run(t, b, cfg)
+	r.Report(t)
+	r.Check(t, cfg.Floors)
+	if r.Count("faults: leader restarted") == 0 {
+		t.Error("the leader was not restarted during the run")
+	}
+}
+
+// clientClockBackend is a broken etcd backend: a holder believes its lease
+// 10s longer than the server keeps it (etcd's leases last whole
+// seconds, at least two), as if it counted the lease's end on
+// its own clock, skewed, rather than the server's lease.
+type clientClockBackend struct{ *backend.Backend }
+
+const clientSkew = 10 * time.Second
+
+func (b clientClockBackend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
+	o, err := b.Backend.Try(ctx, req)
+	if err == nil && o.Granted {
+		o.Known += clientSkew
+	}
+	return o, err
+}
+
+func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Duration) (time.Duration, error) {
+	d, err := b.Backend.Extend(ctx, h, ttl)
+	if err == nil {
+		d += clientSkew
+	}
+	return d, err
+}
+
+// TestLockModelEtcdControl runs the model on the broken backend with
+// three seeds, each until it goes wrong (for at most eight times the
+// model's budget): the promise check must reject it in most of them.
+func TestLockModelEtcdControl(t *testing.T) {
+	c := StartCluster(t, 3)
+	e := newLockEtcd(t, c)
+	e.open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+		b, err := backend.New(cli, s)
+		if err != nil {
+			return nil, err
+		}
+		return clientClockBackend{b}, nil
+	}
+	cs := []lockmodel.Control{{
+		Name:     "lease on the client's clock",
+		CaughtBy: []string{lockmodel.Promise},
+		Install:  func(testing.TB) (lockmodel.Backend, func()) { return e.backend(), func() {} },
+	}}
+	// The server keeps a lease two seconds at least, and a grant takes
+	// consensus rounds: a run must last past a lease's end on the server
+	// to see it, and may take a while to make a grant.
+	lockmodel.RunControls(t, cs, 2*lockmodel.Budget(t), lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL})
+}

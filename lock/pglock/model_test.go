@@ -1,0 +1,420 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/migrations"
+)
+
+// The lock model (internal/harness/lockmodel) on PostgreSQL: a run on the
+// shared server in a database of its own, a run under faults on a private
+// server, and the negative controls, broken variants of the migration's
+// functions installed with CREATE OR REPLACE FUNCTION in a database of
+// the test's own, which the model must reject.
+
+// modelObserveSQL reads a resource in one statement, on the server's
+// clock: the holder of a lease not ended and its token, the queue in
+// order with how long each entry stays live unrefreshed, and the clock in
+// µs, below every token granted after the reply.
+const modelObserveSQL = `
+WITH l AS (
+    SELECT holder, token FROM fencekit_lock WHERE resource = $1 AND expires_at > clock_timestamp()
+), w AS (
+    SELECT id, waiter,
+        floor(extract(epoch FROM refreshed + life_ms * interval '1 millisecond' - clock_timestamp()) * 1000)::bigint AS life
+    FROM fencekit_lock_waiter WHERE resource = $1
+)
+SELECT coalesce((SELECT holder FROM l), ''), coalesce((SELECT token FROM l), 0),
+    coalesce((SELECT array_agg(waiter ORDER BY id) FROM w), '{}'),
+    coalesce((SELECT array_agg(life ORDER BY id) FROM w), '{}'),
+    fencekit_lock_us(clock_timestamp())`
+
+// modelGrantLogSQL keeps a log of every grant the server makes (a holder
+// or a token set on a lock row), for the queue check: a waiter can be
+// handed the lock without ever learning it.
+const modelGrantLogSQL = `
+CREATE TABLE IF NOT EXISTS lmodel_grant (resource text NOT NULL, holder text NOT NULL, token bigint NOT NULL);
+CREATE OR REPLACE FUNCTION lmodel_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.holder IS NOT NULL AND (TG_OP = 'INSERT' OR OLD.holder IS DISTINCT FROM NEW.holder
+            OR OLD.token IS DISTINCT FROM NEW.token) THEN
+        INSERT INTO lmodel_grant VALUES (NEW.resource, NEW.holder, NEW.token);
+    END IF;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS lmodel_grant ON fencekit_lock;
+CREATE TRIGGER lmodel_grant AFTER INSERT OR UPDATE ON fencekit_lock
+    FOR EACH ROW EXECUTE FUNCTION lmodel_log_grant();`
+
+// modelDatabase creates a database of the test's own on the server at
+// rawURL (any database of it), applies the migrations and the grant log,
+// and drops the database when t ends. It returns the database's URL.
+func modelDatabase(t *testing.T, rawURL string) string {
+	t.Helper()
+	ctx := ctxFor(t, 60*time.Second)
+	name := "fencekit_lmodel_" + fence.NewHolder()[:12]
+	admin, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, rawURL)
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.UpPool(ctx, pool); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	if _, err := pool.Exec(ctx, modelGrantLogSQL); err != nil {
+		t.Fatalf("grant log: %v", err)
+	}
+	return u.String()
+}
+
+// seenTracer tells the model the holder id of every grant attempt an
+// actor's pool sends (fencekit_lock_acquire's second argument).
+type seenTracer struct{ seen func(holder string) }
+
+func (s seenTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if d.SQL == acquireSQL && len(d.Args) > 1 {
+		if h, ok := d.Args[1].(string); ok {
+			s.seen(h)
+		}
+	}
+	return ctx
+}
+
+func (seenTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// pgModel is the model's PostgreSQL backend for one run: the actors'
+// pools (closed by done), on actorsURL with application name app, and the
+// watcher's, on dbURL.
+type pgModel struct {
+	t              *testing.T
+	observer       *pgxpool.Pool
+	actorsURL, app string
+
+	mu    sync.Mutex
+	pools []*pgxpool.Pool
+}
+
+func newPgModel(t *testing.T, dbURL, actorsURL string) *pgModel {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = "fencekit_lmodel_watcher"
+	observer, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(observer.Close)
+	return &pgModel{t: t, observer: observer, actorsURL: actorsURL, app: "fencekit_lmodel_" + fence.NewHolder()[:12]}
+}
+
+// backend is the model's view of the lock on this database.
+func (p *pgModel) backend() lockmodel.Backend {
+	return lockmodel.Backend{
+		Name:    "postgres",
+		Locker:  p.locker,
+		Observe: p.observe,
+		Grants:  p.grants,
+		Close:   p.done,
+	}
+}
+
+func (p *pgModel) locker(_ int, seen func(string)) (*lock.Locker, error) {
+	cfg, err := pgxpool.ParseConfig(p.actorsURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = p.app
+	cfg.ConnConfig.Tracer = seenTracer{seen}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.pools = append(p.pools, pool)
+	p.mu.Unlock()
+	return New(pool)
+}
+
+// done closes the actors' pools (after the run closed their Lockers).
+func (p *pgModel) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pool := range p.pools {
+		pool.Close()
+	}
+	p.pools = nil
+}
+
+func (p *pgModel) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
+	var (
+		o       lockmodel.Observation
+		token   int64
+		waiters []string
+		lives   []int64
+		floor   int64
+	)
+	err := p.observer.QueryRow(ctx, modelObserveSQL, resource).Scan(&o.Holder, &token, &waiters, &lives, &floor)
+	if err != nil {
+		return o, err
+	}
+	if len(waiters) != len(lives) {
+		return o, fmt.Errorf("observe: %d waiters, %d lives", len(waiters), len(lives))
+	}
+	o.Token, o.Floor = fence.Token(token), fence.Token(floor)
+	for i, w := range waiters {
+		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: w, Life: time.Duration(lives[i]) * time.Millisecond})
+	}
+	return o, nil
+}
+
+func (p *pgModel) grants(ctx context.Context, resource string) (map[string]fence.Token, error) {
+	rows, err := p.observer.Query(ctx, `SELECT holder, min(token) FROM lmodel_grant WHERE resource = $1 GROUP BY holder`, resource)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]fence.Token{}
+	for rows.Next() {
+		var h string
+		var tok int64
+		if err := rows.Scan(&h, &tok); err != nil {
+			return nil, err
+		}
+		out[h] = fence.Token(tok)
+	}
+	return out, rows.Err()
+}
+
+// terminate ends every connection of the actors' Lockers (their pools'
+// and their LISTEN connections) with pg_terminate_backend.
+func (p *pgModel) terminate(ctx context.Context) error {
+	var n int
+	err := p.observer.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, p.app).Scan(&n)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no connection of the actors to terminate")
+	}
+	return err
+}
+
+// TestLockModelPostgres runs the lock model on the shared server, in a
+// database of its own, and judges every check with its floor.
+func TestLockModelPostgres(t *testing.T) {
+	testenv.Slow(t)
+	db := modelDatabase(t, testenv.PostgresBaseURL(t))
+	p := newPgModel(t, db, db)
+	floors := lockmodel.DefaultFloors()
+	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors})
+	r.Report(t)
+	r.Check(t, floors)
+}
+
+// TestLockModelPostgresFaults runs the lock model on a private server
+// under faults: pg_terminate_backend of the actors' connections, replies
+// lost on their way through a proxy (the actors connect through it), and
+// the server stopped and started again. No check may fail; the faults
+// must have happened.
+func TestLockModelPostgresFaults(t *testing.T) {
+	testenv.Slow(t)
+	srv := testenv.StartPostgres(t)
+	db := modelDatabase(t, srv.URL())
+	proxy := testenv.StartProxy(t, srv.Addr())
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = proxy.Addr()
+	p := newPgModel(t, db, u.String())
+	b := p.backend()
+	b.Faults = []lockmodel.Fault{
+		{Name: "pg_terminate_backend", Inject: p.terminate},
+		{Name: "lost reply", Inject: func(ctx context.Context) error {
+			lost := make(chan struct{})
+			proxy.LoseNextReply(func() { close(lost) })
+			select {
+			case <-lost:
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			return nil
+		}},
+		{Name: "restart", Limit: 1, Inject: func(context.Context) error {
+			srv.Restart()
+			return nil
+		}},
+	}
+	floors := lockmodel.DefaultFloors()
+	// Faults take much of a short run: fewer states to judge.
+	floors[lockmodel.Tokens] = 10
+	floors[lockmodel.Anchor] = 3
+	floors[lockmodel.Promise] = 10
+	floors[lockmodel.Renewal] = 0
+	floors[lockmodel.LateReleaseMet] = 0
+	floors[lockmodel.FreeWithWaiter] = 0
+	floors[lockmodel.WaiterAhead] = 0
+	floors[lockmodel.Queue] = 0
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors})
+	r.Report(t)
+	r.Check(t, floors)
+	if f := proxy.Faults(); f.Lost == 0 {
+		t.Errorf("no reply was lost through the proxy (%+v)", f)
+	}
+	for _, name := range []string{"pg_terminate_backend", "restart"} {
+		if r.Count("faults: "+name) == 0 {
+			t.Errorf("%s: not injected in this run", name)
+		}
+	}
+}
+
+// modelControl is a broken variant of the migration's functions: their
+// definitions with one line each replaced, and the checks that must
+// reject it.
+type modelControl struct {
+	name     string
+	edits    []modelEdit
+	caughtBy []string
+}
+
+type modelEdit struct{ function, old, new string }
+
+var modelControls = []modelControl{
+	{
+		// Every grant, the acquire's own and the hand-over's to a waiter,
+		// reuses the resource's previous token.
+		name: "token not raised",
+		edits: []modelEdit{
+			{"fencekit_lock_acquire",
+				"token := greatest(r.token + 1, fencekit_lock_us(t_now));",
+				"token := CASE WHEN r.token > 0 THEN r.token ELSE fencekit_lock_us(t_now) END;"},
+			{"fencekit_lock_next",
+				"t bigint := greatest(n + 1, floor(extract(epoch FROM t_now) * 1000000)::bigint);",
+				"t bigint := CASE WHEN n > 0 THEN n ELSE floor(extract(epoch FROM t_now) * 1000000)::bigint END;"},
+		},
+		caughtBy: []string{lockmodel.Tokens, lockmodel.Anchor},
+	},
+	{
+		// The lease's end counted on a client's clock, 400ms behind the
+		// server's, as if the client passed its own time.
+		name: "expiry on the client clock",
+		edits: []modelEdit{{"fencekit_lock_acquire",
+			"expires_at = t_now + p_lease_ms * interval '1 millisecond',",
+			"expires_at = t_now - interval '400 milliseconds' + p_lease_ms * interval '1 millisecond',"}},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		name: "release without the holder check",
+		edits: []modelEdit{{"fencekit_lock_release",
+			"held := coalesce(r.holder = p_holder AND r.expires_at > t_now, false);",
+			"held := coalesce(r.holder IS NOT NULL AND r.expires_at > t_now, false);"}},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		// A try that finds the lock free takes it, though live waiters
+		// are queued ahead of it.
+		name: "queue not respected",
+		edits: []modelEdit{{"fencekit_lock_acquire",
+			"IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN",
+			"IF false AND ahead < coalesce(my_id, 9223372036854775807) THEN"}},
+		caughtBy: []string{lockmodel.Queue},
+	},
+}
+
+// TestLockModelPostgresControls installs each broken variant in a
+// database of the test's own and runs the model on it with three seeds
+// (a run goes on until its variant has gone wrong, for at most four times
+// a third of the model's budget): each variant must be rejected, by the
+// checks that should catch it, in most of them.
+func TestLockModelPostgresControls(t *testing.T) {
+	testenv.Slow(t)
+	db := modelDatabase(t, testenv.PostgresBaseURL(t))
+	p := newPgModel(t, db, db)
+	var cs []lockmodel.Control
+	for _, c := range modelControls {
+		cs = append(cs, lockmodel.Control{Name: c.name, CaughtBy: c.caughtBy, Install: func(t testing.TB) (lockmodel.Backend, func()) {
+			return p.backend(), p.install(t, c)
+		}})
+	}
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{})
+}
+
+// install replaces, in the model's database, each function c edits with
+// its edited definition, and returns what puts the originals back.
+func (p *pgModel) install(t testing.TB, c modelControl) (undo func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var defs []string
+	undo = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := len(defs) - 1; i >= 0; i-- {
+			if _, err := p.observer.Exec(ctx, defs[i]); err != nil {
+				t.Errorf("restore after %s: %v", c.name, err)
+			}
+		}
+	}
+	for _, e := range c.edits {
+		var def string
+		if err := p.observer.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, e.function).Scan(&def); err != nil {
+			undo()
+			t.Fatal(err)
+		}
+		if strings.Count(def, e.old) != 1 {
+			undo()
+			t.Fatalf("%s: the line %q is not in %s once: update the control", c.name, e.old, e.function)
+		}
+		if _, err := p.observer.Exec(ctx, strings.Replace(def, e.old, e.new, 1)); err != nil {
+			undo()
+			t.Fatalf("install %s: %v", c.name, err)
+		}
+		defs = append(defs, def)
+	}
+	return undo
+}
