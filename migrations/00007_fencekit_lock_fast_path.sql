@@ -21,46 +21,61 @@ ALTER TABLE fencekit_lock ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFA
 UPDATE fencekit_lock l SET waiting = true
 WHERE NOT l.waiting AND EXISTS (SELECT 1 FROM fencekit_lock_waiter w WHERE w.resource = l.resource);
 
--- fencekit_lock_acquire answers as in 00006. The fast path grants a free
--- lock (never held, released, or its lease over) whose queue is empty:
--- then neither ordered nor life_ms changes the outcome, and the caller has
--- no entry to take out. The token is max(counter + 1, the clock in µs) as
--- fencekit_lock_next gives it; the row is kept as fencekit_lock_keep says,
--- computed without it (no numeric arithmetic) when the token is the
--- clock's, which the lease's end then follows. Helpers are written out:
--- a SQL-language function called from PL/pgSQL is planned on every call.
--- token > 0: a row fencekit_lock_row has just created is the full path's.
+-- fencekit_lock_acquire answers as in 00006. Its fast path grants a free
+-- lock (released, or its lease over) whose queue is empty: then neither
+-- ordered nor life_ms changes the outcome, and the caller has no entry to
+-- take out. It takes only a row whose counter the clock has passed, so
+-- that the token (fencekit_lock_next: max(counter + 1, the clock in µs))
+-- is the clock, and the row is kept (fencekit_lock_keep) the retention
+-- past the lease's end; anything else (the counter ahead of the clock, no
+-- row yet, a holder, a queue, the end of the token space) goes to
+-- fencekit_lock_acquire_full, the path of 00006. The fast path is kept
+-- small: PL/pgSQL compiles every expression of a statement anew in each
+-- transaction, and a function's unused code still costs each call.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_acquire(p_resource text, p_holder text, p_lease_ms bigint,
     p_retention_ms bigint, p_life_ms integer, ordered boolean,
     OUT kind integer, OUT token bigint, OUT remaining_ms bigint, OUT place integer, OUT ref bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    r fencekit_lock;
     t_now timestamptz := clock_timestamp();
-    t_us bigint := floor(extract(epoch FROM t_now) * 1000000)::bigint;
+    -- The clock in µs, in floating point (date_part), which costs far less
+    -- than extract's numeric and is off by less than a µs.
+    t_us bigint := round(date_part('epoch', t_now) * 1000000)::bigint;
     t_end timestamptz := t_now + p_lease_ms * interval '1 millisecond';
+BEGIN
+    UPDATE fencekit_lock l SET holder = p_holder, token = t_us, expires_at = t_end,
+        retain_until = t_end + p_retention_ms * interval '1 millisecond'
+    WHERE l.resource = p_resource AND l.token > 0 AND l.token < t_us AND NOT l.waiting
+      AND (l.holder IS NULL OR l.expires_at <= t_now) AND t_us <= 9007199254740991;
+    IF NOT FOUND THEN
+        SELECT * INTO kind, token, remaining_ms, place, ref
+        FROM fencekit_lock_acquire_full(p_resource, p_holder, p_lease_ms, p_retention_ms, p_life_ms, ordered);
+        RETURN;
+    END IF;
+    kind := 1;
+    token := t_us;
+    remaining_ms := p_lease_ms;
+END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_acquire_full is fencekit_lock_acquire of 00006, which also
+-- sets the row's flag from the queue when it grants.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_acquire_full(p_resource text, p_holder text, p_lease_ms bigint,
+    p_retention_ms bigint, p_life_ms integer, ordered boolean,
+    OUT kind integer, OUT token bigint, OUT remaining_ms bigint, OUT place integer, OUT ref bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r fencekit_lock;
+    t_now timestamptz;
     granted text;
     fresh boolean;
     my_id bigint;
     ahead bigint;
 BEGIN
-    UPDATE fencekit_lock l SET holder = p_holder, token = greatest(l.token + 1, t_us), expires_at = t_end,
-        retain_until = CASE WHEN l.token < t_us THEN t_end + p_retention_ms * interval '1 millisecond'
-            ELSE fencekit_lock_keep(l.token + 1, t_end, p_retention_ms) END
-    WHERE l.resource = p_resource AND l.token > 0 AND NOT l.waiting
-      AND (l.holder IS NULL OR l.expires_at <= t_now)
-    RETURNING l.token INTO token;
-    IF FOUND THEN
-        IF token > 9007199254740991 THEN
-            RAISE EXCEPTION 'token space exhausted: the next token would pass 2^53-1'
-                USING ERRCODE = 'FK002';
-        END IF;
-        kind := 1;
-        remaining_ms := p_lease_ms;
-        RETURN;
-    END IF;
-    -- The full path: the row, locked (fencekit_lock_row, written out).
+    -- The row, locked (fencekit_lock_row, written out).
     LOOP
         SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource FOR UPDATE;
         EXIT WHEN FOUND;
@@ -116,9 +131,9 @@ BEGIN
     END IF;
     -- The flag is set again from the queue as it stands, the row locked:
     -- a flag left over from entries that lapsed is cleared here.
-    UPDATE fencekit_lock SET holder = p_holder, token = fencekit_lock_acquire.token,
+    UPDATE fencekit_lock SET holder = p_holder, token = fencekit_lock_acquire_full.token,
         expires_at = t_now + p_lease_ms * interval '1 millisecond',
-        retain_until = fencekit_lock_keep(fencekit_lock_acquire.token, t_now + p_lease_ms * interval '1 millisecond', p_retention_ms),
+        retain_until = fencekit_lock_keep(fencekit_lock_acquire_full.token, t_now + p_lease_ms * interval '1 millisecond', p_retention_ms),
         waiting = EXISTS (SELECT 1 FROM fencekit_lock_waiter w WHERE w.resource = p_resource)
     WHERE resource = p_resource;
     IF my_id IS NOT NULL THEN
@@ -186,33 +201,43 @@ END
 $$;
 -- +goose StatementEnd
 
--- fencekit_lock_release answers as in 00006. The fast path frees a lock
--- its caller holds, live, with an empty queue: nothing to hand over and
--- nobody to tell. A leaving waiter takes the full path (its entry goes).
--- fencekit_lock_keep is computed without it when the clock has passed the
--- counter, as it has unless tokens were issued faster than one a µs or
--- the counter was advanced.
+-- fencekit_lock_release answers as in 00006. Its fast path frees a lock
+-- its caller holds, live, with an empty queue (nothing to hand over,
+-- nobody to tell) and a counter the clock has passed (the row is kept the
+-- retention from now); anything else, and a leaving waiter (its entry
+-- goes), takes fencekit_lock_release_full, the path of 00006.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_release(p_resource text, p_holder text, p_retention_ms bigint,
     leaving boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    r fencekit_lock;
     t_now timestamptz := clock_timestamp();
-    t_us bigint;
-    held boolean;
 BEGIN
     IF NOT leaving THEN
-        t_us := floor(extract(epoch FROM t_now) * 1000000)::bigint;
         UPDATE fencekit_lock l SET holder = NULL, expires_at = NULL,
-            retain_until = CASE WHEN l.token <= t_us THEN t_now + p_retention_ms * interval '1 millisecond'
-                ELSE fencekit_lock_keep(l.token, t_now, p_retention_ms) END
-        WHERE l.resource = p_resource AND l.holder = p_holder AND l.expires_at > t_now AND NOT l.waiting;
+            retain_until = t_now + p_retention_ms * interval '1 millisecond'
+        WHERE l.resource = p_resource AND l.holder = p_holder AND l.expires_at > t_now AND NOT l.waiting
+          AND l.token <= round(date_part('epoch', t_now) * 1000000)::bigint;
         IF FOUND THEN
             RETURN true;
         END IF;
     END IF;
-    -- The full path, as in 00006.
+    RETURN fencekit_lock_release_full(p_resource, p_holder, p_retention_ms, leaving);
+END
+$$;
+-- +goose StatementEnd
+
+-- fencekit_lock_release_full is fencekit_lock_release of 00006, which also
+-- clears the row's flag when it leaves the queue empty.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencekit_lock_release_full(p_resource text, p_holder text, p_retention_ms bigint,
+    leaving boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    r fencekit_lock;
+    t_now timestamptz;
+    held boolean;
+BEGIN
     SELECT * INTO r FROM fencekit_lock WHERE resource = p_resource FOR UPDATE;
     t_now := clock_timestamp();
     -- r.resource is NULL when there is no row.
@@ -240,6 +265,8 @@ $$;
 
 -- +goose Down
 -- The functions of 00006, and the table without the flag.
+DROP FUNCTION IF EXISTS fencekit_lock_release_full(text, text, bigint, boolean);
+DROP FUNCTION IF EXISTS fencekit_lock_acquire_full(text, text, bigint, bigint, integer, boolean);
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencekit_lock_acquire(p_resource text, p_holder text, p_lease_ms bigint,
     p_retention_ms bigint, p_life_ms integer, ordered boolean,
