@@ -80,11 +80,18 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkHandoff measures the hand-over of one resource among 8
 // waiters, each with a Locker (a LISTEN connection) of its own, as 8
 // processes would: from the start of the holder's release to the next
-// holder's Acquire returning. It reports the p50 and p99.
+// holder's Acquire returning. It reports the p50 and p99. unlogged-00006
+// is the lock on a schema at migration 00006, before the fast path.
 func BenchmarkHandoff(b *testing.B) {
-	for _, mode := range []string{"unlogged", "logged"} {
+	for _, mode := range []string{"unlogged", "unlogged-00006", "logged"} {
 		b.Run(mode, func(b *testing.B) {
-			pool := migratedPool(b)
+			var pool *pgxpool.Pool
+			switch mode {
+			case "unlogged-00006":
+				pool = poolUpTo(b, lockBeforeFastPath)
+			default:
+				pool = migratedPool(b)
+			}
 			if mode == "logged" {
 				setLogged(b, pool)
 			}
