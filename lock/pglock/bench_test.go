@@ -196,15 +196,21 @@ func lockPair(be *backend) func(ctx context.Context) error {
 //
 //   - floor: pg_try_advisory_lock + pg_advisory_unlock through the pool,
 //     as the lock's statements go; floor-conn: the same on one acquired
-//     connection (no pool acquire);
+//     connection (the issue's floor). A pool hands its idle connections
+//     out in turn, and a connection that has sat idle answers more slowly
+//     on this machine than the one just used;
 //   - best-update: the least a lease table can do, one UPDATE ...
 //     RETURNING each way on a table of (resource, holder, token, lease
 //     end): the server clock's check, a raised token, nothing kept;
+//     best-conn: the same on one acquired connection;
 //   - lock: the lock (TryAcquire + Release of its backend, listening);
-//     lock-sql: its two statements sent straight through the pool (the
-//     backend's own client cost is lock - lock-sql); lock-00006: the lock
-//     on a schema migrated to 00006 only, without the fast path;
-//     lock-logged: the lock on logged tables.
+//     lock-conn: the same on a pool of one connection; lock-sql: its two
+//     statements sent straight through the pool (the backend's own client
+//     cost is lock - lock-sql); lock-00006: the lock on a schema migrated
+//     to 00006 only, without the fast path; lock-logged: the lock on
+//     logged tables.
+//
+// Each contender's median is reported, and its ratio to both floors.
 func BenchmarkUncontendedPaired(b *testing.B) {
 	ctx := context.Background()
 	var ps []*pairer
@@ -240,24 +246,38 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 		token bigint NOT NULL, expires_at timestamptz); INSERT INTO pgperf_best VALUES ('pgperf-bench', NULL, 0, NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	add("best-update", func(ctx context.Context) error {
-		h := fence.NewHolder()
-		var token int64
-		if err := bestPool.QueryRow(ctx, `UPDATE pgperf_best SET holder = $2, token = token + 1,
+	best := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			h := fence.NewHolder()
+			var token int64
+			if err := q.QueryRow(ctx, `UPDATE pgperf_best SET holder = $2, token = token + 1,
 			expires_at = clock_timestamp() + $3 * interval '1 millisecond'
 			WHERE resource = $1 AND (holder IS NULL OR expires_at <= clock_timestamp()) RETURNING token`,
-			"pgperf-bench", h, int64(10000)).Scan(&token); err != nil {
-			return fmt.Errorf("best grant: %w", err)
-		}
-		if err := bestPool.QueryRow(ctx, `UPDATE pgperf_best SET holder = NULL, expires_at = NULL
+				"pgperf-bench", h, int64(10000)).Scan(&token); err != nil {
+				return fmt.Errorf("best grant: %w", err)
+			}
+			if err := q.QueryRow(ctx, `UPDATE pgperf_best SET holder = NULL, expires_at = NULL
 			WHERE resource = $1 AND holder = $2 AND expires_at > clock_timestamp() RETURNING token`,
-			"pgperf-bench", h).Scan(&token); err != nil {
-			return fmt.Errorf("best release: %w", err)
+				"pgperf-bench", h).Scan(&token); err != nil {
+				return fmt.Errorf("best release: %w", err)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	add("best-update", best(bestPool))
+	bestConn, err := bestPool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bestConn.Release()
+	add("best-conn", best(bestConn))
 
-	add("lock", lockPair(testBackend(b, migratedPool(b), config{})))
+	lockPool := migratedPool(b)
+	add("lock", lockPair(testBackend(b, lockPool, config{})))
+	onePool := poolAt(b, lockPool, testenv.PostgresBaseURL(b), map[string]string{"pool_max_conns": "1"})
+	add("lock-conn", lockPair(testBackend(b, onePool, config{})))
 	sqlPool := migratedPool(b)
 	add("lock-sql", func(ctx context.Context) error {
 		h := fence.NewHolder()
@@ -307,12 +327,15 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 		slices.Sort(d)
 		return float64(d[len(d)/2].Nanoseconds()) / 1e3
 	}
-	floorMed := med(ps[0].took)
-	for _, p := range ps {
-		m := med(p.took)
-		b.ReportMetric(m, p.name+"-µs")
-		if p != ps[0] {
-			b.ReportMetric(m/floorMed, p.name+"/floor")
-		}
+	meds := make([]float64, len(ps))
+	for i, p := range ps {
+		meds[i] = med(p.took)
+		b.ReportMetric(meds[i], p.name+"-µs")
+	}
+	// ps[0] is the floor on the pool, ps[1] on one connection (the
+	// issue's floor).
+	for i, p := range ps[2:] {
+		b.ReportMetric(meds[i+2]/meds[0], p.name+"/floor")
+		b.ReportMetric(meds[i+2]/meds[1], p.name+"/floor-conn")
 	}
 }
