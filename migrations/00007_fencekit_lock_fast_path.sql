@@ -39,23 +39,25 @@ CREATE OR REPLACE FUNCTION fencekit_lock_acquire(p_resource text, p_holder text,
 LANGUAGE plpgsql AS $$
 DECLARE
     t_now timestamptz := clock_timestamp();
-    -- The clock in µs, in floating point (date_part), which costs far less
-    -- than extract's numeric and is off by less than a µs.
-    t_us bigint := round(date_part('epoch', t_now) * 1000000)::bigint;
-    t_end timestamptz := t_now + p_lease_ms * interval '1 millisecond';
 BEGIN
-    UPDATE fencekit_lock l SET holder = p_holder, token = t_us, expires_at = t_end,
-        retain_until = t_end + p_retention_ms * interval '1 millisecond'
-    WHERE l.resource = p_resource AND l.token > 0 AND l.token < t_us AND NOT l.waiting
-      AND (l.holder IS NULL OR l.expires_at <= t_now) AND t_us <= 9007199254740991;
+    -- The token is the clock in µs, in floating point (date_part), which
+    -- costs far less than extract's numeric and is off by less than a µs
+    -- before 2255; the token space ends (2^53 - 1 µs) in June 2255, and
+    -- from that January on the full path decides, in exact arithmetic.
+    -- Expressions are written in the statement, and the reply set by its
+    -- RETURNING: each declaration or assignment costs an expression of its
+    -- own.
+    UPDATE fencekit_lock l SET holder = p_holder, token = round(date_part('epoch', t_now) * 1000000)::bigint,
+        expires_at = t_now + p_lease_ms * interval '1 millisecond',
+        retain_until = t_now + (p_lease_ms + p_retention_ms) * interval '1 millisecond'
+    WHERE l.resource = p_resource AND l.token > 0 AND NOT l.waiting
+      AND l.token < round(date_part('epoch', t_now) * 1000000)::bigint
+      AND (l.holder IS NULL OR l.expires_at <= t_now) AND t_now < '2255-01-01 00:00:00+00'
+    RETURNING 1, l.token, p_lease_ms INTO kind, token, remaining_ms;
     IF NOT FOUND THEN
         SELECT * INTO kind, token, remaining_ms, place, ref
         FROM fencekit_lock_acquire_full(p_resource, p_holder, p_lease_ms, p_retention_ms, p_life_ms, ordered);
-        RETURN;
     END IF;
-    kind := 1;
-    token := t_us;
-    remaining_ms := p_lease_ms;
 END
 $$;
 -- +goose StatementEnd
