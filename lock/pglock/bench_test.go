@@ -204,7 +204,9 @@ func lockPair(be *backend) func(ctx context.Context) error {
 //     end): the server clock's check, a raised token, nothing kept;
 //     best-conn: the same on one acquired connection;
 //   - lock: the lock (TryAcquire + Release of its backend, listening);
-//     lock-conn: the same on a pool of one connection; lock-sql: its two
+//     lock-conn: the same on a pool of one connection; lock-simple: on a
+//     pool that sends statements in the simple protocol (no prepared
+//     statements, as behind PgBouncer's older versions); lock-sql: its two
 //     statements sent straight through the pool (the backend's own client
 //     cost is lock - lock-sql); lock-00006: the lock on a schema migrated
 //     to 00006 only, without the fast path; lock-logged: the lock on
@@ -278,6 +280,8 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	add("lock", lockPair(testBackend(b, lockPool, config{})))
 	onePool := poolAt(b, lockPool, testenv.PostgresBaseURL(b), map[string]string{"pool_max_conns": "1"})
 	add("lock-conn", lockPair(testBackend(b, onePool, config{})))
+	simplePool := poolAt(b, lockPool, testenv.PostgresBaseURL(b), map[string]string{"default_query_exec_mode": "simple_protocol"})
+	add("lock-simple", lockPair(testBackend(b, simplePool, config{})))
 	sqlPool := migratedPool(b)
 	add("lock-sql", func(ctx context.Context) error {
 		h := fence.NewHolder()
