@@ -30,7 +30,9 @@
 //   - fencekit_lock and fencekit_lock_waiter (00006), UNLOGGED, and the
 //     fencekit_lock_* functions: the PostgreSQL lock of package lock/pglock
 //     (one row per active resource, one per queued waiter; rows of idle
-//     resources are reclaimed by the lock itself).
+//     resources are reclaimed by the lock itself); 00007 adds the
+//     fencekit_lock.waiting flag (the resource may have queued waiters),
+//     with which an uncontended grant or release is one UPDATE.
 //
 // A database migrated by an earlier version gets the new objects from the
 // next [Up]: only the migrations it lacks are applied.

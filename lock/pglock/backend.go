@@ -57,7 +57,7 @@ type config struct {
 }
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
-	b := &backend{db: retrying{pool}, pool: pool, retention: cfg.retention, stop: make(chan struct{}),
+	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
 		life: lockbackend.QueueLife}
 	if !cfg.poll {
 		b.listen = newListener(pool)

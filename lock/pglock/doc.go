@@ -83,6 +83,9 @@
 // [fence.ErrInvalid], with nothing sent; the Redis key getters return "".
 // Calls on a database without migration 00006_fencekit_lock return an
 // error matching [ErrNotMigrated] that names the call and the migration.
+// Migration 00007_fencekit_lock_fast_path, which migrations.UpPool
+// applies with it, makes an uncontended grant and release one UPDATE each;
+// a database that has only 00006 gets the same answers, more slowly.
 package pglock
 
 // Where things are, for those who work on this package (not part of its
@@ -96,4 +99,6 @@ package pglock
 //   - listen.go: the LISTEN connection and its notifications;
 //   - sql.go: the statements, each a call of a function of migration
 //     00006 (migrations/00006_fencekit_lock.sql, where the protocol is
-//     written down); errors.go: translation of server errors.
+//     written down; 00007 replaces the grant and the release with the
+//     same answers and an uncontended fast path); errors.go: translation
+//     of server errors.

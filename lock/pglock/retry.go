@@ -25,25 +25,32 @@ import (
 // A pool may hold several connections that died at once; each failed try
 // drops one, so up to one more try than the pool has connections is made,
 // while ctx lasts.
-type retrying struct{ pool *pgxpool.Pool }
+type retrying struct {
+	pool  *pgxpool.Pool
+	tries int // the pool's connections + 1, read once: Pool.Config copies the whole config
+}
+
+func newRetrying(pool *pgxpool.Pool) retrying {
+	return retrying{pool: pool, tries: int(pool.Config().MaxConns) + 1}
+}
 
 func (r retrying) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return &retryRow{pool: r.pool, ctx: ctx, sql: sql, args: args}
+	return &retryRow{pool: r.pool, tries: r.tries, ctx: ctx, sql: sql, args: args}
 }
 
 // retryRow runs its statement when it is scanned, as pgx's own rows do.
 type retryRow struct {
-	pool *pgxpool.Pool
-	ctx  context.Context
-	sql  string
-	args []any
+	pool  *pgxpool.Pool
+	tries int
+	ctx   context.Context
+	sql   string
+	args  []any
 }
 
 func (r *retryRow) Scan(dest ...any) error {
-	tries := int(r.pool.Config().MaxConns) + 1
 	ran := false // an earlier try may have run on the server
 	var err error
-	for range tries {
+	for range r.tries {
 		err = r.pool.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
 		if err == nil {
 			return nil

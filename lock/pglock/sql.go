@@ -1,8 +1,9 @@
 package pglock
 
 // The statements of the lock. Each is one round trip to one function that
-// migration 00006_fencekit_lock.sql creates; the functions do every check
-// and every write in one statement, on the server's clock.
+// migration 00006_fencekit_lock.sql creates (00007 replaces the grant's and
+// the release's with faster ones that answer the same); the functions do
+// every check and every write in one statement, on the server's clock.
 const (
 	// acquireSQL grants, refuses or queues: see fencekit_lock_acquire.
 	acquireSQL = `SELECT kind, token, remaining_ms, place, ref FROM fencekit_lock_acquire($1, $2, $3, $4, $5, $6)`
