@@ -313,9 +313,11 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	}
 }
 
-// modelControl is a broken variant of the migration's functions: their
+// modelControl is a broken variant of the migrations' functions: their
 // definitions with one line each replaced, and the checks that must
-// reject it.
+// reject it. Since migration 00007 a grant and a release have a fast path
+// (fencekit_lock_acquire, fencekit_lock_release) in front of the full one
+// (the _full functions): each break edits both, as a bug in either would.
 type modelControl struct {
 	name     string
 	edits    []modelEdit
@@ -331,6 +333,9 @@ var modelControls = []modelControl{
 		name: "token not raised",
 		edits: []modelEdit{
 			{"fencekit_lock_acquire",
+				"token = round(date_part('epoch', t_now) * 1000000)::bigint,",
+				"token = l.token,"},
+			{"fencekit_lock_acquire_full",
 				"token := greatest(r.token + 1, fencekit_lock_us(t_now));",
 				"token := CASE WHEN r.token > 0 THEN r.token ELSE fencekit_lock_us(t_now) END;"},
 			{"fencekit_lock_next",
@@ -343,25 +348,38 @@ var modelControls = []modelControl{
 		// The lease's end counted on a client's clock, 400ms behind the
 		// server's, as if the client passed its own time.
 		name: "expiry on the client clock",
-		edits: []modelEdit{{"fencekit_lock_acquire",
-			"expires_at = t_now + p_lease_ms * interval '1 millisecond',",
-			"expires_at = t_now - interval '400 milliseconds' + p_lease_ms * interval '1 millisecond',"}},
+		edits: []modelEdit{
+			{"fencekit_lock_acquire",
+				"expires_at = t_now + p_lease_ms * interval '1 millisecond',",
+				"expires_at = t_now - interval '400 milliseconds' + p_lease_ms * interval '1 millisecond',"},
+			{"fencekit_lock_acquire_full",
+				"expires_at = t_now + p_lease_ms * interval '1 millisecond',",
+				"expires_at = t_now - interval '400 milliseconds' + p_lease_ms * interval '1 millisecond',"},
+		},
 		caughtBy: []string{lockmodel.Promise},
 	},
 	{
 		name: "release without the holder check",
-		edits: []modelEdit{{"fencekit_lock_release",
-			"held := coalesce(r.holder = p_holder AND r.expires_at > t_now, false);",
-			"held := coalesce(r.holder IS NOT NULL AND r.expires_at > t_now, false);"}},
+		edits: []modelEdit{
+			{"fencekit_lock_release",
+				"l.holder = p_holder AND l.expires_at > t_now",
+				"l.holder IS NOT NULL AND l.expires_at > t_now"},
+			{"fencekit_lock_release_full",
+				"held := coalesce(r.holder = p_holder AND r.expires_at > t_now, false);",
+				"held := coalesce(r.holder IS NOT NULL AND r.expires_at > t_now, false);"},
+		},
 		caughtBy: []string{lockmodel.Promise},
 	},
 	{
 		// A try that finds the lock free takes it, though live waiters
 		// are queued ahead of it.
 		name: "queue not respected",
-		edits: []modelEdit{{"fencekit_lock_acquire",
-			"IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN",
-			"IF false AND ahead < coalesce(my_id, 9223372036854775807) THEN"}},
+		edits: []modelEdit{
+			{"fencekit_lock_acquire", "AND NOT l.waiting", "AND true"},
+			{"fencekit_lock_acquire_full",
+				"IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN",
+				"IF false AND ahead < coalesce(my_id, 9223372036854775807) THEN"},
+		},
 		caughtBy: []string{lockmodel.Queue},
 	},
 }
