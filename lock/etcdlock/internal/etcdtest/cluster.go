@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ type Cluster struct {
 	t       testing.TB
 	mu      sync.Mutex
 	Members []*Member
+	// Peers stands between the members on their peer ports: it can cut a
+	// member off from the others.
+	Peers *Partition
 }
 
 // Member is one member of a Cluster. Proxy stands between clients and the
@@ -28,8 +32,10 @@ type Cluster struct {
 type Member struct {
 	Name      string
 	dir       string
-	peerURL   string
+	peerURL   string // the member's own peer port
+	advertise string // its peer address through the Partition
 	clientURL string // the member's own client port
+	memberID  atomic.Pointer[string]
 	initial   string
 	etcd      *embed.Etcd
 	Proxy     *testenv.Proxy
@@ -70,7 +76,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 }
 
 func startCluster(t testing.TB, n int) (*Cluster, error) {
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, Peers: newPartition(t)}
 	var initial []string
 	for i := range n {
 		m := &Member{
@@ -79,7 +85,8 @@ func startCluster(t testing.TB, n int) (*Cluster, error) {
 			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
 			clientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
 		}
-		initial = append(initial, m.Name+"="+m.peerURL)
+		m.advertise = "http://" + c.Peers.listen(t, m, strings.TrimPrefix(m.peerURL, "http://"))
+		initial = append(initial, m.Name+"="+m.advertise)
 		c.Members = append(c.Members, m)
 	}
 	for _, m := range c.Members {
@@ -115,8 +122,9 @@ func (m *Member) config() *embed.Config {
 	cfg.Name = m.Name
 	cfg.Dir = m.dir
 	pu, _ := url.Parse(m.peerURL)
+	au, _ := url.Parse(m.advertise)
 	cu, _ := url.Parse(m.clientURL)
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*au}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.InitialCluster = m.initial
 	cfg.InitialClusterToken = "fencekit-etcdtest"
@@ -143,7 +151,17 @@ func (m *Member) start() error {
 		return fmt.Errorf("etcdtest: %s not ready after 30s", m.Name)
 	}
 	m.etcd = e
+	id := e.Server.MemberID().String()
+	m.memberID.Store(&id)
 	return nil
+}
+
+// id is the member's id as etcd writes it in its peer requests.
+func (m *Member) id() string {
+	if id := m.memberID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }
 
 func (m *Member) stop() {
