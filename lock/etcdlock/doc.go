@@ -42,8 +42,9 @@
 //     capped at the TTL asked for, less a drift allowance (ttl/100 + 2ms)
 //     for clocks that run at different rates. Its Done closes then, before
 //     the server can expire the lease. A grant on a lease whose
-//     keep-alives are healthy believes at least 4/5 of its TTL; Extend
-//     keeps the lease alive at once and counts from that.
+//     keep-alives are healthy believes at least 4/5 of its TTL, less a
+//     keep-alive's round trip; Extend keeps the lease alive at once and
+//     counts from that.
 //   - Each key has an end of its own: the TTL asked for, from the try that
 //     granted it or from the last Extend. A key neither extended nor
 //     released is deleted by the Locker at its end, so a lease ends by its
