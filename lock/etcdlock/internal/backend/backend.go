@@ -52,8 +52,9 @@ import (
 // guards, and below fence.MaxToken by 2^52 revisions.
 const TokenBase fence.Token = 1 << 52
 
-// cleanupBound bounds a revoke sent after its caller gave up, when no
-// Settings.Background runs it.
+// cleanupBound bounds a deletion or a revoke sent after its caller gave
+// up, when no Settings.Background runs it, and each one the backend sends
+// on its own.
 const cleanupBound = 2 * time.Second
 
 // Backend is the etcd lock: grants, extensions and releases on etcd leases,
