@@ -31,8 +31,9 @@
 // transaction that deletes the key. The key layout, for a resource r under
 // the Locker's prefix p:
 //
-//	p{r}/h/<holder id>   a holder's or a queued waiter's key, on its lease
-//	p{r}/r               the record beside the lock (the election's leader)
+//   - "p{r}/h/" followed by a holder id: a holder's or a queued waiter's
+//     key, on its lease; the one with the lowest create revision holds.
+//   - "p{r}/r": the record beside the lock (the election's leader).
 //
 // The shared lease outlives any one lock, so what a lease was promised is
 // kept by two rules:
