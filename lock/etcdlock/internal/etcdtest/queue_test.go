@@ -106,3 +106,47 @@ func TestVanishedWaiterCostsAtMostItsLease(t *testing.T) {
 		t.Logf("next waiter granted %v after the release (vanished waiter's lease: 2s)", d.Round(time.Millisecond))
 	}
 }
+
+// TestHandOverDatedByLastKeepAlive queues a waiter while its session's
+// keep-alives are stopped, and hands it the lock: the Locker dates the
+// handed-over lease from the waiter's try plus the HandOver's Age, for its
+// TTL, and that must end no later than what the last keep-alive the server
+// acknowledged guarantees, less the drift allowance.
+func TestHandOverDatedByLastKeepAlive(t *testing.T) {
+	c := StartCluster(t, 3)
+	b := newBackend(t, c.Client(t))
+	holder := newBackendAt(t, c.Client(t), b)
+	a := mustGrant(t, holder, req("dated", 10*time.Second))
+	mustGrant(t, b, req("warm", 2*time.Second)) // the waiter's session, 2s
+	frozen := time.Now()
+	b.Freeze(false) // no keep-alive is sent, so none later is acknowledged
+	defer b.Thaw()
+	time.Sleep(300 * time.Millisecond)
+	rb := req("dated", 2*time.Second)
+	wb := b.Join(rb.Resource, rb.Holder, true)
+	defer wb.Leave(true)
+	if ready, _, ok := wb.State(); !ok {
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiter's watch not confirmed after 10s")
+		}
+	}
+	q := *rb
+	q.Queue = true
+	sent := time.Now() // as the Locker dates a try: before sending it
+	if out, err := b.Try(ctxFor(t, 10*time.Second), &q); err != nil || out.Granted || out.Ref == 0 {
+		t.Fatalf("queueing try: granted=%v ref=%d err=%v", out.Granted, out.Ref, err)
+	}
+	if err := holder.Release(ctxFor(t, 5*time.Second), a.Hold); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := handedOver(t, b, wb, rb, 10*time.Second)
+	counted := sent.Add(g.Age).Add(rb.TTL)
+	bound := frozen.Add(2 * time.Second)
+	if counted.After(bound) {
+		t.Fatalf("the hand-over's lease is counted to %v after the freeze, past the %v the last keep-alive guarantees",
+			counted.Sub(frozen), bound.Sub(frozen))
+	}
+	t.Logf("hand-over Age %v: counted to %v after the freeze (bound 2s)", g.Age.Round(time.Millisecond), counted.Sub(frozen).Round(time.Millisecond))
+}
