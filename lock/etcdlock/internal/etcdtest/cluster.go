@@ -16,9 +16,18 @@ import (
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
+// tb is what starting a cluster needs of a test: a testing.TB, or the
+// package's own for the cluster its tests share (shared.go).
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+	Cleanup(func())
+}
+
 // Cluster is an etcd cluster of members started in this process.
 type Cluster struct {
-	t       testing.TB
+	t       tb
 	mu      sync.Mutex
 	Members []*Member
 	// Peers stands between the members on their peer ports: it can cut a
@@ -41,13 +50,19 @@ type Member struct {
 	Proxy     *testenv.Proxy
 }
 
-// ClientURL is the member's address through its proxy.
-func (m *Member) ClientURL() string { return "http://" + m.Proxy.Addr() }
+// ClientURL is the member's address through its proxy (its own, in the
+// shared cluster, which has no proxies).
+func (m *Member) ClientURL() string {
+	if m.Proxy == nil {
+		return m.clientURL
+	}
+	return "http://" + m.Proxy.Addr()
+}
 
 // DirectURL is the member's own client address, bypassing the proxy.
 func (m *Member) DirectURL() string { return m.clientURL }
 
-func freePort(t testing.TB) int {
+func freePort(t tb) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,10 +76,15 @@ func freePort(t testing.TB) int {
 // process between its choice and its use makes it start again on others.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return startClusterOf(t, n, true)
+}
+
+func startClusterOf(t tb, n int, proxies bool) *Cluster {
+	t.Helper()
 	var err error
 	for range 5 {
 		var c *Cluster
-		if c, err = startCluster(t, n); err == nil {
+		if c, err = startCluster(t, n, proxies); err == nil {
 			return c
 		}
 		if !strings.Contains(err.Error(), "address already in use") {
@@ -75,7 +95,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return nil
 }
 
-func startCluster(t testing.TB, n int) (*Cluster, error) {
+func startCluster(t tb, n int, proxies bool) (*Cluster, error) {
 	c := &Cluster{t: t, Peers: newPartition(t)}
 	var initial []string
 	for i := range n {
@@ -91,7 +111,9 @@ func startCluster(t testing.TB, n int) (*Cluster, error) {
 	}
 	for _, m := range c.Members {
 		m.initial = strings.Join(initial, ",")
-		m.Proxy = testenv.StartProxy(t, strings.TrimPrefix(m.clientURL, "http://"))
+		if proxies {
+			m.Proxy = testenv.StartProxy(t.(testing.TB), strings.TrimPrefix(m.clientURL, "http://"))
+		}
 	}
 	errs := make(chan error, n)
 	for _, m := range c.Members {

@@ -28,7 +28,7 @@ func TestPausedHolderStepsDownFirst(t *testing.T) {
 }
 
 func pausedHolder(t *testing.T, paused bool) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	// Another grant on the same session, whose lease the process would
 	// keep alive for it.
@@ -67,7 +67,7 @@ func pausedHolder(t *testing.T, paused bool) {
 // keep-alive the server acknowledged guarantees, less the drift
 // allowance, not the TTL asked for.
 func TestValidityFromLastKeepAlive(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	mustGrant(t, b, req("warm", 2*time.Second)) // the session's lease, 2s
 	frozen := time.Now()

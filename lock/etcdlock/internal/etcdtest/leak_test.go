@@ -21,7 +21,7 @@ import (
 // goroutines of the cluster and of the clients, which outlive the
 // Lockers, were there before it began.
 func TestNoGoroutineLeftAfterClose(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	clis := []*clientv3.Client{c.Client(t), c.Client(t)}
 	ctx := ctxFor(t, time.Minute)
 	for _, cli := range clis { // the clients' connections are up

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/textproto"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -33,7 +32,7 @@ type peerConn struct {
 	a, b     net.Conn
 }
 
-func newPartition(t testing.TB) *Partition {
+func newPartition(t tb) *Partition {
 	p := &Partition{isolated: map[string]bool{}, conns: map[*peerConn]struct{}{}}
 	t.Cleanup(p.close)
 	return p
@@ -41,7 +40,7 @@ func newPartition(t testing.TB) *Partition {
 
 // listen starts forwarding a new peer address to target, the member m's own
 // peer address, and returns it.
-func (p *Partition) listen(t testing.TB, m *Member, target string) string {
+func (p *Partition) listen(t tb, m *Member, target string) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

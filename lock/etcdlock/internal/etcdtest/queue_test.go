@@ -46,7 +46,7 @@ func handedOver(t *testing.T, b *backend.Backend, w lockbackend.Waiter, r *lockb
 // holder are handed the lock in the order they queued, each woken by the
 // release before it through the watch, with increasing tokens.
 func TestQueueHandsOverInArrivalOrder(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	a := mustGrant(t, b, req("q", 10*time.Second))
 	rb, rc := req("q", 10*time.Second), req("q", 10*time.Second)
@@ -81,7 +81,7 @@ func TestQueueHandsOverInArrivalOrder(t *testing.T) {
 // next waiter by no more than its own lease, or QueueLife when that is
 // longer.
 func TestVanishedWaiterCostsAtMostItsLease(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	a := mustGrant(t, b, req("v", 10*time.Second))
 	gone := req("v", 2*time.Second)
@@ -113,7 +113,7 @@ func TestVanishedWaiterCostsAtMostItsLease(t *testing.T) {
 // TTL, and that must end no later than what the last keep-alive the server
 // acknowledged guarantees, less the drift allowance.
 func TestHandOverDatedByLastKeepAlive(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	holder := newBackendAt(t, c.Client(t), b)
 	a := mustGrant(t, holder, req("dated", 10*time.Second))
