@@ -128,22 +128,10 @@ func TestNoGoroutineLeftAfterClose(t *testing.T) {
 	goleak.VerifyNone(t, append(clusterGoroutines, before)...)
 }
 
-// clusterGoroutines are the goroutines the cluster and the clients start
-// while the test runs: the members' peer connections (HTTP, which no
-// Locker uses) and the Partition's proxying of them, and gRPC's
-// connections: a member's side of a client connection, and a client's
-// transport, which its ClientConn opens again when a connection drops
-// (seen on a loaded machine, torn down a moment after the check). A
-// transport belongs to the client, which outlives the Lockers; what a
-// Locker starts on it (watches, keep-alives, its own loops) runs in
-// clientv3's or fencekit's code and is still found.
+// clusterGoroutines are the goroutines the cluster starts while the test
+// runs: the members' peer connections (HTTP, which no Locker uses) and the
+// Partition's proxying of them.
 var clusterGoroutines = []goleak.Option{
-	goleak.IgnoreAnyFunction("google.golang.org/grpc.(*Server).handleRawConn"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc.(*Server).handleRawConn.func1"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/transport.(*http2Server).keepalive"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/transport.(*http2Client).reader"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/transport.(*http2Client).keepalive"),
-	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/transport.(*loopyWriter).run"),
 	goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
