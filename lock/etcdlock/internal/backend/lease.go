@@ -1,4 +1,4 @@
-package prevbackend
+package backend
 
 import (
 	"context"
