@@ -13,14 +13,17 @@
 //   - fencekit_guard(resource, token, holder, updated_at): one high-water mark
 //     per resource, the newest fence admitted for it;
 //   - fencekit_guard_admit(resource, token, holder): the admission rule as a
-//     function that raises SQLSTATE FK001 on a stale fence, used by the
-//     storage/postgres package's one-round-trip batch; 00005 replaces it
-//     with one that writes the guard row only when the mark changes;
+//     function that raises SQLSTATE FK001 on a stale fence (the mark it lost
+//     to in the error's detail), used by storage/postgres's one-round-trip
+//     batches (Exec, and InTx and Once, whose batch sends BEGIN with it) and
+//     by storage/pgsql's InTx and Once; 00005 replaces it with one that
+//     writes the guard row only when the mark changes;
 //   - fencekit_guard_try(resource, token, holder) (00005): the same rule,
-//     returning false on a stale fence instead of raising, used by the
-//     transaction paths of storage/postgres and storage/pgsql (Guard,
-//     GuardAll, InTx, Once), which fail with their ErrNotMigrated, naming
-//     00005, until it is applied;
+//     returning false on a stale fence instead of raising, used where the
+//     caller's transaction must stay usable after a refusal (Guard and
+//     GuardAll of storage/postgres and storage/pgsql, InTx on a pgx.Tx),
+//     which fail with their ErrNotMigrated, naming 00005, until it is
+//     applied;
 //   - fencekit_once(key, resource, token, holder, done_at): one completion
 //     record per key of work run through storage/postgres's Once, with an
 //     index on done_at for deleting old records. holder is the holder's
