@@ -177,8 +177,11 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	}
 	m.judgeQueue()
 	r.count(WaiterAhead, len(m.qAhead))
-	// Renewals by rate: a loaded machine runs some late, most may not.
-	if n, lapsed := r.Count(Renewal), r.Count(renewalsLapsed); n >= 2 && 2*lapsed > n {
+	// Renewals by rate: a loaded machine runs some late, most may not. A
+	// rate needs a sample: most of at least five, or all of at least
+	// three (a renewal that is broken lets every lease lapse; a loaded CI
+	// machine let 2 of 3 lapse in an honest run).
+	if n, lapsed := r.Count(Renewal), r.Count(renewalsLapsed); (n >= 5 && 2*lapsed > n) || (n >= 3 && lapsed == n) {
 		r.violate(Renewal, "%s: %d of %d renewed leases held past their first validity had lapsed", b.Name, lapsed, n)
 	}
 	return r
