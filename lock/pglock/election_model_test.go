@@ -89,39 +89,9 @@ func (r *runScope) close() {
 func pgModelDB(t *testing.T, sc *runScope) string {
 	t.Helper()
 	base := testenv.PostgresBaseURL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	name := "fencekit_elmodel_" + strings.ToLower(fence.NewHolder()[:12])
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	sc.add(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Del("search_path")
-	u.RawQuery = q.Encode()
-	return u.String()
+	dbURL, drop := testenv.PostgresDatabase(t, base, "fencekit_elmodel_")
+	sc.add(drop)
+	return dbURL
 }
 
 // pgPool opens a pool of rawURL through addr (host:port; "" keeps the

@@ -66,37 +66,9 @@ CREATE TRIGGER lmodel_grant AFTER INSERT OR UPDATE ON fencekit_lock
 func modelDatabase(t *testing.T, rawURL string) string {
 	t.Helper()
 	ctx := ctxFor(t, 60*time.Second)
-	name := "fencekit_lmodel_" + fence.NewHolder()[:12]
-	admin, err := pgx.Connect(ctx, rawURL)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, rawURL)
-		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Del("search_path")
-	u.RawQuery = q.Encode()
-	pool, err := pgxpool.New(ctx, u.String())
+	dbURL, drop := testenv.PostgresDatabase(t, rawURL, "fencekit_lmodel_")
+	t.Cleanup(drop)
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +79,7 @@ func modelDatabase(t *testing.T, rawURL string) string {
 	if _, err := pool.Exec(ctx, modelGrantLogSQL); err != nil {
 		t.Fatalf("grant log: %v", err)
 	}
-	return u.String()
+	return dbURL
 }
 
 // seenTracer tells the model the holder id of every grant attempt an

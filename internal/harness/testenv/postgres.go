@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +103,48 @@ func pingPostgres(u string) error {
 	}
 	defer conn.Close(ctx)
 	return conn.Ping(ctx)
+}
+
+// PostgresDatabase creates a database of its own, named prefix and a random
+// suffix, on the server of base (the URL of any of its databases), for a
+// test that must change what a database holds for every session (its
+// functions, its triggers), which a schema of its own cannot keep from the
+// other packages' tests. It returns the new database's URL and what drops it
+// (its sessions forced out); the caller says when that runs.
+func PostgresDatabase(t testing.TB, base, prefix string) (dbURL string, drop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testenv: connect to create database %s: %v", name, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("testenv: drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("testenv: drop database %s: %v", name, err)
+		}
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		drop()
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	return u.String(), drop
 }
