@@ -163,8 +163,10 @@ func named(args []any) []driver.NamedValue {
 // between the read and the write, which then lowers the mark. It answers
 // as the guard's upsert does: rows changed when admitted, none when stale
 // (the guard then reads the mark it lost to). In admitSQL's place it
-// answers without an insert id, so that the guard reads the mark back. It
-// counts in exposed the marks it overwrote that were newer than its fence.
+// answers as admitSQL does, in the insert id, and admits a fence that holds
+// the mark as read without writing anything. It counts in exposed the marks
+// it overwrote that were newer than its fence, and the admissions of a
+// fence holding the mark as read that the locked row refutes.
 type unlockedStmt struct {
 	b     *breakingConn
 	admit bool // admitSQL's form: an existing row only
@@ -195,12 +197,28 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 		return nil, err
 	}
 	if len(rows) == 0 && s.admit {
-		return driver.RowsAffected(0), nil // no row: the guard creates it and begins again
+		return guardAnswer{}, nil // no row: the guard creates it and begins again
 	}
 	if len(rows) == 1 {
 		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
-		if !(tok > mt || (tok == mt && holder == mh)) {
+		switch {
+		case !(tok > mt || (tok == mt && holder == mh)):
+			if s.admit {
+				return guardAnswer{id: 2}, nil
+			}
 			return driver.RowsAffected(0), nil
+		case s.admit && tok == mt:
+			// The mark holds the fence, as read: admitted, nothing written.
+			// The test looks (locking) to count an admission that the row
+			// refutes; the guard does not use it.
+			marks, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
+			if err != nil {
+				return nil, err
+			}
+			if len(marks) == 1 && (asInt(marks[0][0]) != tok || asString(marks[0][1]) != holder) {
+				s.b.c.exposed.Add(1)
+			}
+			return guardAnswer{id: 1}, nil
 		}
 	}
 	// A client pays a round trip between its read and its write, and may
@@ -219,8 +237,11 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 		}
 	}
 	if s.admit {
-		return s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
-			holder, tok, res)
+		if _, err := s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
+			holder, tok, res); err != nil {
+			return nil, err
+		}
+		return guardAnswer{id: 3, n: 1}, nil
 	}
 	return s.b.exec(ctx, "INSERT INTO fencekit_guard (resource, token, holder, updated_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))\n"+
 		"ON DUPLICATE KEY UPDATE admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), token = ?, holder = ?", res, tok, holder, tok, holder)
