@@ -184,8 +184,11 @@
 // MySQL 8.0's reference manual: INSERT ... ON DUPLICATE KEY UPDATE with
 // placeholders in the update clause, its affected-row counts (1 inserted,
 // 2 updated, 0 or with CLIENT_FOUND_ROWS 1 unchanged) and its left-to-right
-// assignment; INSERT IGNORE and its count for a duplicate key (0); SELECT
-// ... FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE statements of the
+// assignment; LAST_INSERT_ID(expr) in an UPDATE or an upsert, whose
+// value the statement's reply carries as its insert id (the C API's
+// mysql_insert_id()), and a reply's insert id of 0 for an UPDATE that set
+// none; INSERT IGNORE and its count for a duplicate key (0); SELECT ...
+// FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE statements of the
 // migrations (VARBINARY, DATETIME(6), CHECK, a backquoted `key` column,
 // ROW_FORMAT=DYNAMIC and its 3072-byte index key limit); GET_LOCK and
 // RELEASE_LOCK (session-owned, released when the session ends); and error
