@@ -80,10 +80,11 @@
 //
 // MySQL has neither a statement that raises an error from a condition
 // without a stored procedure nor a pipelined batch, so admission is one
-// statement plus a check in Go: the guard's affected-row count, and when
-// that cannot tell (a new row, or a connection with clientFoundRows=true), a
-// locking read of the mark. A stale fence returns an error before any other
-// statement is sent; [InTx] and [Once] then roll back, and callers of
+// statement plus a check in Go: the guard's insert id (which
+// LAST_INSERT_ID(n) sets to say how it judged) and affected-row count, and
+// on a refusal a locking read of the mark it lost to, from the row the
+// guard has locked. A stale fence returns an error before any other
+// statement of yours is sent; [InTx] and [Once] then roll back, and callers of
 // [Guard] must roll back themselves. Nothing depends on the DSN's flags.
 //
 // # Types and names
@@ -132,14 +133,15 @@
 // trips, and without interpolateParams=true in the DSN the driver prepares
 // every statement that has arguments (one more round trip each). A fenced
 // write is BEGIN, guard, your statements and COMMIT. The guard of [InTx]
-// and [Once] is one locking read that judges the mark, and writes nothing
-// when the mark is the fence itself (every transaction of a lease after
-// its first); the transaction that raises the mark (a lease's first) sends
-// the raise as a second statement. [Guard] and [GuardAll] upsert the mark
-// in one statement that writes the row only when it inserts it or raises
-// the mark, and add a locking read on refusals. A
-// resource's first [InTx] or [Once] also reads the missing row, rolls
-// back, creates the row and begins again.
+// and [Once] is one UPDATE of the guard row that locks it, judges the mark
+// it locked and raises it in the same statement when the fence is newer;
+// it writes nothing when the mark is the fence itself (every transaction
+// of a lease after its first). [Guard] and [GuardAll] upsert the mark in
+// one statement that writes the row only when it inserts it or raises the
+// mark. Both add a locking read on refusals only, for the holder of the
+// mark the fence lost to, which no OK packet can carry. A resource's
+// first [InTx] or [Once] also finds the row missing, rolls back, creates
+// the row and begins again.
 //
 // # Deadlocks on guard rows
 //
@@ -182,8 +184,11 @@
 // MySQL 8.0's reference manual: INSERT ... ON DUPLICATE KEY UPDATE with
 // placeholders in the update clause, its affected-row counts (1 inserted,
 // 2 updated, 0 or with CLIENT_FOUND_ROWS 1 unchanged) and its left-to-right
-// assignment; INSERT IGNORE and its count for a duplicate key (0); SELECT
-// ... FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE statements of the
+// assignment; LAST_INSERT_ID(expr) in an UPDATE or an upsert, whose
+// value the statement's reply carries as its insert id (the C API's
+// mysql_insert_id()), and a reply's insert id of 0 for an UPDATE that set
+// none; INSERT IGNORE and its count for a duplicate key (0); SELECT ...
+// FOR UPDATE; UTC_TIMESTAMP(6); the CREATE TABLE statements of the
 // migrations (VARBINARY, DATETIME(6), CHECK, a backquoted `key` column,
 // ROW_FORMAT=DYNAMIC and its 3072-byte index key limit); GET_LOCK and
 // RELEASE_LOCK (session-owned, released when the session ends); and error

@@ -54,26 +54,27 @@ ON DUPLICATE KEY UPDATE
     holder     = IF(? > token, ?, holder),
     token      = IF(? > token, ?, token)`
 
-	// judgeSQL locks a resource's guard row (an equality search on the
-	// primary key: the row's record lock only) and judges the fence by the
-	// admission rule against the mark it locked. Arguments: token, token,
-	// holder, token, holder, resource. As a locking read it sees the newest
-	// committed mark, whatever the transaction's snapshot: a plain read
-	// would show a holder the mark it held before a newer holder, committed
-	// while this one waited, raised it. admits is the rule; holds says that
-	// the mark is this very fence, which then needs no write.
-	judgeSQL = `SELECT token, holder, (? > token OR (? = token AND ? = holder)) AS admits, (? = token AND ? = holder) AS holds
-FROM fencekit_guard WHERE resource = ? FOR UPDATE`
-
-	// raiseSQL raises the mark of a resource whose guard row tx has locked
-	// and judged (judgeSQL) lower than the fence. Arguments: holder, token,
-	// resource, token, token, holder. It repeats the admission rule, so it
-	// counts 1 row exactly when it admits (admissions grows, which makes the
-	// count the same whatever clientFoundRows says) and can never lower a
-	// mark.
-	raiseSQL = `UPDATE fencekit_guard
-SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ?
-WHERE resource = ? AND (? > token OR (? = token AND ? = holder))`
+	// admitSQL admits (resource, token, holder) on an existing guard row as
+	// guardSQL does, in one UPDATE: it locks the row (an equality search on
+	// the primary key: the row's record lock only, and an UPDATE judges the
+	// newest committed row, never the transaction's snapshot), raises the
+	// mark when the fence is newer and writes nothing otherwise. Arguments:
+	// token, token, holder, then token, then token, then token, holder,
+	// then token, token, then resource.
+	//
+	// It answers in the insert id alone, whatever clientFoundRows says:
+	// admitRaised, admitHolds or admitRefused as LAST_INSERT_ID(n) set it,
+	// or 0 when no row has the resource (the SET list is evaluated for
+	// matched rows only). The assignments' order and their conditions are
+	// guardSQL's.
+	admitSQL = `UPDATE fencekit_guard
+SET admissions = IF(? > token OR (? = token AND ? = holder),
+        IF(? > token, admissions + 1 + 0 * LAST_INSERT_ID(3), admissions + 0 * LAST_INSERT_ID(1)),
+        admissions + 0 * LAST_INSERT_ID(2)),
+    updated_at = IF(? > token, UTC_TIMESTAMP(6), updated_at),
+    holder     = IF(? > token, ?, holder),
+    token      = IF(? > token, ?, token)
+WHERE resource = ?`
 
 	// createSQL creates a resource's guard row with no mark yet (token 0,
 	// which admits every fence), committed on its own before the transaction
@@ -101,6 +102,14 @@ const (
 	rowsChanged  = 2
 	guardHolds   = 1 // LAST_INSERT_ID(1): the fence holds the mark, nothing written
 	guardRefused = 2 // LAST_INSERT_ID(2): stale
+)
+
+// admitSQL's answers (see admitSQL): its insert id.
+const (
+	admitNoRow   = 0 // no guard row: nothing evaluated, nothing locked
+	admitHolds   = 1 // the fence holds the mark, nothing written
+	admitRefused = 2 // stale, nothing written
+	admitRaised  = 3 // the mark raised to the fence
 )
 
 // Guard admits f as a statement of tx by the rule of [fence.Admits]: one
@@ -309,29 +318,18 @@ var errNoGuardRow = errors.New("mysql: no guard row")
 // existing rows are locked, each by its own record lock, so two such
 // transactions never deadlock on guard rows.
 //
-// It locks the row and judges f against the mark it locked (judgeSQL).
-// When the mark is f itself (every transaction of a lease after its
-// first), the row is left as it is: one statement, and no row written.
-// Only a fence that raises the mark writes it, in a second statement
-// (raiseSQL).
+// It is one statement (admitSQL), whether the mark holds f (every
+// transaction of a lease after its first: the row is locked and nothing
+// written), is raised to f or refuses f. Only a refusal costs a second
+// statement, which reads the mark f lost to from the row tx has locked.
 func admitExisting(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	t, h := int64(f.Token), f.Holder
-	mark := fence.Fence{Resource: f.Resource}
-	var token int64
-	var admits, holds bool
-	err := tx.QueryRowContext(ctx, judgeSQL, t, t, h, t, h, f.Resource).Scan(&token, &mark.Holder, &admits, &holds)
-	mark.Token = fence.Token(token)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return errNoGuardRow
-	case err != nil:
-		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
-	case holds:
-		return nil
-	case !admits:
-		return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
-	}
-	res, err := tx.ExecContext(ctx, raiseSQL, h, t, f.Resource, t, t, h)
+	res, err := tx.ExecContext(ctx, admitSQL, t, t, h,
+		t,
+		t,
+		t, h,
+		t, t,
+		f.Resource)
 	if err != nil {
 		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
 	}
@@ -339,12 +337,48 @@ func admitExisting(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	if err != nil {
 		return prefixed(fmt.Sprintf("mysql: guard %s", f), err)
 	}
-	if n != 1 {
-		// tx holds the row, so its mark cannot have changed since it was
-		// judged.
-		return prefixed(fmt.Sprintf("mysql: guard %s", f), errors.New("the guard row changed while it was locked"))
+	id, err := res.LastInsertId()
+	switch {
+	case err != nil:
+		// A driver without the insert id: the mark, read below, settles it.
+	case id == admitRaised && n == 1, id == admitHolds && n <= 1:
+		return nil
+	case id == admitNoRow && n == 0:
+		return errNoGuardRow
+	case id == admitRefused && n <= 1:
+		// Stale: the mark it lost to is read below.
+	default:
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), fmt.Errorf("unexpected answer: %d rows, insert id %d", n, id))
 	}
-	return nil
+	// The row, if there is one, is locked by tx, so its mark is the one
+	// that admitted or refused f: the statement either raised it to f or
+	// left it as it was.
+	mark, found, err := lockedMark(ctx, tx, f.Resource)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return errNoGuardRow
+	case mark.Token == f.Token && mark.Holder == f.Holder:
+		return nil
+	}
+	return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
+}
+
+// lockedMark reads resource's mark with markSQL, and whether it has a
+// guard row.
+func lockedMark(ctx context.Context, tx *sql.Tx, resource string) (fence.Fence, bool, error) {
+	mark := fence.Fence{Resource: resource}
+	var token int64
+	err := tx.QueryRowContext(ctx, markSQL, resource).Scan(&token, &mark.Holder)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return mark, false, nil
+	case err != nil:
+		return fence.Fence{}, false, prefixed(fmt.Sprintf("mysql: high-water mark of %q", resource), translate(err, true))
+	}
+	mark.Token = fence.Token(token)
+	return mark, true, nil
 }
 
 // createAttempts bounds how often createGuardRow runs its statement again

@@ -26,7 +26,9 @@ import (
 //     autocommit UPDATE of it.
 //
 // The commit's log flush (innodb_flush_log_at_trx_commit) is the server's
-// setting, not a session's: both sides pay it as the server has it.
+// setting, not a session's: both sides pay it as the server has it. To
+// see the guard without the flush, point FENCEKIT_TEST_MYSQL at a server
+// started with innodb_flush_log_at_trx_commit=2 (docs/performance.md).
 // FENCEKIT_BENCH_LATENCY (such as 1ms) delays each direction through a
 // proxy. Take the medians of -count 5:
 //
@@ -80,20 +82,66 @@ func BenchmarkGuardCost(b *testing.B) {
 	}
 	rows := func() int64 { return sessionRowWrites(b, ctx, db) }
 
+	paired := func(b *testing.B, plain, fenced func() error) {
+		pgsqlsuite.Paired(b, rows, plain, fenced)
+		reportOps(b, ctx, db, plain, fenced)
+	}
 	b.Run("InTx", func(b *testing.B) {
 		f := next()
-		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(f) })
+		paired(b, plainTx, func() error { return inTx(f) })
 	})
 	b.Run("InTxFirst", func(b *testing.B) {
-		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(next()) })
+		paired(b, plainTx, func() error { return inTx(next()) })
 	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()
-		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(f) })
+		paired(b, plainUpdate, func() error { return tableUpdate(f) })
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
-		pgsqlsuite.Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
+		paired(b, plainUpdate, func() error { return tableUpdate(next()) })
 	})
+}
+
+// reportOps runs plain and fenced a hundred times each and reports, per
+// call, the statements each sends (plain-stmts/op, fenced-stmts/op: the
+// session's Com_ counters of BEGIN, COMMIT, ROLLBACK and the statements
+// that read or write rows) and the rows InnoDB is asked to read by key
+// (plain-reads/op, fenced-reads/op: Handler_read_key, which counts the
+// row an UPDATE or a locking read looks up).
+func reportOps(b *testing.B, ctx context.Context, db *sql.DB, plain, fenced func() error) {
+	b.Helper()
+	perCall := func(fn func() error) (stmts, reads float64) {
+		before := sessionOps(b, ctx, db)
+		for range 100 {
+			if err := fn(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := sessionOps(b, ctx, db)
+		// Each read of the counters is a statement too.
+		return float64(after[0]-before[0]-1) / 100, float64(after[1]-before[1]) / 100
+	}
+	ps, pr := perCall(plain)
+	fs, fr := perCall(fenced)
+	b.ReportMetric(ps, "plain-stmts/op")
+	b.ReportMetric(fs, "fenced-stmts/op")
+	b.ReportMetric(pr, "plain-reads/op")
+	b.ReportMetric(fr, "fenced-reads/op")
+}
+
+// sessionOps is the session's statements (as reportOps counts them) and
+// Handler_read_key.
+func sessionOps(b *testing.B, ctx context.Context, db *sql.DB) [2]int64 {
+	b.Helper()
+	var n [2]int64
+	err := db.QueryRowContext(ctx, `SELECT
+    SUM(IF(VARIABLE_NAME IN ('COM_SELECT', 'COM_UPDATE', 'COM_INSERT', 'COM_BEGIN', 'COM_COMMIT', 'COM_ROLLBACK'), VARIABLE_VALUE, 0)),
+    SUM(IF(VARIABLE_NAME = 'HANDLER_READ_KEY', VARIABLE_VALUE, 0))
+FROM information_schema.SESSION_STATUS`).Scan(&n[0], &n[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // sessionRowWrites is the session's Handler_write plus Handler_update: the

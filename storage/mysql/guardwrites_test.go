@@ -213,3 +213,155 @@ WHERE VARIABLE_NAME = 'HANDLER_UPDATE'`).Scan(&n)
 	}
 	return n
 }
+
+// TestInTxGuardIsOneStatement: InTx's guard is one statement whether the
+// mark holds the fence (nothing written) or is raised (the guard row written
+// once): fn runs after BEGIN and the guard. Only a refusal adds a read of
+// the mark it lost to (BEGIN, the guard, the read, ROLLBACK). It answers alike whatever the connection's found-rows flag and
+// whether statements are prepared on the server or interpolated.
+func TestInTxGuardIsOneStatement(t *testing.T) {
+	for _, foundRows := range []bool{false, true} {
+		for _, interpolate := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/interpolateParams=%v", foundRowsName(foundRows), interpolate), func(t *testing.T) {
+				cfg := testenv.MySQLConfig(t)
+				cfg.ClientFoundRows = foundRows
+				cfg.InterpolateParams = interpolate
+				ctx, db := setupWith(t, cfg)
+				db.SetMaxOpenConns(1) // the session's counters are the calls'
+				raise(t, ctx, db, fenceOf("r", 5, "a"))
+				steps := []struct {
+					f          fence.Fence
+					admit      bool
+					statements int64 // before fn, or in all when refused
+					writes     int64 // guard rows updated
+				}{
+					{fenceOf("r", 5, "a"), true, 2, 0},
+					{fenceOf("r", 6, "b"), true, 2, 1},
+					{fenceOf("r", 6, "b"), true, 2, 0},
+					{fenceOf("r", 6, "a"), false, 4, 0},
+					{fenceOf("r", 5, "b"), false, 4, 0},
+					{fenceOf("r", 7, "a"), true, 2, 1},
+				}
+				for i, s := range steps {
+					before := sessionCounters(t, ctx, db)
+					var inside counters
+					err := mysql.InTx(ctx, db, nil, s.f, func(ctx context.Context, tx *sql.Tx) error {
+						inside = sessionCounters(t, ctx, tx)
+						return nil
+					})
+					if (err == nil) != s.admit {
+						t.Fatalf("step %d: InTx(%v) = %v, want admitted %v", i, s.f, err, s.admit)
+					}
+					if !s.admit {
+						inside = sessionCounters(t, ctx, db)
+						wantStale(t, err, mark(t, ctx, db, "r"))
+					}
+					// Each read of the counters is a statement itself.
+					if got := inside.statements - before.statements - 1; got != s.statements {
+						t.Errorf("step %d: InTx(%v) sent %d statements, want %d", i, s.f, got, s.statements)
+					}
+					if got := inside.updates - before.updates; got != s.writes {
+						t.Errorf("step %d: InTx(%v) updated %d rows, want %d", i, s.f, got, s.writes)
+					}
+				}
+				if got := mark(t, ctx, db, "r"); got != fenceOf("r", 7, "a") {
+					t.Fatalf("mark = %v, want r/7/a", got)
+				}
+			})
+		}
+	}
+}
+
+// counters are a session's statements (those that read or write rows, and
+// BEGIN) and rows updated (Handler_update).
+type counters struct{ statements, updates int64 }
+
+func sessionCounters(t testing.TB, ctx context.Context, db mysql.Querier) counters {
+	t.Helper()
+	var c counters
+	err := db.QueryRowContext(ctx, `SELECT
+    SUM(IF(VARIABLE_NAME IN ('COM_SELECT', 'COM_UPDATE', 'COM_INSERT', 'COM_BEGIN', 'COM_COMMIT', 'COM_ROLLBACK'), VARIABLE_VALUE, 0)),
+    SUM(IF(VARIABLE_NAME = 'HANDLER_UPDATE', VARIABLE_VALUE, 0))
+FROM information_schema.SESSION_STATUS`).Scan(&c.statements, &c.updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestInTxGuardAnswerIsTheStatementsOwn: the insert id InTx's guard reads
+// is the one its own statement set. A session's LAST_INSERT_ID() keeps the
+// last value set, but a reply carries it only for the statement that set
+// it: a resource without a guard row, guarded right after another
+// resource's mark held on the same connection, still gets its row (and its
+// mark) rather than being taken as held.
+func TestInTxGuardAnswerIsTheStatementsOwn(t *testing.T) {
+	for _, foundRows := range []bool{false, true} {
+		t.Run(foundRowsName(foundRows), func(t *testing.T) {
+			cfg := testenv.MySQLConfig(t)
+			cfg.ClientFoundRows = foundRows
+			ctx, db := setupWith(t, cfg)
+			db.SetMaxOpenConns(1)
+			raise(t, ctx, db, fenceOf("held", 5, "a"))
+			for _, f := range []fence.Fence{fenceOf("held", 5, "a"), fenceOf("new", 1, "b"), fenceOf("held", 4, "a"), fenceOf("other", 1, "c")} {
+				_ = mysql.InTx(ctx, db, nil, f, func(context.Context, *sql.Tx) error { return nil })
+				if f.Resource == "held" {
+					continue
+				}
+				if got := mark(t, ctx, db, f.Resource); got != f {
+					t.Fatalf("mark of %q after InTx(%v) = %v, want the fence", f.Resource, f, got)
+				}
+			}
+		})
+	}
+}
+
+// TestOnceWritesOnlyItsRecord: Once under the fence that holds the mark
+// writes its completion record and nothing else before fn runs (the guard
+// row is locked, not written), in BEGIN, the guard and the record's
+// INSERT; a key already done writes nothing.
+func TestOnceWritesOnlyItsRecord(t *testing.T) {
+	ctx, db := setup(t)
+	db.SetMaxOpenConns(1)
+	f := fenceOf("r", 5, "a")
+	raise(t, ctx, db, f)
+	for i, key := range []string{"k1", "k1", "k2"} {
+		before := sessionCounters(t, ctx, db)
+		writesBefore := rowWrites(t, ctx, db)
+		var inside counters
+		var writesInside int64
+		ran, err := mysql.Once(ctx, db, f, key, func(ctx context.Context, tx *sql.Tx) error {
+			inside = sessionCounters(t, ctx, tx)
+			writesInside = rowWrites(t, ctx, tx)
+			return nil
+		})
+		if err != nil || ran != (i != 1) {
+			t.Fatalf("Once(%q) #%d = %v, %v", key, i, ran, err)
+		}
+		if !ran {
+			continue
+		}
+		// Each read of the counters is a statement itself; rowWrites too.
+		if got := inside.statements - before.statements - 2; got != 3 {
+			t.Errorf("Once(%q) sent %d statements before fn, want 3 (BEGIN, guard, record)", key, got)
+		}
+		if got := inside.updates - before.updates; got != 0 {
+			t.Errorf("Once(%q) updated %d rows before fn, want 0", key, got)
+		}
+		if got := writesInside - writesBefore; got != 1 {
+			t.Errorf("Once(%q) inserted %d rows before fn, want 1 (its record)", key, got)
+		}
+	}
+}
+
+// rowWrites is the session's Handler_write: rows inserted.
+func rowWrites(t testing.TB, ctx context.Context, db mysql.Querier) int64 {
+	t.Helper()
+	var n int64
+	err := db.QueryRowContext(ctx, `SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS
+WHERE VARIABLE_NAME = 'HANDLER_WRITE'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -22,12 +22,12 @@ import (
 
 // myGuardPrefix starts Guard's upsert (storage/mysql's guardSQL), whose
 // arguments begin with resource, token, holder; myAdmitPrefix starts the
-// raise of InTx and Once on an existing guard row (raiseSQL, after
-// judgeSQL locked and judged it), whose arguments begin with holder, token,
-// resource.
+// guard of InTx and Once on an existing guard row (admitSQL), whose
+// arguments are token, token, holder, five more, then resource.
 const (
 	myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
-	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = admissions + 1"
+	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = IF("
+	myAdmitArgs   = 10
 )
 
 // breakingConnector opens connections whose statements are changed by
@@ -39,8 +39,8 @@ type breakingConnector struct {
 	driver.Connector
 	breaks   []sqlBreak
 	unlocked bool
-	// judgeUnlocked: storage/mysql's judgment of InTx and Once reads the
-	// mark without its lock (myJudgeStmt); unlocked implies it.
+	// judgeUnlocked: storage/mysql's guard of InTx and Once judges the
+	// mark from the transaction's snapshot (mySnapshotStmt).
 	judgeUnlocked    bool
 	swapped, exposed *atomic.Int64
 }
@@ -86,9 +86,9 @@ func (b *breakingConn) PrepareContext(ctx context.Context, q string) (driver.Stm
 		b.c.swapped.Add(1)
 		return unlockedStmt{b: b, admit: strings.HasPrefix(q, myAdmitPrefix)}, nil
 	}
-	if (b.c.unlocked || b.c.judgeUnlocked) && strings.Contains(q, myJudgeLocked) {
+	if b.c.judgeUnlocked && strings.HasPrefix(q, myAdmitPrefix) {
 		b.c.swapped.Add(1)
-		return myJudgeStmt{b: b, q: strings.Replace(q, myJudgeLocked, myJudgeSnapshot, 1)}, nil
+		return mySnapshotStmt{b: b, q: q}, nil
 	}
 	return b.conn.(driver.ConnPrepareContext).PrepareContext(ctx, b.c.rewrite(q))
 }
@@ -162,11 +162,14 @@ func named(args []any) []driver.NamedValue {
 // then writes the mark unconditionally. Another holder can be admitted
 // between the read and the write, which then lowers the mark. It answers
 // as the guard's upsert does: rows changed when admitted, none when stale
-// (the guard then reads the mark it lost to). It counts in exposed the
-// marks it overwrote that were newer than its fence.
+// (the guard then reads the mark it lost to). In admitSQL's place it
+// answers as admitSQL does, in the insert id, and admits a fence that holds
+// the mark as read without writing anything. It counts in exposed the marks
+// it overwrote that were newer than its fence, and the admissions of a
+// fence holding the mark as read that the locked row refutes.
 type unlockedStmt struct {
 	b     *breakingConn
-	admit bool // admitSQL's form: an existing row only, its count 1 when admitted
+	admit bool // admitSQL's form: an existing row only
 }
 
 func (s unlockedStmt) Close() error  { return nil }
@@ -185,20 +188,37 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 	tok, _ := args[1].Value.(int64)
 	holder, _ := args[2].Value.(string)
 	if s.admit {
-		holder, _ = args[0].Value.(string)
-		res, _ = args[2].Value.(string)
+		res, _ = args[myAdmitArgs-1].Value.(string)
+		tok, _ = args[0].Value.(int64)
+		holder, _ = args[2].Value.(string)
 	}
 	rows, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ?", res)
 	if err != nil {
 		return nil, err
 	}
 	if len(rows) == 0 && s.admit {
-		return driver.RowsAffected(0), nil // no row: the guard creates it and begins again
+		return guardAnswer{}, nil // no row: the guard creates it and begins again
 	}
 	if len(rows) == 1 {
 		mt, mh := asInt(rows[0][0]), asString(rows[0][1])
-		if !(tok > mt || (tok == mt && holder == mh)) {
+		switch {
+		case !(tok > mt || (tok == mt && holder == mh)):
+			if s.admit {
+				return guardAnswer{id: 2}, nil
+			}
 			return driver.RowsAffected(0), nil
+		case s.admit && tok == mt:
+			// The mark holds the fence, as read: admitted, nothing written.
+			// The test looks (locking) to count an admission that the row
+			// refutes; the guard does not use it.
+			marks, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
+			if err != nil {
+				return nil, err
+			}
+			if len(marks) == 1 && (asInt(marks[0][0]) != tok || asString(marks[0][1]) != holder) {
+				s.b.c.exposed.Add(1)
+			}
+			return guardAnswer{id: 1}, nil
 		}
 	}
 	// A client pays a round trip between its read and its write, and may
@@ -217,8 +237,11 @@ func (s unlockedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 		}
 	}
 	if s.admit {
-		return s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
-			holder, tok, res)
+		if _, err := s.b.exec(ctx, "UPDATE fencekit_guard SET admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), holder = ?, token = ? WHERE resource = ?",
+			holder, tok, res); err != nil {
+			return nil, err
+		}
+		return guardAnswer{id: 3, n: 1}, nil
 	}
 	return s.b.exec(ctx, "INSERT INTO fencekit_guard (resource, token, holder, updated_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))\n"+
 		"ON DUPLICATE KEY UPDATE admissions = admissions + 1, updated_at = UTC_TIMESTAMP(6), token = ?, holder = ?", res, tok, holder, tok, holder)
@@ -247,6 +270,69 @@ func asString(v driver.Value) string {
 	}
 	return ""
 }
+
+// mySnapshotStmt is the guard of InTx and Once judging the fence from the
+// transaction's snapshot: a plain read of the mark, which does not wait for
+// a newer holder's transaction that holds the row. A fence that the
+// snapshot shows holding the mark is admitted, after the row is locked
+// (without looking at it again); one the snapshot refuses is refused; one
+// it shows newer runs admitSQL itself, which judges the row it locks (so
+// that a mark is never lowered). It answers as admitSQL does, in the insert
+// id, and counts in exposed the admissions that the locked row refutes.
+type mySnapshotStmt struct {
+	b *breakingConn
+	q string // admitSQL
+}
+
+func (s mySnapshotStmt) Close() error  { return nil }
+func (s mySnapshotStmt) NumInput() int { return -1 }
+
+func (s mySnapshotStmt) Exec(args []driver.Value) (driver.Result, error) {
+	return nil, errors.New("history: mySnapshotStmt needs ExecContext")
+}
+
+func (s mySnapshotStmt) Query(args []driver.Value) (driver.Rows, error) {
+	return nil, errors.New("history: mySnapshotStmt does not query")
+}
+
+func (s mySnapshotStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	if len(args) != myAdmitArgs {
+		return nil, errors.New("history: admitSQL's arguments changed")
+	}
+	tok, holder, res := asInt(args[0].Value), asString(args[2].Value), asString(args[myAdmitArgs-1].Value)
+	rows, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ?", res)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return guardAnswer{}, nil // no row: the guard creates it and begins again
+	}
+	mt, mh := asInt(rows[0][0]), asString(rows[0][1])
+	switch {
+	case tok == mt && holder == mh:
+		marks, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
+		if err != nil {
+			return nil, err
+		}
+		if len(marks) == 1 && (asInt(marks[0][0]) != tok || asString(marks[0][1]) != holder) {
+			s.b.c.exposed.Add(1)
+		}
+		return guardAnswer{id: 1}, nil
+	case tok > mt:
+		vals := make([]any, len(args))
+		for i, a := range args {
+			vals[i] = a.Value
+		}
+		return s.b.exec(ctx, s.q, vals...)
+	}
+	return guardAnswer{id: 2}, nil
+}
+
+// guardAnswer is a statement's answer: its insert id and affected rows.
+type guardAnswer struct{ id, n int64 }
+
+func (a guardAnswer) LastInsertId() (int64, error) { return a.id, nil }
+func (a guardAnswer) RowsAffected() (int64, error) { return a.n, nil }
 
 // myOnceAfterRun is the broken Once of its control, as onceAfter is for
 // PostgreSQL: the work in one guarded transaction, its record after, in

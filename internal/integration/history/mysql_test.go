@@ -44,8 +44,8 @@ const (
 	// in a transaction of its own (myOnceAfterRun).
 	myOnceAfter
 	// mySnapshot judges InTx's and Once's fence from a plain read of the
-	// mark, the transaction's snapshot, instead of the locking read
-	// (myJudgeStmt): a holder whose mark a newer holder raised while it
+	// mark, the transaction's snapshot, instead of the row its UPDATE locks
+	// (mySnapshotStmt): a holder whose mark a newer holder raised while it
 	// waited is admitted.
 	mySnapshot
 	// myOnceNoIgnore writes Once's record with INSERT instead of INSERT

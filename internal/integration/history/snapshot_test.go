@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"io"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -80,67 +79,4 @@ func (s pgsqlSnapshotStmt) QueryContext(ctx context.Context, args []driver.Named
 		s.b.c.exposed.Add(1)
 	}
 	return &boolRows{n: 1}, nil
-}
-
-// myJudgeLocked and myJudgeSnapshot end storage/mysql's judgeSQL and its
-// broken form, which reads the mark from the transaction's snapshot.
-const (
-	myJudgeLocked   = "AS holds\nFROM fencekit_guard WHERE resource = ? FOR UPDATE"
-	myJudgeSnapshot = "AS holds\nFROM fencekit_guard WHERE resource = ?"
-)
-
-// myJudgeStmt is the MySQL guard's judgment read without its lock
-// (myJudgeSnapshot): it answers as judgeSQL does, and counts in exposed the
-// admissions of the fence holding the mark that the locked row refutes.
-type myJudgeStmt struct {
-	b *breakingConn
-	q string
-}
-
-func (s myJudgeStmt) Close() error  { return nil }
-func (s myJudgeStmt) NumInput() int { return -1 }
-
-func (s myJudgeStmt) Exec(args []driver.Value) (driver.Result, error) {
-	return nil, errors.New("history: myJudgeStmt does not exec")
-}
-
-func (s myJudgeStmt) Query(args []driver.Value) (driver.Rows, error) {
-	return nil, errors.New("history: myJudgeStmt needs QueryContext")
-}
-
-func (s myJudgeStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	vals := make([]any, len(args))
-	for i, a := range args {
-		vals[i] = a.Value
-	}
-	rows, err := s.b.query(ctx, s.q, vals...)
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 1 && asInt(rows[0][3]) == 1 {
-		tok, holder, res := asInt(args[0].Value), asString(args[2].Value), asString(args[5].Value)
-		marks, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
-		if err == nil && len(marks) == 1 && (asInt(marks[0][0]) != tok || asString(marks[0][1]) != holder) {
-			s.b.c.exposed.Add(1)
-		}
-	}
-	return &valueRows{cols: []string{"token", "holder", "admits", "holds"}, rows: rows}, nil
-}
-
-// valueRows is rows read already.
-type valueRows struct {
-	cols []string
-	rows [][]driver.Value
-}
-
-func (r *valueRows) Columns() []string { return r.cols }
-func (r *valueRows) Close() error      { return nil }
-
-func (r *valueRows) Next(dest []driver.Value) error {
-	if len(r.rows) == 0 {
-		return io.EOF
-	}
-	copy(dest, r.rows[0])
-	r.rows = r.rows[1:]
-	return nil
 }
