@@ -77,10 +77,26 @@ type statements struct{ grant, release, leave string }
 
 var ownStatements = statements{grant: grantSQL, release: releaseSQL, leave: leaveSQL}
 
+// callStatements are the statements for a pool whose statements are not
+// prepared once per connection (see grantCallSQL).
+var callStatements = statements{grant: grantCallSQL, release: releaseCallSQL, leave: leaveCallSQL}
+
+// statementsFor are the statements that cost pool's server least: the
+// plain SQL when pool keeps statements prepared (pgx's default,
+// QueryExecModeCacheStatement), the function calls otherwise (the simple
+// protocol, as behind PgBouncer's transaction mode before it kept
+// prepared statements, and the modes that use the unnamed statement).
+func statementsFor(pool *pgxpool.Pool) statements {
+	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		return ownStatements
+	}
+	return callStatements
+}
+
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
 		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe}
-	b.sql = ownStatements
+	b.sql = statementsFor(pool)
 	if cfg.sql != nil {
 		b.sql = *cfg.sql
 	}

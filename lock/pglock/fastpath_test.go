@@ -361,3 +361,48 @@ func TestOlderSchemaTakesOlderStatements(t *testing.T) {
 		})
 	}
 }
+
+// A pool that keeps no statements prepared (here the simple protocol)
+// plans every statement on every call: there the lock calls the functions
+// instead of sending the plain SQL, and answers the same.
+func TestUnpreparedPoolCallsFunctions(t *testing.T) {
+	base := migratedPool(t)
+	ctx := ctxFor(t, 30*time.Second)
+	cfg := base.Config()
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	rec := &sqlRecorder{}
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := testBackend(t, pool, config{poll: true})
+	const r = "pgperf-simple"
+	if _, err := b.tryAcquire(ctx, r, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.tryAcquire(ctx, r, "b", 10*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("grant of a held lock: %v, want refused", err)
+	}
+	queue(t, b, r, "w")
+	if held, err := b.releaseAs(ctx, "Acquire", r, "w", true); err != nil || held {
+		t.Fatalf("a waiter leaving: %v %v", held, err)
+	}
+	if held, err := b.release(ctx, r, "a"); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if _, err := b.tryAcquire(ctx, r, "c", 10*time.Second); err != nil {
+		t.Fatalf("uncontended grant: %v", err)
+	}
+	if held, err := b.release(ctx, r, "c"); err != nil || !held {
+		t.Fatalf("uncontended release: %v %v", held, err)
+	}
+	if rec.count(grantCallSQL) != 4 || rec.count(releaseCallSQL) != 2 || rec.count(leaveCallSQL) != 1 {
+		t.Errorf("function calls sent: grant %d, release %d, leave %d; want 4, 2, 1",
+			rec.count(grantCallSQL), rec.count(releaseCallSQL), rec.count(leaveCallSQL))
+	}
+	if n := rec.count(grantSQL) + rec.count(releaseSQL) + rec.count(leaveSQL); n != 0 {
+		t.Errorf("the plain SQL was sent %d times on a pool that prepares nothing", n)
+	}
+}

@@ -58,6 +58,16 @@ SELECT EXISTS (SELECT FROM r) OR fencekit_lock_release_full($1, $2, $3::bigint, 
 	// goes too.
 	leaveSQL = `SELECT fencekit_lock_release_full($1, $2, $3, true)`
 
+	// grantCallSQL, releaseCallSQL and leaveCallSQL are grantSQL,
+	// releaseSQL and leaveSQL as calls of functions alone (migrations
+	// 00008 and 00007), for a pool that does not keep its statements
+	// prepared on the server: there every statement is planned on every
+	// call, and the plain SQL's plan costs far more than a function call's,
+	// whose own statements stay planned in the session.
+	grantCallSQL   = `SELECT fencekit_lock_grant($1, $2, $3, $4, $5, $6)`
+	releaseCallSQL = `SELECT fencekit_lock_release($1, $2, $3, false)`
+	leaveCallSQL   = `SELECT fencekit_lock_release($1, $2, $3, true)`
+
 	// acquireSQL and oldReleaseSQL are grantSQL and releaseSQL (and
 	// leaveSQL, with $4) on a database without migration 00008 (see
 	// fencekit_lock_acquire and fencekit_lock_release): the same answers,
