@@ -406,3 +406,55 @@ func TestUnpreparedPoolCallsFunctions(t *testing.T) {
 		t.Errorf("the plain SQL was sent %d times on a pool that prepares nothing", n)
 	}
 }
+
+// A grant whose UPDATE waits for the row (another transaction holds it
+// locked) evaluates its WHERE clause again on the row as that transaction
+// left it: when that was a grant to another holder, the UPDATE matches
+// nothing, the full path decides in the same statement, and refuses.
+func TestFastGrantAfterWaitingForTheRow(t *testing.T) {
+	pool := migratedPool(t)
+	b := testBackend(t, pool, config{poll: true})
+	ctx := ctxFor(t, 30*time.Second)
+	const r = "pgperf-epq"
+	if _, err := b.tryAcquire(ctx, r, "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := b.release(ctx, r, "a"); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// Another grant, as the full path makes it, not yet committed.
+	if _, err := tx.Exec(ctx, `UPDATE fencekit_lock SET holder = 'x', token = token + 1,
+		expires_at = clock_timestamp() + interval '10 seconds' WHERE resource = $1`, r); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.tryAcquire(ctx, r, "b", 10*time.Second)
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "the grant waits for the row", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%fencekit_lock_grant(%'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("grant after the row was granted to another while it waited: %v, want refused", err)
+	}
+	if h := holderOf(t, pool, r); h != "x" {
+		t.Fatalf("holder = %q, want x, whose grant committed while the other waited", h)
+	}
+}
