@@ -179,9 +179,10 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 
 // try makes one attempt to grant resource to holder for ttl, in one round
 // trip (two, once a minute, on a database without migration 00008: the
-// newer statement tried, then the older one). life > 0 queues a refused caller with that entry life; ordered
-// makes a free lock go to the first live waiter ahead of the caller. It
-// returns the grant, or a refusal (nil error), or an error.
+// newer statement tried, then the older one). life > 0 queues a refused
+// caller with that entry life; ordered makes a free lock go to the first
+// live waiter ahead of the caller. It returns the grant, or a refusal (nil
+// error), or an error.
 func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, life time.Duration, ordered bool) (*grant, *refusal, error) {
 	if err := checkArgs(ctx, op, resource, holder, ttl, true); err != nil {
 		return nil, nil, err

@@ -6,8 +6,9 @@ package pglock
 // in one statement, on the server's clock (00007 and 00008 add faster ones
 // that answer the same).
 //
-// The uncontended grant and release are plain SQL (grantSQL, releaseSQL):
-// one UPDATE of the lock's row in a WITH clause, whose WHERE clause is the
+// On a pool that keeps its statements prepared (pgx's default; see
+// statementsFor) the grant and release are plain SQL (grantSQL,
+// releaseSQL): one UPDATE of the lock's row in a WITH clause, whose WHERE clause is the
 // uncontended case of migration 00007, and the function of the full path
 // called in the same statement only when that UPDATE matched no row
 // (COALESCE and OR evaluate their second operand only then). A call of a
@@ -26,8 +27,8 @@ const (
 	// token, remaining_ms, place, ref}): the free lock with an empty queue
 	// and a counter the clock has passed goes to the caller in the
 	// UPDATE; anything else goes to fencekit_lock_grant (migration 00008),
-	// which decides as fencekit_lock_acquire does. From 2255 on (the token
-	// space ends in June 2255) the UPDATE matches no row and the function
+	// which decides as fencekit_lock_acquire does. From January 2255 on (the
+	// token space ends in June 2255) the UPDATE matches no row and the function
 	// decides in exact arithmetic. $3 is the lease, $4 the retention, in
 	// ms; $5 the queue entry's life in ms (NULL: do not queue); $6 whether
 	// the caller respects the queue.
