@@ -86,7 +86,9 @@
 // Migrations 00007_fencekit_lock_fast_path and 00008_fencekit_lock_grant,
 // which migrations.UpPool applies with it, make an uncontended grant and
 // release one plain UPDATE each, sent with the function of the full path
-// in the same statement; a database that has only 00006 or 00007 gets the
+// in the same statement (on a pool that keeps no statements prepared, such
+// as one sending the simple protocol, the lock calls the functions
+// instead, whose statements stay planned in the session); a database that has only 00006 or 00007 gets the
 // same answers, more slowly (grants and releases there take the older
 // functions; the newer statements are tried again once a minute, and the
 // first grant that finds them missing takes a second round trip).
