@@ -35,7 +35,13 @@
 //     (one row per active resource, one per queued waiter; rows of idle
 //     resources are reclaimed by the lock itself); 00007 adds the
 //     fencekit_lock.waiting flag (the resource may have queued waiters),
-//     with which an uncontended grant or release is one UPDATE.
+//     with which an uncontended grant or release is one UPDATE, and
+//     00008 fencekit_lock_grant, the grant answering in one array: the
+//     lock now sends its uncontended grant and release as plain SQL (that
+//     UPDATE, and fencekit_lock_grant or fencekit_lock_release_full in the
+//     same statement when it matched no row), and calls
+//     fencekit_lock_acquire and fencekit_lock_release only on a database
+//     without 00008.
 //
 // A database migrated by an earlier version gets the new objects from the
 // next [Up]: only the migrations it lacks are applied.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/lock"
 )
 
@@ -27,6 +29,9 @@ const (
 	cleanupBound = 2 * time.Second
 	// reclaimBatch is how many rows one reclaim deletes at most.
 	reclaimBatch = 1000
+	// olderSchemaProbe is how long grants and releases take the older
+	// statements after migration 00008 was found missing.
+	olderSchemaProbe = time.Minute
 )
 
 // querier is what the backend needs of its pool: one statement at a time.
@@ -39,10 +44,19 @@ type querier interface {
 // the server's clock.
 type backend struct {
 	db        querier
+	sql       statements
 	pool      *pgxpool.Pool
 	retention time.Duration
 	listen    *listener     // nil when waiters poll
 	life      time.Duration // how long an entry lives unrefreshed
+
+	// On a database without migration 00008, grants and releases go to
+	// fencekit_lock_acquire and fencekit_lock_release, which answer the
+	// same, until olderUntil (time since born; 0: never); the newer
+	// statements are tried again every probeOlder.
+	born       time.Time
+	olderUntil atomic.Int64
+	probeOlder time.Duration
 
 	bg     sync.WaitGroup // background releases and the reclaimer
 	stop   chan struct{}
@@ -54,11 +68,38 @@ type config struct {
 	retention time.Duration
 	poll      bool          // no LISTEN: waiters poll with backoff
 	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
+	sql       *statements   // nil: the package's own
+}
+
+// statements are a backend's grant and release statements: grantSQL,
+// releaseSQL and leaveSQL, which tests replace with broken ones.
+type statements struct{ grant, release, leave string }
+
+var ownStatements = statements{grant: grantSQL, release: releaseSQL, leave: leaveSQL}
+
+// callStatements are the statements for a pool whose statements are not
+// prepared once per connection (see grantCallSQL).
+var callStatements = statements{grant: grantCallSQL, release: releaseCallSQL, leave: leaveCallSQL}
+
+// statementsFor are the statements that cost pool's server least: the
+// plain SQL when pool keeps statements prepared (pgx's default,
+// QueryExecModeCacheStatement), the function calls otherwise (the simple
+// protocol, as behind PgBouncer's transaction mode before it kept
+// prepared statements, and the modes that use the unnamed statement).
+func statementsFor(pool *pgxpool.Pool) statements {
+	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		return ownStatements
+	}
+	return callStatements
 }
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
-		life: lockbackend.QueueLife}
+		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe}
+	b.sql = statementsFor(pool)
+	if cfg.sql != nil {
+		b.sql = *cfg.sql
+	}
 	if !cfg.poll {
 		b.listen = newListener(pool)
 	}
@@ -137,9 +178,11 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 }
 
 // try makes one attempt to grant resource to holder for ttl, in one round
-// trip. life > 0 queues a refused caller with that entry life; ordered
-// makes a free lock go to the first live waiter ahead of the caller. It
-// returns the grant, or a refusal (nil error), or an error.
+// trip (two, once a minute, on a database without migration 00008: the
+// newer statement tried, then the older one). life > 0 queues a refused
+// caller with that entry life; ordered makes a free lock go to the first
+// live waiter ahead of the caller. It returns the grant, or a refusal (nil
+// error), or an error.
 func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, life time.Duration, ordered bool) (*grant, *refusal, error) {
 	if err := checkArgs(ctx, op, resource, holder, ttl, true); err != nil {
 		return nil, nil, err
@@ -148,6 +191,27 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 	if life > 0 {
 		lifeArg = int32(ms(life))
 	}
+	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered}
+	if !b.olderSchema() {
+		var reply []int64
+		err := b.db.QueryRow(ctx, b.sql.grant, args...).Scan(&reply)
+		if err == nil {
+			if len(reply) != 3 && len(reply) != 5 {
+				return nil, nil, fmt.Errorf("pglock: %s %q: a reply of %d values", op, resource, len(reply))
+			}
+			place, ref := int64(-1), int64(0)
+			if len(reply) == 5 {
+				place, ref = reply[3], reply[4]
+			}
+			return answer(op, resource, reply[0], reply[1], reply[2], place, ref)
+		}
+		if !olderSchemaError(err) {
+			return nil, nil, translate(ctx, op, resource, err)
+		}
+		// The database lacks migration 00008: the statement failed, so
+		// nothing ran; fencekit_lock_acquire answers the same.
+		b.markOlderSchema()
+	}
 	var (
 		kind  int32
 		token *int64
@@ -155,34 +219,73 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		place *int32
 		ref   *int64
 	)
-	err := b.db.QueryRow(ctx, acquireSQL, resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered).
-		Scan(&kind, &token, &rem, &place, &ref)
-	if err != nil {
+	if err := b.db.QueryRow(ctx, acquireSQL, args...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
 		return nil, nil, translate(ctx, op, resource, err)
 	}
-	remaining := time.Duration(0)
-	if rem != nil {
-		remaining = time.Duration(*rem) * time.Millisecond
+	valueOr := func(p *int64, none int64) int64 {
+		if p == nil {
+			return none
+		}
+		return *p
 	}
+	placeOr := int64(-1)
+	if place != nil {
+		placeOr = int64(*place)
+	}
+	return answer(op, resource, int64(kind), valueOr(token, 0), valueOr(rem, 0), placeOr, valueOr(ref, 0))
+}
+
+// answer reads a grant statement's reply: kind, the token (0: none), what
+// is left of the lease in ms, the caller's place (-1: none; 1 on a grant:
+// the row was new) and its queue entry (0: none).
+func answer(op, resource string, kind, token, rem, place, ref int64) (*grant, *refusal, error) {
+	remaining := time.Duration(rem) * time.Millisecond
 	switch kind {
 	case replyGranted, replyHeld:
-		if token == nil || *token < 1 {
+		if token < 1 {
 			return nil, nil, fmt.Errorf("pglock: %s %q: the server granted no token", op, resource)
 		}
-		g := &grant{token: fence.Token(*token), remaining: remaining, retried: kind == replyHeld}
-		g.fromClock = kind == replyGranted && place != nil && *place == 1
+		g := &grant{token: fence.Token(token), remaining: remaining, retried: kind == replyHeld}
+		g.fromClock = kind == replyGranted && place == 1
 		return g, nil, nil
 	case replyRefused:
-		r := &refusal{remaining: remaining, place: -1}
-		if place != nil {
-			r.place = int(*place)
-		}
-		if ref != nil {
-			r.ref = *ref
-		}
-		return nil, r, nil
+		return nil, &refusal{remaining: remaining, place: int(place), ref: ref}, nil
 	}
 	return nil, nil, fmt.Errorf("pglock: %s %q: unknown reply kind %d", op, resource, kind)
+}
+
+// olderSchemaError reports whether err says the database lacks what
+// grantSQL and releaseSQL need: fencekit_lock_grant (migration 00008),
+// fencekit_lock_release_full or the column fencekit_lock.waiting (00007).
+// A database without the lock's tables at all is not older but
+// unmigrated: the older statements then fail with ErrNotMigrated.
+func olderSchemaError(err error) bool {
+	s, ok := serverError(err)
+	if !ok {
+		return false
+	}
+	switch s.Code {
+	case pgcore.CodeUndefinedFunction:
+		return strings.Contains(s.Message, "fencekit_lock_grant") || strings.Contains(s.Message, "fencekit_lock_release_full")
+	case pgcore.CodeUndefinedColumn:
+		return strings.Contains(s.Message, "waiting")
+	}
+	return false
+}
+
+// olderSchema reports whether grants and releases go to
+// fencekit_lock_acquire and fencekit_lock_release, because the database
+// lacked migration 00008 when last tried, less than b.probeOlder ago.
+func (b *backend) olderSchema() bool {
+	until := b.olderUntil.Load()
+	return until != 0 && time.Since(b.born) < time.Duration(until)
+}
+
+// markOlderSchema sends grants and releases to the older statements for
+// b.probeOlder, after which the newer ones are tried again: a database
+// migrated while the Locker runs gets them from then on.
+func (b *backend) markOlderSchema() {
+	b.olderUntil.Store(int64(time.Since(b.born) + b.probeOlder))
 }
 
 // tryAcquire is one attempt that respects the queue without joining it.
@@ -214,7 +317,21 @@ func (b *backend) releaseAs(ctx context.Context, op, resource, holder string, le
 		return false, err
 	}
 	var held bool
-	if err := b.db.QueryRow(ctx, releaseSQL, resource, holder, ms(b.retention), leaving).Scan(&held); err != nil {
+	if !b.olderSchema() {
+		q := b.sql.release
+		if leaving {
+			q = b.sql.leave
+		}
+		err := b.db.QueryRow(ctx, q, resource, holder, ms(b.retention)).Scan(&held)
+		if err == nil {
+			return held, nil
+		}
+		if !olderSchemaError(err) {
+			return false, translate(ctx, op, resource, err)
+		}
+		b.markOlderSchema()
+	}
+	if err := b.db.QueryRow(ctx, oldReleaseSQL, resource, holder, ms(b.retention), leaving).Scan(&held); err != nil {
 		return false, translate(ctx, op, resource, err)
 	}
 	return held, nil

@@ -153,6 +153,10 @@ func BenchmarkHandoff(b *testing.B) {
 // path (00007): the lock as it was, for the before-and-after comparison.
 const lockBeforeFastPath = 6
 
+// lockBeforeGrant is the last migration before fencekit_lock_grant
+// (00008): the grant answered in a row of five columns.
+const lockBeforeGrant = 7
+
 // poolUpTo is a pool in a schema of b's own with the migrations applied up
 // to version (inclusive).
 func poolUpTo(b *testing.B, version int64) *pgxpool.Pool {
@@ -286,23 +290,21 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	add("lock-sql", func(ctx context.Context) error {
 		h := fence.NewHolder()
 		var (
-			kind        int32
-			token, rem  *int64
-			place       *int32
-			ref         *int64
+			reply       []int64
 			held        bool
 			retentionMs = int64(60000)
 		)
-		if err := sqlPool.QueryRow(ctx, acquireSQL, "pgperf-bench", h, int64(10000), retentionMs, nil, true).
-			Scan(&kind, &token, &rem, &place, &ref); err != nil || kind != replyGranted {
-			return fmt.Errorf("grant: kind %d, %v", kind, err)
+		if err := sqlPool.QueryRow(ctx, grantSQL, "pgperf-bench", h, int64(10000), retentionMs, nil, true).
+			Scan(&reply); err != nil || len(reply) < 2 || reply[0] != replyGranted {
+			return fmt.Errorf("grant: %v, %v", reply, err)
 		}
-		if err := sqlPool.QueryRow(ctx, releaseSQL, "pgperf-bench", h, retentionMs, false).Scan(&held); err != nil || !held {
+		if err := sqlPool.QueryRow(ctx, releaseSQL, "pgperf-bench", h, retentionMs).Scan(&held); err != nil || !held {
 			return fmt.Errorf("release: held %v, %v", held, err)
 		}
 		return nil
 	})
 	add("lock-00006", lockPair(testBackend(b, poolUpTo(b, lockBeforeFastPath), config{})))
+	add("lock-00007", lockPair(testBackend(b, poolUpTo(b, lockBeforeGrant), config{})))
 	loggedPool := migratedPool(b)
 	setLogged(b, loggedPool)
 	add("lock-logged", lockPair(testBackend(b, loggedPool, config{})))

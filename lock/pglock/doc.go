@@ -83,9 +83,15 @@
 // [fence.ErrInvalid], with nothing sent; the Redis key getters return "".
 // Calls on a database without migration 00006_fencekit_lock return an
 // error matching [ErrNotMigrated] that names the call and the migration.
-// Migration 00007_fencekit_lock_fast_path, which migrations.UpPool
-// applies with it, makes an uncontended grant and release one UPDATE each;
-// a database that has only 00006 gets the same answers, more slowly.
+// Migrations 00007_fencekit_lock_fast_path and 00008_fencekit_lock_grant,
+// which migrations.UpPool applies with it, make an uncontended grant and
+// release one plain UPDATE each, sent with the function of the full path
+// in the same statement (on a pool that keeps no statements prepared, such
+// as one sending the simple protocol, the lock calls the functions
+// instead, whose statements stay planned in the session); a database that has only 00006 or 00007 gets the
+// same answers, more slowly (grants and releases there take the older
+// functions; the newer statements are tried again once a minute, and the
+// first grant that finds them missing takes a second round trip).
 package pglock
 
 // Where things are, for those who work on this package (not part of its
@@ -97,8 +103,10 @@ package pglock
 //     record;
 //   - backend.go: the core: one statement per call, reclaim;
 //   - listen.go: the LISTEN connection and its notifications;
-//   - sql.go: the statements, each a call of a function of migration
+//   - sql.go: the statements: the uncontended grant and release as plain
+//     SQL (an UPDATE, and the full path's function in the same statement
+//     when it matched nothing), every other call a function of migration
 //     00006 (migrations/00006_fencekit_lock.sql, where the protocol is
-//     written down; 00007 replaces the grant and the release with the
-//     same answers and an uncontended fast path); errors.go: translation
-//     of server errors.
+//     written down; 00007 adds the queue flag and the full paths'
+//     functions, 00008 the grant's full path answering in one array);
+//     errors.go: translation of server errors.

@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +112,10 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// isGrantSQL reports whether sql is a grant statement of the backend's:
+// grantSQL (or a broken variant of it) or, on an older schema, acquireSQL.
+func isGrantSQL(sql string) bool {
+	return strings.Contains(sql, "fencekit_lock_grant(") || sql == acquireSQL
 }

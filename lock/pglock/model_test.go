@@ -83,11 +83,11 @@ func modelDatabase(t *testing.T, rawURL string) string {
 }
 
 // seenTracer tells the model the holder id of every grant attempt an
-// actor's pool sends (fencekit_lock_acquire's second argument).
+// actor's pool sends (the grant statement's second argument).
 type seenTracer struct{ seen func(holder string) }
 
 func (s seenTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if d.SQL == acquireSQL && len(d.Args) > 1 {
+	if isGrantSQL(d.SQL) && len(d.Args) > 1 {
 		if h, ok := d.Args[1].(string); ok {
 			s.seen(h)
 		}
@@ -104,6 +104,8 @@ type pgModel struct {
 	t              *testing.T
 	observer       *pgxpool.Pool
 	actorsURL, app string
+
+	sql statements // the actors' grant and release statements
 
 	mu    sync.Mutex
 	pools []*pgxpool.Pool
@@ -122,7 +124,8 @@ func newPgModel(t *testing.T, dbURL, actorsURL string) *pgModel {
 		t.Fatal(err)
 	}
 	t.Cleanup(observer.Close)
-	return &pgModel{t: t, observer: observer, actorsURL: actorsURL, app: "fencekit_lmodel_" + fence.NewHolder()[:12]}
+	return &pgModel{t: t, observer: observer, actorsURL: actorsURL, app: "fencekit_lmodel_" + fence.NewHolder()[:12],
+		sql: ownStatements}
 }
 
 // backend is the model's view of the lock on this database.
@@ -152,8 +155,9 @@ func (p *pgModel) locker(_ int, seen func(string)) (*lock.Locker, error) {
 	}
 	p.mu.Lock()
 	p.pools = append(p.pools, pool)
+	sql := p.sql
 	p.mu.Unlock()
-	return New(pool)
+	return newWith(pool, &sql)
 }
 
 // done closes the actors' pools (after the run closed their Lockers).
@@ -285,17 +289,22 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	}
 }
 
-// modelControl is a broken variant of the migrations' functions: their
-// definitions with one line each replaced, and the checks that must
-// reject it. Since migration 00007 a grant and a release have a fast path
-// (fencekit_lock_acquire, fencekit_lock_release) in front of the full one
-// (the _full functions): each break edits both, as a bug in either would.
+// modelControl is a broken variant of the lock: its statements and the
+// migrations' functions with one line each replaced, and the checks that
+// must reject it. A grant and a release have a fast path, sent as plain
+// SQL (grantSQL, releaseSQL, edited in the actors' statements), in front
+// of the full one (the functions fencekit_lock_grant, whose own fast path
+// is taken when the state changed between the two, and the _full
+// functions): each break edits every path, as a bug in any would.
 type modelControl struct {
 	name     string
 	edits    []modelEdit
 	caughtBy []string
 }
 
+// modelEdit replaces old with new, once, in a function's definition, or
+// in the actors' grant or release statement (function "grantSQL",
+// "releaseSQL").
 type modelEdit struct{ function, old, new string }
 
 var modelControls = []modelControl{
@@ -304,7 +313,10 @@ var modelControls = []modelControl{
 		// reuses the resource's previous token.
 		name: "token not raised",
 		edits: []modelEdit{
-			{"fencekit_lock_acquire",
+			{"grantSQL",
+				"token = round(date_part('epoch', now()) * 1000000)::bigint,",
+				"token = l.token,"},
+			{"fencekit_lock_grant",
 				"token = round(date_part('epoch', t_now) * 1000000)::bigint,",
 				"token = l.token,"},
 			{"fencekit_lock_acquire_full",
@@ -321,7 +333,10 @@ var modelControls = []modelControl{
 		// server's, as if the client passed its own time.
 		name: "expiry on the client clock",
 		edits: []modelEdit{
-			{"fencekit_lock_acquire",
+			{"grantSQL",
+				"expires_at = now() + $3::bigint * interval '1 millisecond',",
+				"expires_at = now() - interval '400 milliseconds' + $3::bigint * interval '1 millisecond',"},
+			{"fencekit_lock_grant",
 				"expires_at = t_now + p_lease_ms * interval '1 millisecond',",
 				"expires_at = t_now - interval '400 milliseconds' + p_lease_ms * interval '1 millisecond',"},
 			{"fencekit_lock_acquire_full",
@@ -333,9 +348,9 @@ var modelControls = []modelControl{
 	{
 		name: "release without the holder check",
 		edits: []modelEdit{
-			{"fencekit_lock_release",
-				"l.holder = p_holder AND l.expires_at > t_now",
-				"l.holder IS NOT NULL AND l.expires_at > t_now"},
+			{"releaseSQL",
+				"l.holder = $2 AND l.expires_at > now()",
+				"l.holder IS NOT NULL AND l.expires_at > now()"},
 			{"fencekit_lock_release_full",
 				"held := coalesce(r.holder = p_holder AND r.expires_at > t_now, false);",
 				"held := coalesce(r.holder IS NOT NULL AND r.expires_at > t_now, false);"},
@@ -347,13 +362,26 @@ var modelControls = []modelControl{
 		// are queued ahead of it.
 		name: "queue not respected",
 		edits: []modelEdit{
-			{"fencekit_lock_acquire", "AND NOT l.waiting", "AND true"},
+			{"grantSQL", "AND NOT l.waiting", "AND true"},
+			{"fencekit_lock_grant", "AND NOT l.waiting", "AND true"},
 			{"fencekit_lock_acquire_full",
 				"IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN",
 				"IF false AND ahead < coalesce(my_id, 9223372036854775807) THEN"},
 		},
 		caughtBy: []string{lockmodel.Queue},
 	},
+}
+
+// statement is the actors' statement an edit names, or nil when it names
+// a function.
+func (p *pgModel) statement(name string) *string {
+	switch name {
+	case "grantSQL":
+		return &p.sql.grant
+	case "releaseSQL":
+		return &p.sql.release
+	}
+	return nil
 }
 
 // TestLockModelPostgresControls installs each broken variant in a
@@ -375,7 +403,8 @@ func TestLockModelPostgresControls(t *testing.T) {
 }
 
 // install replaces, in the model's database, each function c edits with
-// its edited definition, and returns what puts the originals back.
+// its edited definition, and the actors' statements c edits, and returns
+// what puts the originals back.
 func (p *pgModel) install(t testing.TB, c modelControl) (undo func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -389,8 +418,21 @@ func (p *pgModel) install(t testing.TB, c modelControl) (undo func()) {
 				t.Errorf("restore after %s: %v", c.name, err)
 			}
 		}
+		p.mu.Lock()
+		p.sql = ownStatements
+		p.mu.Unlock()
 	}
 	for _, e := range c.edits {
+		if stmt := p.statement(e.function); stmt != nil {
+			if strings.Count(*stmt, e.old) != 1 {
+				undo()
+				t.Fatalf("%s: the line %q is not in %s once: update the control", c.name, e.old, e.function)
+			}
+			p.mu.Lock()
+			*stmt = strings.Replace(*stmt, e.old, e.new, 1)
+			p.mu.Unlock()
+			continue
+		}
 		var def string
 		if err := p.observer.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, e.function).Scan(&def); err != nil {
 			undo()

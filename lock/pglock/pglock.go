@@ -33,6 +33,12 @@ import (
 // with pool's settings, outside the pool) unless it polls; call
 // [lock.Locker.Close] when done with it. It never closes pool.
 func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
+	return newWith(pool, nil, opts...)
+}
+
+// newWith is New with the grant and release statements sql (nil: the
+// package's own).
+func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Locker, error) {
 	if pool == nil {
 		return nil, invalid("New: nil *pgxpool.Pool")
 	}
@@ -44,7 +50,7 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
 		args[i] = o
 	}
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
-		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention)}
+		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql}
 		if err := checkConfig(cfg); err != nil {
 			return nil, err
 		}

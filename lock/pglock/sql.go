@@ -1,16 +1,80 @@
 package pglock
 
-// The statements of the lock. Each is one round trip to one function that
-// migration 00006_fencekit_lock.sql creates (00007 replaces the grant's and
-// the release's with faster ones that answer the same); the functions do
-// every check and every write in one statement, on the server's clock.
+// The statements of the lock. Each is one round trip; all but the
+// uncontended grant and release are one call of a function that migration
+// 00006_fencekit_lock.sql creates, which does every check and every write
+// in one statement, on the server's clock (00007 and 00008 add faster ones
+// that answer the same).
+//
+// On a pool that keeps its statements prepared (pgx's default; see
+// statementsFor) the grant and release are plain SQL (grantSQL,
+// releaseSQL): one UPDATE of the lock's row in a WITH clause, whose WHERE clause is the
+// uncontended case of migration 00007, and the function of the full path
+// called in the same statement only when that UPDATE matched no row
+// (COALESCE and OR evaluate their second operand only then). A call of a
+// PL/pgSQL function costs the server more than the UPDATE it would run.
+//
+// The clock of the uncontended UPDATE is now(): the time the server began
+// the statement's transaction, which is the statement's own (each runs in
+// a transaction of its own). The full path reads clock_timestamp() when it
+// starts. Either is read before the row is locked, and the WHERE clause is
+// evaluated again on the newest version of the row if the UPDATE had to
+// wait for it (READ COMMITTED), with the same clock: a lease is taken as
+// over, and a release as the holder's, only as of a time inside the call.
 const (
-	// acquireSQL grants, refuses or queues: see fencekit_lock_acquire.
-	acquireSQL = `SELECT kind, token, remaining_ms, place, ref FROM fencekit_lock_acquire($1, $2, $3, $4, $5, $6)`
+	// grantSQL grants, refuses or queues, answering as
+	// fencekit_lock_grant does ({kind, token, remaining_ms} or {kind,
+	// token, remaining_ms, place, ref}): the free lock with an empty queue
+	// and a counter the clock has passed goes to the caller in the
+	// UPDATE; anything else goes to fencekit_lock_grant (migration 00008),
+	// which decides as fencekit_lock_acquire does. From January 2255 on (the
+	// token space ends in June 2255) the UPDATE matches no row and the function
+	// decides in exact arithmetic. $3 is the lease, $4 the retention, in
+	// ms; $5 the queue entry's life in ms (NULL: do not queue); $6 whether
+	// the caller respects the queue.
+	grantSQL = `WITH g AS (
+    UPDATE fencekit_lock l SET holder = $2, token = round(date_part('epoch', now()) * 1000000)::bigint,
+        expires_at = now() + $3::bigint * interval '1 millisecond',
+        retain_until = now() + ($3::bigint + $4::bigint) * interval '1 millisecond'
+    WHERE l.resource = $1 AND l.token > 0 AND NOT l.waiting
+      AND l.token < CASE WHEN now() < '2255-01-01 00:00:00+00' THEN round(date_part('epoch', now()) * 1000000)::bigint ELSE 0 END
+      AND (l.holder IS NULL OR l.expires_at <= now())
+    RETURNING ARRAY[1, l.token, $3::bigint])
+SELECT coalesce((SELECT * FROM g), fencekit_lock_grant($1, $2, $3::bigint, $4::bigint, $5::integer, $6::boolean))`
 
-	// releaseSQL frees the lock or hands it to the first live waiter; with
-	// $4 a waiter leaves the queue too.
-	releaseSQL = `SELECT fencekit_lock_release($1, $2, $3, $4)`
+	// releaseSQL frees the lock or hands it to the first live waiter, and
+	// answers whether the caller held it. The UPDATE frees a lock its
+	// caller holds, live, with an empty queue and a counter the clock has
+	// passed (the row is kept the retention, $3 ms, from now); anything
+	// else goes to fencekit_lock_release_full (migration 00007).
+	releaseSQL = `WITH r AS (
+    UPDATE fencekit_lock l SET holder = NULL, expires_at = NULL,
+        retain_until = now() + $3::bigint * interval '1 millisecond'
+    WHERE l.resource = $1 AND l.holder = $2 AND l.expires_at > now() AND NOT l.waiting
+      AND l.token <= round(date_part('epoch', now()) * 1000000)::bigint
+    RETURNING 1)
+SELECT EXISTS (SELECT FROM r) OR fencekit_lock_release_full($1, $2, $3::bigint, false)`
+
+	// leaveSQL is releaseSQL for a waiter that gives up: its queue entry
+	// goes too.
+	leaveSQL = `SELECT fencekit_lock_release_full($1, $2, $3, true)`
+
+	// grantCallSQL, releaseCallSQL and leaveCallSQL are grantSQL,
+	// releaseSQL and leaveSQL as calls of functions alone (migrations
+	// 00008 and 00007), for a pool that does not keep its statements
+	// prepared on the server: there every statement is planned on every
+	// call, and the plain SQL's plan costs far more than a function call's,
+	// whose own statements stay planned in the session.
+	grantCallSQL   = `SELECT fencekit_lock_grant($1, $2, $3, $4, $5, $6)`
+	releaseCallSQL = `SELECT fencekit_lock_release($1, $2, $3, false)`
+	leaveCallSQL   = `SELECT fencekit_lock_release($1, $2, $3, true)`
+
+	// acquireSQL and oldReleaseSQL are grantSQL and releaseSQL (and
+	// leaveSQL, with $4) on a database without migration 00008 (see
+	// fencekit_lock_acquire and fencekit_lock_release): the same answers,
+	// more slowly.
+	acquireSQL    = `SELECT kind, token, remaining_ms, place, ref FROM fencekit_lock_acquire($1, $2, $3, $4, $5, $6)`
+	oldReleaseSQL = `SELECT fencekit_lock_release($1, $2, $3, $4)`
 
 	// extendSQL lengthens a lease, never shortening it.
 	extendSQL = `SELECT fencekit_lock_extend($1, $2, $3, $4)`
@@ -46,7 +110,7 @@ const (
 	recordChannel = "fencekit_lock_record"
 )
 
-// Replies of fencekit_lock_acquire, by kind.
+// Replies of fencekit_lock_acquire and fencekit_lock_grant, by kind.
 const (
 	replyRefused = 0 // refused; queued when a place is given
 	replyGranted = 1 // granted now, with a new token
