@@ -2,6 +2,7 @@ package pgsql
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // pqError has the methods of lib/pq's *pq.Error that this package reads,
@@ -56,3 +58,43 @@ func TestNotAppliedClassification(t *testing.T) {
 		}
 	}
 }
+
+// TestPgxStdlibRecognised: InTx commits in the caller's goroutine only on a
+// driver it knows watches the context; pgx's stdlib is recognised however
+// the *sql.DB was opened, and a pool of another driver is not.
+func TestPgxStdlibRecognised(t *testing.T) {
+	const u = "postgres://u@127.0.0.1:1/db"
+	byName, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byName.Close()
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byConfig := stdlib.OpenDB(*cfg)
+	defer byConfig.Close()
+	for name, db := range map[string]*sql.DB{"sql.Open": byName, "stdlib.OpenDB": byConfig} {
+		if !pgxStdlib(db) {
+			t.Errorf("%s: pgx's stdlib not recognised (driver %T)", name, db.Driver())
+		}
+	}
+	other := sql.OpenDB(otherConnector{})
+	defer other.Close()
+	if pgxStdlib(other) {
+		t.Errorf("driver %T taken for pgx's stdlib", other.Driver())
+	}
+}
+
+// otherConnector stands for a driver that is not pgx's; nothing connects.
+type otherConnector struct{}
+
+func (otherConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("not connecting")
+}
+func (otherConnector) Driver() driver.Driver { return otherDriver{} }
+
+type otherDriver struct{}
+
+func (otherDriver) Open(string) (driver.Conn, error) { return nil, errors.New("not connecting") }
