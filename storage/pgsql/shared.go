@@ -2,8 +2,6 @@ package pgsql
 
 import (
 	"context"
-	"database/sql"
-	"reflect"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -16,19 +14,6 @@ import (
 // GuardAll's order, the transaction and its commit, Retry and the rules on a
 // Table's columns.
 var store = &sqlguard.Store{Name: "pgsql", Invalid: invalid, Retryable: ErrRetryable, CommitWatchesContext: pgxStdlib}
-
-// pgxStdlib reports whether db runs on pgx's stdlib driver, whose COMMIT
-// (like every statement of a transaction begun with a context) stops
-// waiting when that context ends. The driver is recognised by its
-// package, so that this package does not import it (and register it as a
-// database/sql driver) for users of another driver.
-func pgxStdlib(db *sql.DB) bool {
-	t := reflect.TypeOf(db.Driver())
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t != nil && t.PkgPath() == "github.com/jackc/pgx/v5/stdlib"
-}
 
 // startSpan begins the span of one call; f is nil for calls without a
 // fence. A nil ctx is left to the call's own check.

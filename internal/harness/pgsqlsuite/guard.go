@@ -17,8 +17,10 @@ func init() {
 		test{"GuardAdmission", testGuardAdmission},
 		test{"TokenLimit", testTokenLimit},
 		test{"ResourceAndHolderLimits", testLimits},
+		test{"GuardTextIsExact", testGuardTextIsExact},
 		test{"RowLockHeldToEnd", testRowLockHeldToEnd},
 		test{"StaleGuardHoldsRowLock", testStaleGuardHoldsRowLock},
+		test{"InTxAndOnceLoseToTheRaiseTheyWaitedFor", testInTxAndOnceLose},
 		test{"GuardAllOrder", testGuardAllOrder},
 		test{"DeadlockIsRetryable", testDeadlockIsRetryable},
 		test{"RolledBackRaiseIsNoMark", testRolledBackRaise},
@@ -110,6 +112,35 @@ func testLimits(t *testing.T, d Driver) {
 	}
 }
 
+// testGuardTextIsExact: InTx's guard (its arguments written into its text
+// on drivers that would send them in a round trip of their own) keeps the
+// resource and holder byte for byte, whatever quotes, backslashes or
+// dollar signs they hold: the mark reads back the same, the same fence is
+// admitted again and a holder one byte longer is refused.
+func testGuardTextIsExact(t *testing.T, d Driver) {
+	e := setup(t, d)
+	for i, s := range []string{
+		`it's`, `back\slash\`, `\'`, `$$dollar$$`, `$f$`, `E'x'`, "汉字 é", "tab\there\n",
+		`'); UPDATE counter SET n = 100 WHERE id = 1; --`, `\x27`,
+	} {
+		f := fenceOf(s, int64(i+1), s)
+		if err := pgsql.InTx(e.ctx, e.db, nil, f, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if got := e.mark(s); got != f {
+			t.Fatalf("mark of %q = %v, want %v", s, got, f)
+		}
+		if err := pgsql.InTx(e.ctx, e.db, nil, f, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("%q again: %v", s, err)
+		}
+		err := pgsql.InTx(e.ctx, e.db, nil, fenceOf(s, int64(i+1), s+"x"), func(context.Context, *sql.Tx) error { return nil })
+		wantStale(t, err, f)
+	}
+	if n := e.counter(); n != 0 {
+		t.Fatalf("counter = %d, want 0", n)
+	}
+}
+
 // testRowLockHeldToEnd: a newer holder's guard waits for the transaction
 // that holds the guard row until that transaction commits, then is
 // admitted; the mark it sees is the committed one.
@@ -169,6 +200,52 @@ func testStaleGuardHoldsRowLock(t *testing.T, d Driver) {
 		t.Fatal(err)
 	}
 	wantStale(t, <-done, newer)
+}
+
+// testInTxAndOnceLose is testMarkHolderLosesToTheRaiseItWaitedFor for the
+// raising guard of InTx and Once: the fence that holds the mark (which InTx
+// and Once admit without a write) meets a newer holder that raised the
+// mark and has not committed: InTx waits for it, then judges the row
+// version it locked, not its statement's snapshot, which still shows its
+// own fence as the mark. At READ COMMITTED a guard that judged the
+// snapshot would admit it and run fn after the newer holder's commit.
+func testInTxAndOnceLose(t *testing.T, d Driver) {
+	e := setup(t, d)
+	older, newer := fenceOf("r", 5, "old"), fenceOf("r", 6, "new")
+	if err := pgsql.InTx(e.ctx, e.db, nil, older, increment); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []string{"InTx", "Once"} {
+		tx1 := e.begin(sql.LevelDefault)
+		if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		fn := func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") }
+		go func() {
+			close(started)
+			if call == "InTx" {
+				done <- pgsql.InTx(e.ctx, e.db, nil, older, fn)
+				return
+			}
+			_, err := pgsql.Once(e.ctx, e.db, older, "marked-"+call, fn)
+			done <- err
+		}()
+		<-started
+		e.waitGuardWaiter()
+		if err := tx1.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err := <-done
+		if mark, ok := fence.LostTo(err); !ok || mark != newer {
+			t.Fatalf("%s under the fence the newer holder's commit passed: %v; want a refusal that lost to %v", call, err, newer)
+		}
+		older, newer = newer, fenceOf("r", int64(newer.Token)+1, "new")
+	}
+	if n := e.counter(); n != 1 {
+		t.Fatalf("counter = %d, want 1 (the first InTx alone)", n)
+	}
 }
 
 // testGuardAllOrder: GuardAll admits a set given in any order, refuses a
