@@ -31,6 +31,14 @@ const (
 	// transaction inserted meanwhile.
 	GuardSQL = `SELECT true WHERE fencekit_guard_try($1, $2, $3)`
 
+	// GuardJudgeSQL is GuardSQL for a guard in the caller's own
+	// transaction that also returns, in the same statement, whether the
+	// guard row is held at the top level of the transaction (TopLevelSQL's
+	// judgment) and the mark after the call: the fence when admitted, the
+	// mark that refused it otherwise (fencekit_guard_judge, migration
+	// 00009). Guard needs no statement more for either.
+	GuardJudgeSQL = `SELECT admitted, top_level, mark_token, mark_holder FROM fencekit_guard_judge($1, $2, $3)`
+
 	// HighWaterSQL reads a resource's mark.
 	HighWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
 

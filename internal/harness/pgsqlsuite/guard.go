@@ -25,7 +25,7 @@ func init() {
 		test{"DeadlockIsRetryable", testDeadlockIsRetryable},
 		test{"RolledBackRaiseIsNoMark", testRolledBackRaise},
 		test{"NotMigrated", testNotMigrated},
-		test{"Before00005", testBefore00005},
+		test{"Before00009", testBefore00009},
 	)
 }
 
@@ -373,19 +373,19 @@ func testNotMigrated(t *testing.T, d Driver) {
 	}
 }
 
-// testBefore00005: on a database migrated before 00005 (without
-// fencekit_guard_try), Guard fails with ErrNotMigrated naming the
+// testBefore00009: on a database migrated before 00009 (without
+// fencekit_guard_judge), Guard fails with ErrNotMigrated naming the
 // migration, and changes nothing, while InTx and Once, whose guard
 // (fencekit_guard_admit) predates it, keep working.
-func testBefore00005(t *testing.T, d Driver) {
+func testBefore00009(t *testing.T, d Driver) {
 	e := setup(t, d)
 	e.raise(fenceOf("r", 1, "h"))
-	e.exec(`DROP FUNCTION IF EXISTS fencekit_guard_try(text, bigint, text)`)
+	e.exec(`DROP FUNCTION IF EXISTS fencekit_guard_judge(text, bigint, text)`)
 	tx := e.begin(sql.LevelDefault)
 	defer func() { _ = tx.Rollback() }()
 	err := pgsql.Guard(e.ctx, tx, fenceOf("r", 3, "h"))
-	if !errors.Is(err, pgsql.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00005") {
-		t.Fatalf("Guard without fencekit_guard_try = %v, want ErrNotMigrated naming migration 00005", err)
+	if !errors.Is(err, pgsql.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00009") {
+		t.Fatalf("Guard without fencekit_guard_judge = %v, want ErrNotMigrated naming migration 00009", err)
 	}
 	_ = tx.Rollback()
 	if got := e.mark("r"); got.Token != 1 {
@@ -396,14 +396,14 @@ func testBefore00005(t *testing.T, d Driver) {
 		ran = true
 		return nil
 	}); err != nil || !ran {
-		t.Fatalf("InTx without fencekit_guard_try = %v (ran %v), want it admitted", err, ran)
+		t.Fatalf("InTx without fencekit_guard_judge = %v (ran %v), want it admitted", err, ran)
 	}
 	ran = false
 	if _, err := pgsql.Once(e.ctx, e.db, fenceOf("r", 4, "h"), "k", func(context.Context, *sql.Tx) error {
 		ran = true
 		return nil
 	}); err != nil || !ran {
-		t.Fatalf("Once without fencekit_guard_try = %v (ran %v), want it admitted and run", err, ran)
+		t.Fatalf("Once without fencekit_guard_judge = %v (ran %v), want it admitted and run", err, ran)
 	}
 	if got := e.mark("r"); got.Token != 4 {
 		t.Fatalf("mark = %v, want token 4", got)
