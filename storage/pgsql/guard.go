@@ -10,41 +10,41 @@ import (
 	"github.com/fencekit/fencekit/internal/pgcore"
 )
 
-// Guard admits f inside tx by the rule of [fence.Admits], as one statement on
-// the guard table (a call of fencekit_guard_judge, whose rule and table
+// Guard admits f inside tx by the rule of [fence.Admits], as one statement
+// on the guard table (a call of fencekit_guard_judge, whose rule and table
 // storage/postgres's guards share, so both packages keep one mark per
-// resource). On success the resource's
-// high-water mark is (f.Token, f.Holder) and its guard row stays locked
-// until tx ends, so that other holders of the resource wait for tx and then
-// see its mark. Make it the first statement of tx: then everything tx reads
-// and writes afterwards is fenced.
+// resource). On success the resource's high-water mark is (f.Token,
+// f.Holder) and its guard row stays locked until tx ends, so that other
+// holders of the resource wait for tx and then see its mark. Make it the
+// first statement of tx: then everything tx reads and writes afterwards is
+// fenced.
 //
-// It must come first because what tx read before it may predate the
-// previous holder's commit: at READ COMMITTED a value read before the guard
-// is as old as the read, and at REPEATABLE READ and SERIALIZABLE the
-// snapshot is taken by the transaction's first statement.
+// It must come first because what tx read before it may predate the previous
+// holder's commit: at READ COMMITTED a value read before the guard is as old
+// as the read, and at REPEATABLE READ and SERIALIZABLE the snapshot is taken
+// by the transaction's first statement.
 //
-// A stale f returns an error wrapping a [*fence.StaleError]
-// (errors.Is(err, fence.ErrStale)) whose HighWater is the mark f lost to,
-// and changes nothing; the statement that refused f returns that mark too,
-// so telling it costs nothing more. tx then holds the guard row lock too (which makes the reported mark exact),
-// so roll it back promptly. At REPEATABLE READ and SERIALIZABLE a concurrent
-// raise of the mark surfaces as an error matching [ErrRetryable], as do
-// deadlocks. A missing guard table or function returns an error matching
-// [ErrNotMigrated]: a database migrated before migration 00009 lacks
-// fencekit_guard_judge, and the error names that migration. Bad input (a nil
-// ctx or tx, an invalid fence) is refused
-// with an error matching [fence.ErrInvalid] before anything is sent. ctx
-// bounds the statements, including the wait for the row lock.
+// A stale f returns an error wrapping a [*fence.StaleError] (errors.Is(err,
+// fence.ErrStale)) whose HighWater is the mark f lost to, and changes
+// nothing; the statement that refused f returns that mark too, so telling it
+// costs nothing more. tx then holds the guard row lock too (which makes the
+// reported mark exact), so roll it back promptly. At REPEATABLE READ and
+// SERIALIZABLE a concurrent raise of the mark surfaces as an error matching
+// [ErrRetryable], as do deadlocks. A missing guard table or function returns
+// an error matching [ErrNotMigrated]: a database migrated before migration
+// 00009 lacks fencekit_guard_judge, and the error names that migration. Bad
+// input (a nil ctx or tx, an invalid fence) is refused with an error
+// matching [fence.ErrInvalid] before anything is sent. ctx bounds the
+// statement, including the wait for the row lock.
 //
 // The guard must stand at the top level of tx, outside any savepoint: a
 // rollback to a savepoint taken before it (a nested GORM Transaction that
-// returns an error does that) undoes the mark and releases the row lock,
-// and the rest of tx runs unfenced while a newer holder commits. So Guard
+// returns an error does that) undoes the mark and releases the row lock, and
+// the rest of tx runs unfenced while a newer holder commits. So Guard
 // checks, in the same statement, that the row it admitted is held by tx
-// itself; inside a savepoint it returns an error matching
-// [fence.ErrInvalid] that says so, and tx must be rolled back. [InTx] and
-// [Once] guard at the top level by construction and need no check.
+// itself; inside a savepoint it returns an error matching [fence.ErrInvalid]
+// that says so, and tx must be rolled back. [InTx] and [Once] guard at the
+// top level by construction and need no check.
 func Guard(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	ctx, span := startSpan(ctx, "fencekit.pgsql.guard", &f)
 	err := guardChecked(ctx, tx, f)
