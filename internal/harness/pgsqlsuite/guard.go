@@ -208,7 +208,8 @@ func testStaleGuardHoldsRowLock(t *testing.T, d Driver) {
 // mark and has not committed: InTx waits for it, then judges the row
 // version it locked, not its statement's snapshot, which still shows its
 // own fence as the mark. At READ COMMITTED a guard that judged the
-// snapshot would admit it and run fn after the newer holder's commit.
+// snapshot would admit it and run fn after the newer holder's commit. At
+// REPEATABLE READ the wait ends in a serialization failure instead.
 func testInTxAndOnceLose(t *testing.T, d Driver) {
 	e := setup(t, d)
 	older, newer := fenceOf("r", 5, "old"), fenceOf("r", 6, "new")
@@ -242,6 +243,25 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 			t.Fatalf("%s under the fence the newer holder's commit passed: %v; want a refusal that lost to %v", call, err, newer)
 		}
 		older, newer = newer, fenceOf("r", int64(newer.Token)+1, "new")
+	}
+	// At REPEATABLE READ the guard's snapshot is its transaction's: the
+	// newer holder's commit while the guard waited fails it as a
+	// serialization failure, for Retry to run again and be refused.
+	tx1 := e.begin(sql.LevelDefault)
+	if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- pgsql.InTx(e.ctx, e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, older,
+			func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") })
+	}()
+	e.waitGuardWaiter()
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, pgsql.ErrRetryable) {
+		t.Fatalf("InTx at REPEATABLE READ under the fence the newer holder's commit passed: %v; want ErrRetryable", err)
 	}
 	if n := e.counter(); n != 1 {
 		t.Fatalf("counter = %d, want 1 (the first InTx alone)", n)
