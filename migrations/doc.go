@@ -21,9 +21,16 @@
 //   - fencekit_guard_try(resource, token, holder) (00005): the same rule,
 //     returning false on a stale fence instead of raising, used where the
 //     caller's transaction must stay usable after a refusal (Guard and
-//     GuardAll of storage/postgres and storage/pgsql, InTx on a pgx.Tx),
+//     GuardAll of storage/postgres, InTx on a pgx.Tx),
 //     which fail with their ErrNotMigrated, naming 00005, until it is
 //     applied;
+//   - fencekit_guard_judge(resource, token, holder) (00009): the same rule
+//     for storage/pgsql's Guard and GuardAll, returning in one row whether it
+//     admitted, whether the guard row is held at the top level of the
+//     transaction (not by a savepoint inside it) and the mark after the
+//     call (on a refusal, the mark that refused it), so that those calls
+//     are one statement; they fail with ErrNotMigrated, naming 00009, until
+//     it is applied;
 //   - fencekit_once(key, resource, token, holder, done_at): one completion
 //     record per key of work run through storage/postgres's Once, with an
 //     index on done_at for deleting old records. holder is the holder's

@@ -121,7 +121,7 @@ func MissingOwnObject(s ServerError) bool {
 }
 
 // ownObjects are the tables and functions the migrations create.
-var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_guard_try", "fencekit_once"}
+var ownObjects = [...]string{"fencekit_guard", "fencekit_guard_admit", "fencekit_guard_try", "fencekit_guard_judge", "fencekit_once"}
 
 // NamesOwnObject reports whether msg, a server error's message, names one of
 // fencekit's own objects as a whole identifier (so fencekit_guard does not
@@ -172,6 +172,9 @@ func EncodeRefused(err error) bool {
 func MigrationNote(msg string) string {
 	if strings.Contains(msg, "fencekit_guard_try") {
 		return "; migration 00005 adds fencekit_guard_try"
+	}
+	if strings.Contains(msg, "fencekit_guard_judge") {
+		return "; migration 00009 adds fencekit_guard_judge"
 	}
 	return ""
 }

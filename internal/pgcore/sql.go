@@ -1,5 +1,10 @@
 package pgcore
 
+import (
+	"encoding/hex"
+	"strconv"
+)
+
 // The guard table, its function and the completion table are created by
 // the migrations package and found through the connection's search_path.
 const (
@@ -26,12 +31,35 @@ const (
 	// transaction inserted meanwhile.
 	GuardSQL = `SELECT true WHERE fencekit_guard_try($1, $2, $3)`
 
+	// GuardJudgeSQL is GuardSQL for a guard in the caller's own
+	// transaction that also returns, in the same statement, whether the
+	// guard row is held at the top level of the transaction (TopLevelSQL's
+	// judgment) and the mark after the call: the fence when admitted, the
+	// mark that refused it otherwise (fencekit_guard_judge, migration
+	// 00009). Guard needs no statement more for either.
+	GuardJudgeSQL = `SELECT admitted, top_level, mark_token, mark_holder FROM fencekit_guard_judge($1, $2, $3)`
+
 	// HighWaterSQL reads a resource's mark.
 	HighWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
 
 	// GuardAdmitSQL is the raising form of GuardSQL, for pipelined batches:
 	// a stale fence fails with SQLSTATE CodeStale and aborts the transaction.
 	GuardAdmitSQL = `SELECT fencekit_guard_admit($1, $2, $3)`
+
+	// GuardAdmitLockedSQL is GuardAdmitSQL that admits the fence holding
+	// the mark (every write of a lease after its first) without calling the
+	// function, for drivers that prepare it once per connection: the plain
+	// statement's plan is kept, and it skips the function's call (PL/pgSQL's
+	// frame and its statements' own executor runs).
+	// Its EXISTS locks the guard row with FOR UPDATE, which at READ
+	// COMMITTED waits for a holder's transaction, locks the newest row
+	// version and checks the row's mark against the fence again on that
+	// version (EvalPlanQual), never on the snapshot's: it answers true only
+	// when the locked version holds this very fence, and leaves the row
+	// locked either way. Any other case (a rise, a refusal, a row the
+	// snapshot does not see) goes to fencekit_guard_admit, whose statements
+	// judge the row they lock as GuardSQL says.
+	GuardAdmitLockedSQL = `SELECT CASE WHEN EXISTS (SELECT FROM fencekit_guard WHERE resource = $1 AND token = $2 AND holder = $3 FOR UPDATE) THEN NULL ELSE fencekit_guard_admit($1, $2, $3) END`
 
 	// OnceClaimSQL writes key's completion record unless one exists, and
 	// returns a row only when it wrote one. Against a record that another
@@ -96,3 +124,34 @@ FROM fencekit_guard WHERE resource = $1`
 const SavepointHint = "the transaction is inside a savepoint (a nested transaction, such as GORM's nested Transaction or pgx's Tx.Begin): " +
 	"a rollback to it would undo the guard and leave the rest of the transaction unfenced; " +
 	"guard at the top level of the transaction, as its first statement, and roll this transaction back"
+
+// GuardAdmitLiteral is GuardAdmitSQL with its arguments written into the
+// statement, for drivers that do not keep prepared statements: lib/pq sends
+// a statement with arguments in two round trips (Parse and Describe, then
+// Bind and Execute) unless its DSN says binary_parameters=yes, and one
+// without arguments in one, so this makes the guard one round trip on
+// every driver. The strings travel as hexadecimal digits
+// (convert_from(decode('…', 'hex'), 'UTF8')), which no setting of
+// standard_conforming_strings or client encoding reads otherwise, and the
+// token as decimal digits: nothing in a fence can end the literal.
+func GuardAdmitLiteral(resource string, token int64, holder string) string {
+	b := make([]byte, 0, len(guardAdmitLiteralText)+2*(len(resource)+len(holder))+20)
+	b = append(b, "SELECT fencekit_guard_admit("...)
+	b = appendTextLiteral(b, resource)
+	b = append(b, ", "...)
+	b = strconv.AppendInt(b, token, 10)
+	b = append(b, ", "...)
+	b = appendTextLiteral(b, holder)
+	b = append(b, ')')
+	return string(b)
+}
+
+// guardAdmitLiteralText is GuardAdmitLiteral's text without its values.
+const guardAdmitLiteralText = "SELECT fencekit_guard_admit(convert_from(decode('', 'hex'), 'UTF8'), , convert_from(decode('', 'hex'), 'UTF8'))"
+
+// appendTextLiteral appends the SQL expression whose value is the text s.
+func appendTextLiteral(b []byte, s string) []byte {
+	b = append(b, "convert_from(decode('"...)
+	b = hex.AppendEncode(b, []byte(s))
+	return append(b, "', 'hex'), 'UTF8')"...)
+}

@@ -40,13 +40,22 @@ func (s *Store) RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op s
 		return fmt.Errorf("%s: commit not sent: %w", op, err)
 	}
 	committing = true
+	if ctx.Done() == nil || (s.CommitWatchesContext != nil && s.CommitWatchesContext(db)) {
+		// Nothing can end ctx, or the driver's commit returns when ctx
+		// ends: the caller's goroutine may wait for the reply itself.
+		return commitOutcome(ctx, op+" commit", tx.Commit(), notApplied)
+	}
 	return s.Commit(ctx, tx, op+" commit", notApplied)
 }
 
 // Commit commits tx and says whether the outcome is known. It returns as
 // soon as ctx ends: database/sql's Commit does not watch the context once
 // the COMMIT is sent (lib/pq waits for the reply however long it takes), so
-// it runs in another goroutine and finishes in the background.
+// it runs in another goroutine and finishes in the background. [Store.RunTx]
+// commits in the caller's goroutine instead when nothing can end ctx or the
+// driver watches it (Store.CommitWatchesContext): the hand-over to another
+// goroutine and back costs a fenced transaction on loopback about a tenth
+// of a plain one's time.
 //
 // The outcome is known only when the error proves that nothing committed:
 // sql.ErrTxDone after database/sql rolled back for an ended context, or an

@@ -2,6 +2,7 @@ package sqlguard
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"reflect"
@@ -26,6 +27,11 @@ type Store struct {
 	Invalid func(format string, args ...any) error
 	// Retryable is the adapter's ErrRetryable.
 	Retryable error
+	// CommitWatchesContext, if set, reports whether db's driver ends a
+	// COMMIT in flight when the context the transaction began with ends
+	// (pgx's stdlib does; lib/pq and go-sql-driver/mysql wait for the
+	// reply). RunTx then commits without the goroutine of [Store.Commit].
+	CommitWatchesContext func(db *sql.DB) bool
 
 	obs struct {
 		once       sync.Once

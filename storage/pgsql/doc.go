@@ -60,13 +60,20 @@
 // on the wire (the suite's RoundTrips test): with pgx's stdlib, statement
 // cache or simple protocol, a plain transaction of one UPDATE takes 3 round
 // trips and InTx 4, an autocommit UPDATE with arguments 1 and Table.Update
-// 1. [Guard] and [GuardAll] in a transaction of yours add one statement
-// more than InTx's guard: the check that they stand outside any savepoint. lib/pq sends a statement with arguments as two round trips (parse and
-// describe, then bind and execute): InTx takes 5 and Table.Update 2, as
-// does the plain UPDATE; with binary_parameters=yes in its connection
-// string, 4 and 1. pgx's stdlib prepares a statement on a connection's first
-// use of it (one more round trip, once). A refused fence costs a second
-// statement, to read the mark it lost to. The guard locks the guard row
+// 1. [Guard] in a transaction of yours is one statement too, which also
+// checks that it stands outside any savepoint ([GuardAll] one per fence).
+// lib/pq sends a statement with arguments as two round trips (parse and
+// describe, then bind and execute), so InTx and [Once] write their guard's
+// arguments into its text (hexadecimal digits, which no quoting rule or
+// client encoding reads otherwise) and send it as one: InTx takes 4 on
+// lib/pq too; Table.Update takes 2, as does the plain UPDATE, and Guard 2
+// more than the plain transaction; with binary_parameters=yes in its
+// connection string, 1 and 1. pgx's stdlib
+// prepares a statement on a connection's first use of it (one more round
+// trip, once); with its statement cache (its default) InTx's guard admits
+// the fence that holds the mark in a plain statement, without calling the
+// guard function. A refused fence costs nothing more: the statement that
+// refuses it carries the mark it lost to. The guard locks the guard row
 // every time but writes it only when the mark changes: a transaction under
 // the fence that holds the mark (every one of a lease after its first)
 // writes the rows of its own statements and no other.

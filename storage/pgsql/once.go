@@ -89,8 +89,9 @@ func once(ctx context.Context, db *sql.DB, f fence.Fence, key string, fn TxFunc)
 		span.SetAttributes(telemetry.KeyKey.String(key)) // valid UTF-8, checked above
 	}
 	ran := false
+	form := guardFormOf(ctx, db)
 	err := runTx(ctx, db, nil, "pgsql: Once", func(ctx context.Context, tx *sql.Tx) error {
-		if err := admit(ctx, tx, f); err != nil {
+		if err := admit(ctx, form, tx, f); err != nil {
 			return err
 		}
 		var claimed bool

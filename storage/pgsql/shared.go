@@ -13,7 +13,7 @@ import (
 // and storage/mysql: telemetry, the checks made before anything is sent,
 // GuardAll's order, the transaction and its commit, Retry and the rules on a
 // Table's columns.
-var store = &sqlguard.Store{Name: "pgsql", Invalid: invalid, Retryable: ErrRetryable}
+var store = &sqlguard.Store{Name: "pgsql", Invalid: invalid, Retryable: ErrRetryable, CommitWatchesContext: pgxStdlib}
 
 // startSpan begins the span of one call; f is nil for calls without a
 // fence. A nil ctx is left to the call's own check.

@@ -52,8 +52,9 @@ func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f fence.Fence, f
 	if err := checkTx(ctx, "InTx", db, opts, f, fn); err != nil {
 		return err
 	}
+	form := guardFormOf(ctx, db)
 	return runTx(ctx, db, opts, "pgsql: InTx", func(ctx context.Context, tx *sql.Tx) error {
-		if err := admit(ctx, tx, f); err != nil {
+		if err := admit(ctx, form, tx, f); err != nil {
 			return err
 		}
 		if err := fn(ctx, tx); err != nil {

@@ -34,7 +34,9 @@ import (
 //     columns written and the admission in the WHERE clause);
 //     TableUpdateClient: Table.Update beside that statement sent by hand
 //     (what the library adds on the client: checks, the statement's text,
-//     its span, taking a connection for the call).
+//     its span, taking a connection for the call);
+//   - Noise: that statement sent by hand beside itself, what the pairing
+//     reads when there is nothing to tell apart (ideally 1.00).
 //
 // FENCEKIT_BENCH_LATENCY (such as 1ms) delays each direction through a
 // proxy. Take the medians of -count 5:
@@ -147,6 +149,10 @@ func BenchmarkGuardCost(b *testing.B) {
 	b.Run("TableUpdateClient", func(b *testing.B) {
 		f := next()
 		pgsqlsuite.Paired(b, rows, func() error { return byHand(f) }, func() error { return tableUpdate(f) })
+	})
+	b.Run("Noise", func(b *testing.B) {
+		f := next()
+		pgsqlsuite.Paired(b, rows, func() error { return byHand(f) }, func() error { return byHand(f) })
 	})
 }
 

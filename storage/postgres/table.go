@@ -196,25 +196,22 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkFence("Table.Update", f); err != nil {
 		return err
 	}
-	r, err := t.resolve(values)
+	st, err := t.statement(stmtUpdate, values, updateSQL)
 	if err != nil {
 		return err
 	}
+	r := st.table
 	if err := store.CheckKey("Table.Update", r.display, key); err != nil {
 		return err
 	}
-	var sb strings.Builder
 	args := make([]any, 0, len(values)+3)
 	args = append(args, key, int64(f.Token), f.Holder)
-	sb.WriteString("UPDATE " + r.name + " SET ")
 	for _, v := range values {
 		args = append(args, v.Value)
-		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
-	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + admitRowSQL(r.token, r.holder))
 	commits := commitsItself(db)
 	return onConn(ctx, db, func(db Querier) error {
-		tag, err := db.Exec(ctx, sb.String(), args...)
+		tag, err := db.Exec(ctx, st.sql, args...)
 		if err != nil {
 			err = prefixed(fmt.Sprintf("postgres: fenced update of %q", r.display), r.markColumns(ctx, db, translate(err, f)))
 			if commits {
@@ -227,6 +224,18 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		}
 		return r.refusal(ctx, db, f, key)
 	})
+}
+
+// updateSQL is Table.Update's statement for r and the columns of values:
+// the key is $1, the fence $2 and $3, the values $4 on.
+func updateSQL(r table, values []Assignment) string {
+	var sb strings.Builder
+	sb.WriteString("UPDATE " + r.name + " SET ")
+	for i, v := range values {
+		sb.WriteString(pgx.Identifier{v.Column}.Sanitize() + " = $" + strconv.Itoa(i+4) + ", ")
+	}
+	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + admitRowSQL(r.token, r.holder))
+	return sb.String()
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if
@@ -247,34 +256,22 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkFence("Table.Upsert", f); err != nil {
 		return err
 	}
-	r, err := t.resolve(values)
+	st, err := t.statement(stmtUpsert, values, upsertSQL)
 	if err != nil {
 		return err
 	}
+	r := st.table
 	if err := store.CheckKey("Table.Upsert", r.display, key); err != nil {
 		return err
 	}
-	cols := []string{r.key, r.token, r.holder}
-	params := []string{"$1", "$2", "$3"}
 	args := make([]any, 0, len(values)+3)
 	args = append(args, key, int64(f.Token), f.Holder)
 	for _, v := range values {
 		args = append(args, v.Value)
-		cols = append(cols, pgx.Identifier{v.Column}.Sanitize())
-		params = append(params, "$"+strconv.Itoa(len(args)))
 	}
-	sets := make([]string, 0, len(cols)-1)
-	for _, c := range cols[1:] {
-		sets = append(sets, c+" = EXCLUDED."+c)
-	}
-	// The alias keeps the admission about the existing row; the parameters
-	// are the incoming fence.
-	sql := "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
-		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
-		" WHERE " + admitRowSQL("cur."+r.token, "cur."+r.holder)
 	commits := commitsItself(db)
 	return onConn(ctx, db, func(db Querier) error {
-		tag, err := db.Exec(ctx, sql, args...)
+		tag, err := db.Exec(ctx, st.sql, args...)
 		if err != nil {
 			err = prefixed(fmt.Sprintf("postgres: fenced upsert into %q", r.display), r.markColumns(ctx, db, translate(err, f)))
 			if commits {
@@ -287,6 +284,26 @@ func (t Table) upsert(ctx context.Context, db Querier, f fence.Fence, key any, v
 		}
 		return r.refusal(ctx, db, f, key)
 	})
+}
+
+// upsertSQL is Table.Upsert's statement for r and the columns of values:
+// the key is $1, the fence $2 and $3, the values $4 on.
+func upsertSQL(r table, values []Assignment) string {
+	cols := []string{r.key, r.token, r.holder}
+	params := []string{"$1", "$2", "$3"}
+	for i, v := range values {
+		cols = append(cols, pgx.Identifier{v.Column}.Sanitize())
+		params = append(params, "$"+strconv.Itoa(i+4))
+	}
+	sets := make([]string, 0, len(cols)-1)
+	for _, c := range cols[1:] {
+		sets = append(sets, c+" = EXCLUDED."+c)
+	}
+	// The alias keeps the admission about the existing row; the parameters
+	// are the incoming fence.
+	return "INSERT INTO " + r.name + " AS cur (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(params, ", ") +
+		") ON CONFLICT (" + r.key + ") DO UPDATE SET " + strings.Join(sets, ", ") +
+		" WHERE " + admitRowSQL("cur."+r.token, "cur."+r.holder)
 }
 
 // missingColumnsSQL returns which of the columns $2 the table $1 lacks.

@@ -17,13 +17,15 @@ func init() {
 		test{"GuardAdmission", testGuardAdmission},
 		test{"TokenLimit", testTokenLimit},
 		test{"ResourceAndHolderLimits", testLimits},
+		test{"GuardTextIsExact", testGuardTextIsExact},
 		test{"RowLockHeldToEnd", testRowLockHeldToEnd},
 		test{"StaleGuardHoldsRowLock", testStaleGuardHoldsRowLock},
+		test{"InTxAndOnceLoseToTheRaiseTheyWaitedFor", testInTxAndOnceLose},
 		test{"GuardAllOrder", testGuardAllOrder},
 		test{"DeadlockIsRetryable", testDeadlockIsRetryable},
 		test{"RolledBackRaiseIsNoMark", testRolledBackRaise},
 		test{"NotMigrated", testNotMigrated},
-		test{"Before00005", testBefore00005},
+		test{"Before00009", testBefore00009},
 	)
 }
 
@@ -110,6 +112,35 @@ func testLimits(t *testing.T, d Driver) {
 	}
 }
 
+// testGuardTextIsExact: InTx's guard (its arguments written into its text
+// on drivers that would send them in a round trip of their own) keeps the
+// resource and holder byte for byte, whatever quotes, backslashes or
+// dollar signs they hold: the mark reads back the same, the same fence is
+// admitted again and a holder one byte longer is refused.
+func testGuardTextIsExact(t *testing.T, d Driver) {
+	e := setup(t, d)
+	for i, s := range []string{
+		`it's`, `back\slash\`, `\'`, `$$dollar$$`, `$f$`, `E'x'`, "汉字 é", "tab\there\n",
+		`'); UPDATE counter SET n = 100 WHERE id = 1; --`, `\x27`,
+	} {
+		f := fenceOf(s, int64(i+1), s)
+		if err := pgsql.InTx(e.ctx, e.db, nil, f, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if got := e.mark(s); got != f {
+			t.Fatalf("mark of %q = %v, want %v", s, got, f)
+		}
+		if err := pgsql.InTx(e.ctx, e.db, nil, f, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("%q again: %v", s, err)
+		}
+		err := pgsql.InTx(e.ctx, e.db, nil, fenceOf(s, int64(i+1), s+"x"), func(context.Context, *sql.Tx) error { return nil })
+		wantStale(t, err, f)
+	}
+	if n := e.counter(); n != 0 {
+		t.Fatalf("counter = %d, want 0", n)
+	}
+}
+
 // testRowLockHeldToEnd: a newer holder's guard waits for the transaction
 // that holds the guard row until that transaction commits, then is
 // admitted; the mark it sees is the committed one.
@@ -169,6 +200,72 @@ func testStaleGuardHoldsRowLock(t *testing.T, d Driver) {
 		t.Fatal(err)
 	}
 	wantStale(t, <-done, newer)
+}
+
+// testInTxAndOnceLose is testMarkHolderLosesToTheRaiseItWaitedFor for the
+// raising guard of InTx and Once: the fence that holds the mark (which InTx
+// and Once admit without a write) meets a newer holder that raised the
+// mark and has not committed: InTx waits for it, then judges the row
+// version it locked, not its statement's snapshot, which still shows its
+// own fence as the mark. At READ COMMITTED a guard that judged the
+// snapshot would admit it and run fn after the newer holder's commit. At
+// REPEATABLE READ the wait ends in a serialization failure instead.
+func testInTxAndOnceLose(t *testing.T, d Driver) {
+	e := setup(t, d)
+	older, newer := fenceOf("r", 5, "old"), fenceOf("r", 6, "new")
+	if err := pgsql.InTx(e.ctx, e.db, nil, older, increment); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []string{"InTx", "Once"} {
+		tx1 := e.begin(sql.LevelDefault)
+		if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		fn := func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") }
+		go func() {
+			close(started)
+			if call == "InTx" {
+				done <- pgsql.InTx(e.ctx, e.db, nil, older, fn)
+				return
+			}
+			_, err := pgsql.Once(e.ctx, e.db, older, "marked-"+call, fn)
+			done <- err
+		}()
+		<-started
+		e.waitGuardWaiter()
+		if err := tx1.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err := <-done
+		if mark, ok := fence.LostTo(err); !ok || mark != newer {
+			t.Fatalf("%s under the fence the newer holder's commit passed: %v; want a refusal that lost to %v", call, err, newer)
+		}
+		older, newer = newer, fenceOf("r", int64(newer.Token)+1, "new")
+	}
+	// At REPEATABLE READ the guard's snapshot is its transaction's: the
+	// newer holder's commit while the guard waited fails it as a
+	// serialization failure, for Retry to run again and be refused.
+	tx1 := e.begin(sql.LevelDefault)
+	if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- pgsql.InTx(e.ctx, e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, older,
+			func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") })
+	}()
+	e.waitGuardWaiter()
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, pgsql.ErrRetryable) {
+		t.Fatalf("InTx at REPEATABLE READ under the fence the newer holder's commit passed: %v; want ErrRetryable", err)
+	}
+	if n := e.counter(); n != 1 {
+		t.Fatalf("counter = %d, want 1 (the first InTx alone)", n)
+	}
 }
 
 // testGuardAllOrder: GuardAll admits a set given in any order, refuses a
@@ -296,19 +393,19 @@ func testNotMigrated(t *testing.T, d Driver) {
 	}
 }
 
-// testBefore00005: on a database migrated before 00005 (without
-// fencekit_guard_try), Guard fails with ErrNotMigrated naming the
+// testBefore00009: on a database migrated before 00009 (without
+// fencekit_guard_judge), Guard fails with ErrNotMigrated naming the
 // migration, and changes nothing, while InTx and Once, whose guard
 // (fencekit_guard_admit) predates it, keep working.
-func testBefore00005(t *testing.T, d Driver) {
+func testBefore00009(t *testing.T, d Driver) {
 	e := setup(t, d)
 	e.raise(fenceOf("r", 1, "h"))
-	e.exec(`DROP FUNCTION IF EXISTS fencekit_guard_try(text, bigint, text)`)
+	e.exec(`DROP FUNCTION IF EXISTS fencekit_guard_judge(text, bigint, text)`)
 	tx := e.begin(sql.LevelDefault)
 	defer func() { _ = tx.Rollback() }()
 	err := pgsql.Guard(e.ctx, tx, fenceOf("r", 3, "h"))
-	if !errors.Is(err, pgsql.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00005") {
-		t.Fatalf("Guard without fencekit_guard_try = %v, want ErrNotMigrated naming migration 00005", err)
+	if !errors.Is(err, pgsql.ErrNotMigrated) || !strings.Contains(err.Error(), "migration 00009") {
+		t.Fatalf("Guard without fencekit_guard_judge = %v, want ErrNotMigrated naming migration 00009", err)
 	}
 	_ = tx.Rollback()
 	if got := e.mark("r"); got.Token != 1 {
@@ -319,14 +416,14 @@ func testBefore00005(t *testing.T, d Driver) {
 		ran = true
 		return nil
 	}); err != nil || !ran {
-		t.Fatalf("InTx without fencekit_guard_try = %v (ran %v), want it admitted", err, ran)
+		t.Fatalf("InTx without fencekit_guard_judge = %v (ran %v), want it admitted", err, ran)
 	}
 	ran = false
 	if _, err := pgsql.Once(e.ctx, e.db, fenceOf("r", 4, "h"), "k", func(context.Context, *sql.Tx) error {
 		ran = true
 		return nil
 	}); err != nil || !ran {
-		t.Fatalf("Once without fencekit_guard_try = %v (ran %v), want it admitted and run", err, ran)
+		t.Fatalf("Once without fencekit_guard_judge = %v (ran %v), want it admitted and run", err, ran)
 	}
 	if got := e.mark("r"); got.Token != 4 {
 		t.Fatalf("mark = %v, want token 4", got)
