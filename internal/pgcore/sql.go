@@ -1,10 +1,5 @@
 package pgcore
 
-import (
-	"encoding/hex"
-	"strconv"
-)
-
 // The guard table, its function and the completion table are created by
 // the migrations package and found through the connection's search_path.
 const (
@@ -124,34 +119,3 @@ FROM fencekit_guard WHERE resource = $1`
 const SavepointHint = "the transaction is inside a savepoint (a nested transaction, such as GORM's nested Transaction or pgx's Tx.Begin): " +
 	"a rollback to it would undo the guard and leave the rest of the transaction unfenced; " +
 	"guard at the top level of the transaction, as its first statement, and roll this transaction back"
-
-// GuardAdmitLiteral is GuardAdmitSQL with its arguments written into the
-// statement, for drivers that do not keep prepared statements: lib/pq sends
-// a statement with arguments in two round trips (Parse and Describe, then
-// Bind and Execute) unless its DSN says binary_parameters=yes, and one
-// without arguments in one, so this makes the guard one round trip on
-// every driver. The strings travel as hexadecimal digits
-// (convert_from(decode('…', 'hex'), 'UTF8')), which no setting of
-// standard_conforming_strings or client encoding reads otherwise, and the
-// token as decimal digits: nothing in a fence can end the literal.
-func GuardAdmitLiteral(resource string, token int64, holder string) string {
-	b := make([]byte, 0, len(guardAdmitLiteralText)+2*(len(resource)+len(holder))+20)
-	b = append(b, "SELECT fencekit_guard_admit("...)
-	b = appendTextLiteral(b, resource)
-	b = append(b, ", "...)
-	b = strconv.AppendInt(b, token, 10)
-	b = append(b, ", "...)
-	b = appendTextLiteral(b, holder)
-	b = append(b, ')')
-	return string(b)
-}
-
-// guardAdmitLiteralText is GuardAdmitLiteral's text without its values.
-const guardAdmitLiteralText = "SELECT fencekit_guard_admit(convert_from(decode('', 'hex'), 'UTF8'), , convert_from(decode('', 'hex'), 'UTF8'))"
-
-// appendTextLiteral appends the SQL expression whose value is the text s.
-func appendTextLiteral(b []byte, s string) []byte {
-	b = append(b, "convert_from(decode('"...)
-	b = hex.AppendEncode(b, []byte(s))
-	return append(b, "', 'hex'), 'UTF8')"...)
-}

@@ -62,13 +62,13 @@
 // trips and InTx 4, an autocommit UPDATE with arguments 1 and Table.Update
 // 1. [Guard] in a transaction of yours is one statement too, which also
 // checks that it stands outside any savepoint ([GuardAll] one per fence).
-// lib/pq sends a statement with arguments as two round trips (parse and
-// describe, then bind and execute), so InTx and [Once] write their guard's
-// arguments into its text (hexadecimal digits, which no quoting rule or
-// client encoding reads otherwise) and send it as one: InTx takes 4 on
-// lib/pq too; Table.Update takes 2, as does the plain UPDATE, and Guard 2
-// more than the plain transaction; with binary_parameters=yes in its
-// connection string, 1 and 1. pgx's stdlib
+// lib/pq sends every statement with arguments as two round trips (parse
+// and describe, then bind and execute), the guard's as your own: a plain
+// transaction of one UPDATE with arguments takes 4, InTx 6, Table.Update
+// 2, as does the plain UPDATE, and Guard 2 more than the plain
+// transaction. With binary_parameters=yes in lib/pq's connection string it
+// sends each in one (3, 4, 1 and 1): set it. The guard's arguments are
+// always sent as arguments, never written into its text. pgx's stdlib
 // prepares a statement on a connection's first use of it (one more round
 // trip, once); with its statement cache (its default) InTx's guard admits
 // the fence that holds the mark in a plain statement, without calling the

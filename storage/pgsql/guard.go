@@ -90,17 +90,14 @@ func judge(ctx context.Context, tx *sql.Tx, call string, f fence.Fence) error {
 // batches call), whose refusal carries the mark it lost to in its own
 // error (SQLSTATE FK001, the mark in DETAIL), so a stale fence costs no
 // statement more. The error aborts tx, which the caller rolls back. form
-// (guardFormOf) says which of the guard's statements to send: each is one
-// round trip on the driver it is sent to.
+// (guardFormOf) says which of the guard's statements to send.
 func admit(ctx context.Context, form guardForm, tx *sql.Tx, f fence.Fence) error {
 	var err error
 	switch form {
 	case guardLocked:
 		_, err = tx.ExecContext(ctx, pgcore.GuardAdmitLockedSQL, f.Resource, int64(f.Token), f.Holder)
-	case guardArgs:
-		_, err = tx.ExecContext(ctx, pgcore.GuardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
 	default:
-		_, err = tx.ExecContext(ctx, pgcore.GuardAdmitLiteral(f.Resource, int64(f.Token), f.Holder))
+		_, err = tx.ExecContext(ctx, pgcore.GuardAdmitSQL, f.Resource, int64(f.Token), f.Holder)
 	}
 	if err == nil {
 		return nil

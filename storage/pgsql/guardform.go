@@ -16,15 +16,14 @@ import (
 type guardForm int
 
 const (
-	// guardLiteral: pgcore.GuardAdmitLiteral, the function's call with its
-	// arguments in its text, for drivers that send arguments in a round
-	// trip of their own (lib/pq by default) or that this package does not
-	// know.
-	guardLiteral guardForm = iota
-	// guardArgs: pgcore.GuardAdmitSQL with arguments, for pgx's stdlib
-	// when it plans each statement anyway (simple protocol, or exec modes
-	// without its statement cache): the plain call is the least to plan.
-	guardArgs
+	// guardArgs: pgcore.GuardAdmitSQL with arguments, the function's call:
+	// for pgx's stdlib when it plans each statement anyway (simple
+	// protocol, or exec modes without its statement cache), where the plain
+	// call is the least to plan, and for every other driver. lib/pq sends
+	// it, as any statement with arguments, in two round trips unless its
+	// connection string says binary_parameters=yes; the arguments are never
+	// written into the statement's text.
+	guardArgs guardForm = iota
 	// guardLocked: pgcore.GuardAdmitLockedSQL, for pgx's stdlib with its
 	// statement cache (its default), which prepares the statement once per
 	// connection: the fence that holds the mark is admitted without calling
@@ -40,7 +39,7 @@ var guardForms sync.Map // weak.Pointer[sql.DB] -> guardForm
 // call for db reads the exec mode of one of its connections.
 func guardFormOf(ctx context.Context, db *sql.DB) guardForm {
 	if !pgxStdlib(db) {
-		return guardLiteral
+		return guardArgs
 	}
 	k := weak.Make(db)
 	if v, ok := guardForms.Load(k); ok {

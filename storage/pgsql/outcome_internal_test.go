@@ -131,7 +131,7 @@ func TestGuardForm(t *testing.T) {
 	}
 	other := sql.OpenDB(otherConnector{})
 	defer other.Close()
-	if got := guardFormOf(ctx, other); got != guardLiteral {
-		t.Errorf("another driver: form %d, want %d (arguments in the text)", got, guardLiteral)
+	if got := guardFormOf(ctx, other); got != guardArgs {
+		t.Errorf("another driver: form %d, want %d (the function's call with arguments)", got, guardArgs)
 	}
 }

@@ -112,11 +112,10 @@ func testLimits(t *testing.T, d Driver) {
 	}
 }
 
-// testGuardTextIsExact: InTx's guard (its arguments written into its text
-// on drivers that would send them in a round trip of their own) keeps the
-// resource and holder byte for byte, whatever quotes, backslashes or
-// dollar signs they hold: the mark reads back the same, the same fence is
-// admitted again and a holder one byte longer is refused.
+// testGuardTextIsExact: InTx's guard keeps the resource and holder byte
+// for byte, whatever quotes, backslashes or dollar signs they hold: the
+// mark reads back the same, the same fence is admitted again and a holder
+// one byte longer is refused.
 func testGuardTextIsExact(t *testing.T, d Driver) {
 	e := setup(t, d)
 	for i, s := range []string{

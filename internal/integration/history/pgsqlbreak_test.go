@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,17 +54,16 @@ func (b pgsqlConn) Prepare(q string) (driver.Stmt, error) {
 }
 
 func (b pgsqlConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	literal, isLiteral := admitLiteralArgs(q)
-	if (b.unlocked || b.snapshot) && (strings.HasPrefix(q, pgAdmitPrefix) || q == pgcore.GuardAdmitLockedSQL || isLiteral) {
+	if (b.unlocked || b.snapshot) && (strings.HasPrefix(q, pgAdmitPrefix) || q == pgcore.GuardAdmitLockedSQL) {
 		// InTx and Once send the raising guard (on pgx's stdlib with its
-		// fast path, on lib/pq with its arguments in its text): the same
+		// statement cache, its fast path first): the same
 		// broken guard, answering as fencekit_guard_admit does.
 		b.c.swapped.Add(1)
 		var inner driver.StmtQueryContext = pgsqlSnapshotStmt{b: b.breakingConn}
 		if b.unlocked {
 			inner = pgsqlUnlockedStmt{b: b.breakingConn}
 		}
-		return pgsqlAdmitStmt{b: b.breakingConn, guard: inner, literal: literal}, nil
+		return pgsqlAdmitStmt{b: b.breakingConn, guard: inner}, nil
 	}
 	if b.unlocked && strings.HasPrefix(q, pgGuardPrefix) {
 		b.c.swapped.Add(1)
@@ -171,28 +167,6 @@ ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.h
 type pgsqlAdmitStmt struct {
 	b     *breakingConn
 	guard driver.StmtQueryContext
-	// literal holds the arguments of a guard that carries them in its text
-	// (pgcore.GuardAdmitLiteral).
-	literal []driver.NamedValue
-}
-
-// admitLiteral matches pgcore.GuardAdmitLiteral's statement.
-var admitLiteral = regexp.MustCompile(`^SELECT fencekit_guard_admit\(convert_from\(decode\('([0-9a-f]*)', 'hex'\), 'UTF8'\), (-?[0-9]+), convert_from\(decode\('([0-9a-f]*)', 'hex'\), 'UTF8'\)\)$`)
-
-// admitLiteralArgs returns the arguments of q if it is the raising guard
-// with its arguments in its text.
-func admitLiteralArgs(q string) ([]driver.NamedValue, bool) {
-	m := admitLiteral.FindStringSubmatch(q)
-	if m == nil {
-		return nil, false
-	}
-	res, err1 := hex.DecodeString(m[1])
-	tok, err2 := strconv.ParseInt(m[2], 10, 64)
-	holder, err3 := hex.DecodeString(m[3])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return nil, false
-	}
-	return []driver.NamedValue{{Ordinal: 1, Value: string(res)}, {Ordinal: 2, Value: tok}, {Ordinal: 3, Value: string(holder)}}, true
 }
 
 func (s pgsqlAdmitStmt) Close() error  { return nil }
@@ -207,9 +181,6 @@ func (s pgsqlAdmitStmt) Query(args []driver.Value) (driver.Rows, error) {
 }
 
 func (s pgsqlAdmitStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	if s.literal != nil {
-		args = s.literal
-	}
 	rows, err := s.guard.QueryContext(ctx, args)
 	if err != nil {
 		return nil, err
