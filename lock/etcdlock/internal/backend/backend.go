@@ -77,6 +77,10 @@ type Backend struct {
 	// BeforeTxn, when set (by tests), runs in Try between taking the
 	// session's lease and the transaction that puts the key on it.
 	BeforeTxn func()
+	// BeforeEndDelete, when set (by tests, before the first Try), runs
+	// when the backend has decided to delete a key whose end passed and
+	// before it sends the deletion: a deletion that is slow to land.
+	BeforeEndDelete func()
 }
 
 var (
@@ -224,7 +228,9 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	}
 	e := b.track(req.Resource, req.Holder, req.TTL, s)
 	b.mu.Lock()
-	e.rev, e.mod, e.sent = mineKV.CreateRevision, mineKV.ModRevision, start
+	// This put is the key's now: a deletion decided for an earlier one
+	// leaves it standing (it is conditional on that put).
+	e.rev, e.mod, e.sent, e.ending = mineKV.CreateRevision, mineKV.ModRevision, start, false
 	e.endAt(start.Add(life), true)
 	guaranteed := s.guaranteed(start)
 	b.mu.Unlock()
@@ -253,9 +259,12 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 
 // expireLater deletes e's key now, within ctx while it lasts and then in
 // the background, bounded; what that leaves undone, its session's
-// keep-alive ticks do.
+// keep-alive ticks do. The acquisition is over and nobody believes in the
+// key, which a put whose reply was lost may have made again: whatever key
+// of the holder stands is deleted.
 func (b *Backend) expireLater(ctx context.Context, e *entry) {
 	b.mu.Lock()
+	e.forget()
 	e.endAt(time.Now(), false)
 	if e.timer != nil {
 		e.timer.Stop()
@@ -299,7 +308,9 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 	e := hh.(*entry)
 	start := time.Now()
 	b.mu.Lock()
-	if e.gone {
+	if e.gone || e.ending || !e.end.After(start) {
+		// Its end passed: the key is being deleted, whatever a read
+		// would still find.
 		b.mu.Unlock()
 		return 0, fmt.Errorf("etcdlock: Extend %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
@@ -329,9 +340,11 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 			Commit()
 		if err != nil {
 			// The key may have moved: the old lease or the new one keeps
-			// it, each until the key's end or its TTL.
+			// it, each until the key's end or its TTL, and its mod
+			// revision is not known.
 			b.mu.Lock()
 			e.moveTo(ns)
+			e.mod = 0
 			b.mu.Unlock()
 			return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
 		}
@@ -341,6 +354,7 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 		}
 		b.mu.Lock()
 		e.moveTo(ns)
+		e.mod = resp.Header.Revision // the put's, which its deletion at the end compares
 		g := ns.guaranteed(start)
 		b.mu.Unlock()
 		return max(0, min(ttl, g)-drift(ttl)), nil
@@ -393,9 +407,10 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 func (b *Backend) TTL(ctx context.Context, hh lockbackend.Hold) (time.Duration, error) {
 	e := hh.(*entry)
 	b.mu.Lock()
-	gone, rev, s, end := e.gone, e.rev, e.s, e.end
+	gone, rev, s, end := e.gone || e.ending || !e.end.After(time.Now()), e.rev, e.s, e.end
 	b.mu.Unlock()
 	if gone {
+		// Its end passed: the key is being deleted.
 		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
 	get, err := b.cli.Get(ctx, e.key)
@@ -429,6 +444,7 @@ func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) err
 	if err != nil {
 		if e != nil {
 			b.mu.Lock()
+			e.forget()
 			e.endAt(time.Now(), false)
 			b.mu.Unlock()
 		}
@@ -464,7 +480,9 @@ func (b *Backend) Close(deadline time.Time) {
 			}
 			live = live || !e.overdue(time.Now())
 		}
-		if !live {
+		// A call in flight may be putting a key on it (a try that Close
+		// does not wait for): its lease then ends with its TTL.
+		if !live && s.inflight == 0 {
 			idle = append(idle, s.id)
 		}
 		s.dead = true

@@ -19,6 +19,15 @@ import (
 // key, unless it was extended; a deletion that fails is tried again on
 // each keep-alive tick of its session, which keeps the lease alive only
 // while it lasts, so no key is left that nobody knows of.
+//
+// Every belief in a key (a grant's, an extension's, a hand-over's) ends
+// no later than the entry's end as it stood when the belief was made, and
+// an end moves earlier only for a key nobody believes in. Once the end has
+// passed and the backend has decided to delete the key (ending), nothing
+// believes in that put of the key again: Extend refuses, a hand-over is
+// not announced, and the deletion only deletes the key as that put left it
+// (its create and mod revisions), so that a queued waiter's refresh that
+// put the key again meanwhile keeps it.
 type entry struct {
 	b                     *Backend
 	resource, holder, key string
@@ -27,11 +36,15 @@ type entry struct {
 	// Fields below are guarded by Backend.mu.
 	s     *session
 	rev   int64     // the key's create revision; 0 when not known
-	mod   int64     // the revision of this process's last put of the key
+	mod   int64     // the revision of this process's last put of the key; 0 when not known
 	sent  time.Time // when the try that made that put began
 	end   time.Time // when the key is deleted, unless extended
 	timer *time.Timer
-	gone  bool // the key is deleted, or its lease ended
+	// ending says the end passed and the key as put at mod is being
+	// deleted: no holder may believe in it from now on. A put of the key
+	// since (a queued waiter's refresh) clears it.
+	ending bool
+	gone   bool // the key is deleted, or its lease ended
 }
 
 // overdue reports whether e's end passed without its key being deleted.
@@ -65,6 +78,13 @@ func (e *entry) moveTo(s *session) {
 	e.s = s
 	s.entries[e] = struct{}{}
 }
+
+// forget makes e's deletion delete whatever key of its holder stands, with
+// no condition: the acquisition is over (a reply was lost, or the waiter
+// gave up), so nobody believes in the key, and a put whose reply was lost
+// may have made it again under revisions this process never heard of.
+// Backend.mu is held.
+func (e *entry) forget() { e.rev, e.mod = 0, 0 }
 
 // entryOf returns the live entry of key, or nil.
 func (b *Backend) entryOf(key string) *entry {
@@ -119,7 +139,10 @@ func (e *entry) fire() {
 }
 
 // expire deletes e's key, whose end passed, with the record of its grant;
-// if the deletion fails, its session's next tick tries again.
+// if the deletion fails, its session's next tick tries again. The decision
+// and the end it judged are one step under Backend.mu, after which no
+// holder believes in the key as last put (see entry); the deletion is
+// conditional on that put, so a put of the key since keeps it.
 func (b *Backend) expire(ctx context.Context, e *entry) {
 	if b.frozen.Load() == 2 {
 		return
@@ -129,11 +152,47 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 		b.mu.Unlock()
 		return
 	}
-	rev := e.rev
+	e.ending = true
+	rev, mod := e.rev, e.mod
 	b.mu.Unlock()
-	if _, err := b.deleteKey(ctx, e.resource, e.key, rev); err == nil {
-		b.untrack(e)
+	if b.BeforeEndDelete != nil {
+		b.BeforeEndDelete()
 	}
+	deleted, present, err := b.deleteAtEnd(ctx, e.resource, e.key, rev, mod)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e.rev == rev && e.mod == mod && (deleted || !present) {
+		// Not put again since the decision: the key is gone.
+		b.untrackLocked(e)
+	}
+}
+
+// deleteAtEnd deletes key as the put of create revision rev and mod
+// revision mod left it (either 0 when not known: then any such key), with
+// the record of the grant of rev; it reports whether it deleted the key,
+// and, when not, whether a key stands there.
+func (b *Backend) deleteAtEnd(ctx context.Context, resource, key string, rev, mod int64) (deleted, present bool, err error) {
+	var cmps []clientv3.Cmp
+	then := []clientv3.Op{clientv3.OpDelete(key)}
+	if rev != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
+		then = append(then, b.dropRecord(resource, rev))
+	}
+	if mod != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
+	}
+	resp, err := b.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return false, false, err
+	}
+	if resp.Succeeded {
+		return resp.Responses[0].GetResponseDeleteRange().Deleted > 0, false, nil
+	}
+	rr := resp.Responses[0].GetResponseRange()
+	return false, rr != nil && rr.Count > 0, nil
 }
 
 // deleteKey deletes key and, when rev is known, only the key of that
@@ -177,6 +236,11 @@ func (b *Backend) dropRecord(resource string, rev int64) clientv3.Op {
 func (b *Backend) untrack(e *entry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.untrackLocked(e)
+}
+
+// untrackLocked is untrack with Backend.mu held.
+func (b *Backend) untrackLocked(e *entry) {
 	if e.gone {
 		return
 	}

@@ -234,7 +234,8 @@ func (b *Backend) handOverAge(key string, kv *mvccpb.KeyValue) (time.Duration, b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.entries[key]
-	if e == nil || e.gone || e.mod != kv.ModRevision || int64(e.s.id) != kv.Lease {
+	if e == nil || e.gone || e.ending || e.mod != kv.ModRevision || int64(e.s.id) != kv.Lease {
+		// Not the entry as last put, or its deletion at its end is decided.
 		return 0, false
 	}
 	held := e.end
