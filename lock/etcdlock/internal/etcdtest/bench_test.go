@@ -24,6 +24,9 @@ import (
 // (not -count, which repeats one variant before the next) interleave them:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench 'Uncontended|HandOff' -benchtime 300x ./...; done
+//
+// BenchmarkUncontendedPaired alternates the Locker and concurrency.Mutex
+// within each iteration, the comparison to quote on a shared machine.
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench Failover -benchtime 5x ./...; done
 
 // newPrevLocker makes a Locker on the backend before sessions.
@@ -113,6 +116,42 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkUncontendedPaired alternates one lock and unlock of a free lock
+// on the Locker with one on concurrency.Mutex, on the same cluster, so
+// that both see the same load within each iteration, and reports each
+// one's time and their ratio: on a shared machine a fairer comparison
+// than BenchmarkUncontended's variants one after the other.
+func BenchmarkUncontendedPaired(b *testing.B) {
+	c := StartCluster(b, 3)
+	warm(b, c)
+	ctx := context.Background()
+	l := newLocker(b, c)
+	m := concurrency.NewMutex(session(b, c.Client(b), 10), "/bench-"+fence.NewHolder()[:8])
+	var ours, theirs time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		s, err := l.TryAcquire(ctx, "u", 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ours += t1.Sub(t0)
+		theirs += time.Since(t1)
+	}
+	b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "fencekit-us/op")
+	b.ReportMetric(float64(theirs.Microseconds())/float64(b.N), "mutex-us/op")
+	b.ReportMetric(float64(ours)/float64(theirs), "fencekit/mutex")
 }
 
 // BenchmarkHandOff8 measures the time per grant when 8 waiters contend for
