@@ -168,7 +168,8 @@ func (r *room) check(ctx context.Context) {
 		}
 		age, ok := r.b.handOverAge(string(kv.Key), kv)
 		if !ok {
-			// Not the entry this process put last: the waiter tries.
+			// Not the entry this process put last, or a lease mostly
+			// over: the waiter tries, and its try grants it.
 			w.poke()
 			return
 		}
@@ -229,7 +230,11 @@ func (w *waiter) Leave(acquired bool) {
 // send plus Age, for the TTL, and that must end no later than what the
 // server holds the key for, less the drift allowance: the entry's end and
 // what its session's last acknowledged keep-alive guarantees. So Age is 0
-// or less. ok is false when kv is not the entry as this process last put it.
+// or less. ok is false when kv is not the entry as this process last put
+// it, and when the lease so counted has less than a quarter of its TTL
+// left (a waiter refreshes once a second, so a hand-over to a waiter with
+// a shorter TTL would often come already over): the waiter's own try then
+// grants it a lease counted from that try.
 func (b *Backend) handOverAge(key string, kv *mvccpb.KeyValue) (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -242,5 +247,9 @@ func (b *Backend) handOverAge(key string, kv *mvccpb.KeyValue) (time.Duration, b
 	if g := e.s.ackSent.Add(e.s.ackTTL); g.Before(held) {
 		held = g
 	}
-	return min(0, held.Add(-drift(e.ttl)).Sub(e.sent.Add(e.ttl))), true
+	age := min(0, held.Add(-drift(e.ttl)).Sub(e.sent.Add(e.ttl)))
+	if time.Until(e.sent.Add(age+e.ttl)) < e.ttl/4 {
+		return 0, false
+	}
+	return age, true
 }

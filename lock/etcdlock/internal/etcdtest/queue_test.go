@@ -150,3 +150,33 @@ func TestHandOverDatedByLastKeepAlive(t *testing.T) {
 	}
 	t.Logf("hand-over Age %v: counted to %v after the freeze (bound 2s)", g.Age.Round(time.Millisecond), counted.Sub(frozen).Round(time.Millisecond))
 }
+
+// TestLateHandOverWakesWaiter hands the lock to a waiter whose last
+// refresh is older than its TTL: a hand-over counted from that refresh
+// would be over on arrival, so the waiter is woken to try instead, and its
+// try grants it a lease counted from that try.
+func TestLateHandOverWakesWaiter(t *testing.T) {
+	c := sharedCluster(t)
+	b := newBackend(t, c.Client(t))
+	holder := newBackendAt(t, c.Client(t), b)
+	a := mustGrant(t, holder, req("late", 10*time.Second))
+	rw := req("late", 300*time.Millisecond)
+	w := queued(t, b, rw)
+	time.Sleep(400 * time.Millisecond) // past the TTL, within the queue's life
+	if err := holder.Release(ctxFor(t, 5*time.Second), a.Hold); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Wake():
+	case g := <-w.Granted():
+		t.Fatalf("handed a lease counted from a refresh older than its TTL (Age %v) instead of woken", g.Age)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was neither woken nor handed the lock within 10s")
+	}
+	q := *rw
+	q.Queue = true
+	out, err := b.Try(ctxFor(t, 10*time.Second), &q)
+	if err != nil || !out.Granted || out.Known <= 0 {
+		t.Fatalf("the woken waiter's try: granted=%v known=%v err=%v", out.Granted, out.Known, err)
+	}
+}
