@@ -52,7 +52,12 @@
 //     TTL even while other keys keep the etcd lease alive; a deletion that
 //     fails is tried again at each keep-alive, and a key whose deletion
 //     never succeeded goes with the lease, which is revoked once it
-//     carries no live key.
+//     carries no live key. Every belief ends no later than the key's end,
+//     and an end once passed is final: Extend and TTL answer
+//     lock.ErrNotHeld from then on, though a read would still find the key
+//     until the deletion lands, and that deletion removes the key only as
+//     the put it judged left it, so a queued waiter that put its key again
+//     meanwhile keeps it.
 //
 // A paused or dead process sends no keep-alive, so the etcd leader expires
 // the lease, and every key on it, within its TTL of the last one. A
