@@ -192,8 +192,10 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		if req.Queue {
 			txn = txn.Then(put, first, mine)
 		} else {
+			// On a free lock the put makes the only key, so the reply
+			// needs no read: the key's revisions are the transaction's.
 			txn = txn.If(clientv3.Compare(clientv3.Version(b.holders(req.Resource)).WithPrefix(), "=", 0)).
-				Then(put, first, mine).
+				Then(put).
 				Else(first, mine)
 		}
 		resp, err = txn.Commit()
@@ -216,8 +218,15 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	if resp == nil {
 		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, rpctypes.ErrLeaseNotFound)
 	}
-	firstKV := kvOf(resp.Responses[len(resp.Responses)-2])
-	mineKV := kvOf(resp.Responses[len(resp.Responses)-1])
+	var firstKV, mineKV *mvccpb.KeyValue
+	if !req.Queue && resp.Succeeded {
+		rev := resp.Header.Revision
+		mineKV = &mvccpb.KeyValue{Key: []byte(key), CreateRevision: rev, ModRevision: rev, Version: 1, Lease: int64(s.id)}
+		firstKV = mineKV
+	} else {
+		firstKV = kvOf(resp.Responses[len(resp.Responses)-2])
+		mineKV = kvOf(resp.Responses[len(resp.Responses)-1])
+	}
 	if mineKV == nil {
 		return lockbackend.Outcome{Remaining: -1, Place: -1}, nil
 	}
