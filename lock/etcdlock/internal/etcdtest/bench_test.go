@@ -129,9 +129,7 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	ctx := context.Background()
 	l := newLocker(b, c)
 	m := concurrency.NewMutex(session(b, c.Client(b), 10), "/bench-"+fence.NewHolder()[:8])
-	var ours, theirs time.Duration
-	for b.Loop() {
-		t0 := time.Now()
+	fk := func() {
 		s, err := l.TryAcquire(ctx, "u", 10*time.Second)
 		if err != nil {
 			b.Fatal(err)
@@ -139,15 +137,39 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 		if err := s.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
-		t1 := time.Now()
+	}
+	mu := func() {
 		if err := m.Lock(ctx); err != nil {
 			b.Fatal(err)
 		}
 		if err := m.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
-		ours += t1.Sub(t0)
-		theirs += time.Since(t1)
+	}
+	var ours, theirs time.Duration
+	first := true
+	for b.Loop() {
+		// Each goes first every other iteration: the one that follows
+		// the other's last write may find the cluster busier.
+		t0 := time.Now()
+		if first {
+			fk()
+		} else {
+			mu()
+		}
+		t1 := time.Now()
+		if first {
+			mu()
+		} else {
+			fk()
+		}
+		t2 := time.Now()
+		if first {
+			ours, theirs = ours+t1.Sub(t0), theirs+t2.Sub(t1)
+		} else {
+			ours, theirs = ours+t2.Sub(t1), theirs+t1.Sub(t0)
+		}
+		first = !first
 	}
 	b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "fencekit-us/op")
 	b.ReportMetric(float64(theirs.Microseconds())/float64(b.N), "mutex-us/op")
