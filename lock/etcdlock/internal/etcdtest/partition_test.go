@@ -48,13 +48,20 @@ func TestHolderOnMemberCutOffFromPeers(t *testing.T) {
 		t.Fatalf("the renewed lease ended while its member had its peers: %v", a.Err())
 	default:
 	}
-	got := make(chan *lock.Lease, 1)
+	// The grant is timed where Acquire returns, not where this goroutine
+	// reads it, which is after the holder stepped down in any case.
+	type grant struct {
+		l  *lock.Lease
+		at time.Time
+	}
+	got := make(chan grant, 1)
 	go func() {
 		l, err := other.Acquire(ctx, "cut", ttl)
+		at := time.Now()
 		if err != nil {
 			t.Error(err)
 		}
-		got <- l
+		got <- grant{l, at}
 	}()
 	cutAt := time.Now()
 	c.Peers.Isolate(cut)
@@ -67,11 +74,11 @@ func TestHolderOnMemberCutOffFromPeers(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the holder on the cut-off member did not step down")
 	}
-	b := <-got
+	g := <-got
+	b, granted := g.l, g.at
 	if b == nil {
 		return
 	}
-	granted := time.Now()
 	if !granted.After(done) {
 		t.Fatalf("the majority granted the lock at %v, before the holder stepped down at %v", granted, done)
 	}
