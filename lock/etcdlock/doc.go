@@ -77,9 +77,13 @@
 // its TTL, whichever is longer, after its last refresh, so a waiter that
 // vanished costs the others at most that, or its process's lease.
 //
-// A try whose reply was lost may have put its key: the Locker deletes it,
-// within the call's context while it lasts and then in the background, so
-// no lock is left that nobody knows of.
+// A try whose reply was lost may have put its key, or may still put it: a
+// request its client gave up on can be applied by the cluster later, after
+// a deletion sent since. The Locker deletes the key at once, within the
+// call's context while it lasts and then in the background, and looks for
+// it at each keep-alive for 15 s more (twice etcd's request timeout with
+// default timings), deleting it if it stands, so no lock is left that
+// nobody knows of on a lease the Locker keeps alive for its other keys.
 //
 // # The election
 //

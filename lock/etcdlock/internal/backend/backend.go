@@ -207,10 +207,15 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 			continue
 		}
 		if err != nil {
-			// The put may have run: the key is deleted now, and at the
-			// latest by its session's keep-alive ticks, so no lock is left
-			// that nobody knows about.
-			b.expireLater(ctx, b.track(req.Resource, req.Holder, req.TTL, s))
+			// The put may have run, or may still run: the key is deleted
+			// now, and by its session's keep-alive ticks until a put of
+			// this try can no longer land, so no lock is left that nobody
+			// knows about.
+			e := b.track(req.Resource, req.Holder, req.TTL, s)
+			b.mu.Lock()
+			e.late = time.Now().Add(lateApply)
+			b.mu.Unlock()
+			b.expireLater(ctx, e)
 			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
 		}
 		break
@@ -460,7 +465,14 @@ func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) err
 		return b.callErr(ctx, "Abandon", resource, err)
 	}
 	if e != nil {
-		b.untrack(e)
+		b.mu.Lock()
+		if time.Now().Before(e.late) {
+			// A lost try's put may still land: the ticks look for it.
+			e.endAt(time.Now(), false)
+		} else {
+			b.untrackLocked(e)
+		}
+		b.mu.Unlock()
 	}
 	return nil
 }

@@ -44,8 +44,20 @@ type entry struct {
 	// deleted: no holder may believe in it from now on. A put of the key
 	// since (a queued waiter's refresh) clears it.
 	ending bool
-	gone   bool // the key is deleted, or its lease ended
+	// late is, for the key of a try whose reply was lost, until when its
+	// put may still land: a request given up by its client may still be
+	// applied by the cluster, after a deletion sent since. Until then the
+	// entry stays, and each keep-alive tick looks for the key and deletes
+	// it, since it stands on a lease the process keeps alive for others.
+	late time.Time
+	gone bool // the key is deleted, or its lease ended
 }
+
+// lateApply bounds how long after a try's reply was lost its put may still
+// be applied: etcd answers a request it could not commit within its
+// request timeout (7 s with default timings) with an error, and this
+// leaves twice that.
+const lateApply = 15 * time.Second
 
 // overdue reports whether e's end passed without its key being deleted.
 // Backend.mu is held.
@@ -153,10 +165,23 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 		return
 	}
 	e.ending = true
-	rev, mod := e.rev, e.mod
+	rev, mod, late := e.rev, e.mod, e.late
 	b.mu.Unlock()
 	if b.BeforeEndDelete != nil {
 		b.BeforeEndDelete()
+	}
+	if !late.IsZero() {
+		// A lost try's key: look, and send a deletion only when it stands.
+		get, err := b.cli.Get(ctx, e.key, clientv3.WithCountOnly())
+		if err != nil {
+			return
+		}
+		if get.Count == 0 {
+			if !time.Now().Before(late) {
+				b.untrack(e)
+			}
+			return
+		}
 	}
 	deleted, present, err := b.deleteAtEnd(ctx, e.resource, e.key, rev, mod)
 	if err != nil {
@@ -164,8 +189,9 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e.rev == rev && e.mod == mod && (deleted || !present) {
-		// Not put again since the decision: the key is gone.
+	if e.rev == rev && e.mod == mod && (deleted || !present) && !time.Now().Before(e.late) {
+		// Not put again since the decision, and no lost put can land
+		// any more: the key is gone.
 		b.untrackLocked(e)
 	}
 }

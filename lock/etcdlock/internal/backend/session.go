@@ -188,7 +188,11 @@ func (b *Backend) keepAlive(ctx context.Context, s *session) {
 		}
 		b.mu.Unlock()
 		for _, e := range due {
-			b.expire(ctx, e)
+			// Bounded, so that a deletion that hangs does not hold up
+			// the keep-alives.
+			dctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
+			b.expire(dctx, e)
+			cancel()
 		}
 		kctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 		_ = b.keepAliveOnce(kctx, s)
