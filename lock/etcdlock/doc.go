@@ -22,25 +22,75 @@
 //
 // # Leases and waiting
 //
-// Each grant stands on an etcd lease that the server expires; extensions
-// are keep-alives, and the holder believes the lease's TTL less a drift
-// allowance (ttl/100 + 2ms), counted from before it asked, so it steps
-// down before the server can expire it. Leases have whole seconds: a TTL is
-// rounded up, so the server holds a lock at least as long as asked.
+// A Locker keeps one etcd lease per lease length (whole seconds: a TTL is
+// rounded up, so the server holds a lock at least as long as asked), as
+// concurrency.Session does for concurrency.Mutex: granted at the first
+// try, kept alive five times per TTL while keys stand on it, revoked once
+// it has been idle for its TTL. A grant is one transaction that puts the
+// holder's key on that lease and returns the token; a release is one
+// transaction that deletes the key. The key layout, for a resource r under
+// the Locker's prefix p:
+//
+//   - "p{r}/h/" followed by a holder id: a holder's or a queued waiter's
+//     key, on its lease; the one with the lowest create revision holds.
+//   - "p{r}/r": the record beside the lock (the election's leader).
+//
+// The shared lease outlives any one lock, so what a lease was promised is
+// kept by two rules:
+//
+//   - A holder believes no more than the server guarantees: the lease's
+//     TTL from when the last keep-alive the server acknowledged was sent,
+//     capped at the TTL asked for, less a drift allowance (ttl/100 + 2ms)
+//     for clocks that run at different rates. Its Done closes then, before
+//     the server can expire the lease. A grant on a lease whose
+//     keep-alives are healthy believes at least 4/5 of its TTL, less a
+//     keep-alive's round trip; Extend keeps the lease alive at once and
+//     counts from that.
+//   - Each key has an end of its own: the TTL asked for, from the try that
+//     granted it or from the last Extend. A key neither extended nor
+//     released is deleted by the Locker at its end, so a lease ends by its
+//     TTL even while other keys keep the etcd lease alive; a deletion that
+//     fails is tried again at each keep-alive, and a key whose deletion
+//     never succeeded goes with the lease, which is revoked once it
+//     carries no live key. Every belief ends no later than the key's end,
+//     and an end once passed is final: Extend and TTL answer
+//     lock.ErrNotHeld from then on, though a read would still find the key
+//     until the deletion lands, and that deletion removes the key only as
+//     the put it judged left it, so a queued waiter that put its key again
+//     meanwhile keeps it.
+//
+// A paused or dead process sends no keep-alive, so the etcd leader expires
+// the lease, and every key on it, within its TTL of the last one. A
+// process cut off from the cluster (its member lost its quorum, or its
+// connection) hears no acknowledgement: its holders step down when what
+// the last one guaranteed runs out, and the majority hands the lock on
+// when the lease expires there. etcd answers a keep-alive only on a leader
+// that still has its quorum, and a new leader renews every lease, so no
+// acknowledgement promises what the cluster does not keep. A member
+// restart loses nothing (leases and keys are in the cluster's log).
 //
 // Waiters queue in arrival order as keys under the resource's directory, as
 // concurrency.Mutex's do: the key with the lowest create revision holds the
 // lock, and a release or an expiry that deletes it makes the next one the
 // holder in the same step. A process watches the directory and hears of the
-// deletion; nothing polls. A waiter that vanished costs the others at most
-// its lease.
+// deletion; nothing polls. A queued waiter's key ends QueueLife (3 s) or
+// its TTL, whichever is longer, after its last refresh, so a waiter that
+// vanished costs the others at most that, or its process's lease.
+//
+// A try whose reply was lost may have put its key, or may still put it: a
+// request its client gave up on can be applied by the cluster later, after
+// a deletion sent since. The Locker deletes the key at once, within the
+// call's context while it lasts and then in the background, and looks for
+// it at each keep-alive for 15 s more (twice etcd's request timeout with
+// default timings), deleting it if it stands, so no lock is left that
+// nobody knows of on a lease the Locker keeps alive for its other keys.
 //
 // # The election
 //
 // election.New works on an etcd Locker as on any other: the leader record
 // is a key beside the lock, written only by the grant that holds it, on
-// that grant's lease (so it goes with the lock), and observers hear each
-// term through an etcd watch.
+// that grant's lease and deleted with its key (so it goes with the lock),
+// and observers hear each term through an etcd watch.
 //
 // Owners' re-entrant holds (lock.Owner) and Advance are not supported on
 // etcd, and are refused with an error matching fence.ErrInvalid.

@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/lock/etcdlock
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
+	github.com/fencekit/fencekit v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 )
@@ -35,6 +35,3 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-// etcdlock builds against the fencekit in this repository, also with
-// GOWORK=off.
-replace github.com/fencekit/fencekit => ../..

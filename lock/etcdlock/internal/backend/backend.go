@@ -12,9 +12,12 @@
 // The lock belongs to the key of the directory with the lowest create
 // revision, as with concurrency.Mutex: a release or an expiry deletes the
 // holder's key, and the next key, the first waiter in arrival order, holds
-// the lock in that same step. Each try grants an etcd lease of its own, to
-// which its key is attached: the server expires it, a release revokes it,
-// and a try whose reply was lost is undone by revoking it.
+// the lock in that same step. Keys stand on etcd leases that the backend
+// shares per lease length and keeps alive while keys stand on them
+// (session.go), so a try is one transaction and a release one deletion;
+// each key also has an end of its own, at which the backend deletes it
+// unless it was extended (entry.go). A paused or dead process keeps
+// nothing alive, and the server expires its leases and their keys.
 //
 // The token is [TokenBase] plus the holder key's create revision: a
 // consensus value that never goes back across leader changes and member
@@ -30,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -48,8 +52,9 @@ import (
 // guards, and below fence.MaxToken by 2^52 revisions.
 const TokenBase fence.Token = 1 << 52
 
-// cleanupBound bounds a revoke sent after its caller gave up, when no
-// Settings.Background runs it.
+// cleanupBound bounds a deletion or a revoke sent after its caller gave
+// up, when no Settings.Background runs it, and each one the backend sends
+// on its own.
 const cleanupBound = 2 * time.Second
 
 // Backend is the etcd lock: grants, extensions and releases on etcd leases,
@@ -60,27 +65,22 @@ type Backend struct {
 	poll   bool
 	bg     func(ctx context.Context, f func(ctx context.Context))
 
-	mu     sync.Mutex
-	rooms  map[string]*room // resource -> waiters of this process
-	leases map[string]leaseRef
-	// spare leases, granted ahead of tries (lease.go), by TTL in seconds
-	spares  map[int64]spare
-	filling map[int64]bool
-	lastTry map[int64]time.Time
-	closed  bool
-	wg      sync.WaitGroup
-	stop    chan struct{}
+	mu       sync.Mutex
+	rooms    map[string]*room   // resource -> waiters of this process
+	sessions map[int64]*session // by lease TTL in seconds
+	entries  map[string]*entry  // key -> what this process put there
+	closed   bool
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	frozen   atomic.Int32 // for tests: see Freeze
 
-	// BeforeTxn, when set (by tests), runs in Try between the lease's
-	// grant and the transaction that puts the key on it.
+	// BeforeTxn, when set (by tests), runs in Try between taking the
+	// session's lease and the transaction that puts the key on it.
 	BeforeTxn func()
-}
-
-// leaseRef is the lease last attached to a holder's key by this process,
-// with the key's modification revision then.
-type leaseRef struct {
-	id  clientv3.LeaseID
-	mod int64
+	// BeforeEndDelete, when set (by tests, before the first Try), runs
+	// when the backend has decided to delete a key whose end passed and
+	// before it sends the deletion: a deletion that is slow to land.
+	BeforeEndDelete func()
 }
 
 var (
@@ -107,17 +107,14 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 		return nil, fmt.Errorf("%w: etcdlock: prefix %q contains a brace", fence.ErrInvalid, s.Prefix)
 	}
 	b := &Backend{
-		cli:    cli,
-		prefix: s.Prefix,
-		poll:   s.Poll,
-		bg:     s.Background,
-		rooms:  map[string]*room{},
-		leases: map[string]leaseRef{},
-		stop:   make(chan struct{}),
-
-		spares:  map[int64]spare{},
-		filling: map[int64]bool{},
-		lastTry: map[int64]time.Time{},
+		cli:      cli,
+		prefix:   s.Prefix,
+		poll:     s.Poll,
+		bg:       s.Background,
+		rooms:    map[string]*room{},
+		sessions: map[int64]*session{},
+		entries:  map[string]*entry{},
+		stop:     make(chan struct{}),
 	}
 	return b, nil
 }
@@ -140,23 +137,6 @@ func (b *Backend) holderKey(resource, holder string) string {
 }
 func (b *Backend) recordKey(resource string) string { return b.dir(resource) + "/r" }
 
-// hold is a grant's record: its key, its token and the lease its key is
-// attached to (which an extension past the lease's TTL replaces).
-type hold struct {
-	resource, holder, key string
-	rev                   int64 // the key's create revision
-
-	mu    sync.Mutex
-	lease clientv3.LeaseID
-	ttl   int64 // the lease's TTL, in seconds
-}
-
-func (h *hold) current() (clientv3.LeaseID, int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lease, h.ttl
-}
-
 // leaseSeconds is the etcd lease TTL that covers ttl: whole seconds,
 // rounded up, so the server holds at least what the lock asked.
 func leaseSeconds(ttl time.Duration) int64 {
@@ -175,98 +155,153 @@ func token(rev int64) (fence.Token, error) {
 	return TokenBase + fence.Token(rev), nil
 }
 
-// Try grants an etcd lease for req.TTL, then, in one transaction, puts the
-// holder's key on it if the resource has no key (or, with req.Queue, puts
-// it in any case, so it waits in create-revision order) and reads the
-// first key. The grant is the holder's key being the first; the token is
-// its create revision, from the transaction's own response.
+// Try puts the holder's key on the session lease of req.TTL's length, in
+// one transaction that puts it only if the resource has no key (or, with
+// req.Queue, in any case, so that it waits in create-revision order) and
+// reads the first key. The grant is the holder's key being the first; the
+// token is its create revision, from the transaction's own response.
 func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	start := time.Now()
 	secs := leaseSeconds(req.TTL)
-	// A queueing try's lease is granted now, never taken from the spare:
-	// a release may hand the lock to the entry it puts, and the Locker then
-	// counts that lease from this try's send.
-	newLease, sent, err := b.takeLease(ctx, secs, !req.Queue)
-	if err != nil {
-		// A lease granted whose reply was lost holds no key, and the
-		// server expires it: nothing to undo.
-		return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
-	}
-	lease := newLease
 	key := b.holderKey(req.Resource, req.Holder)
-	first := clientv3.OpGet(b.holders(req.Resource), clientv3.WithFirstCreate()...)
-	mine := clientv3.OpGet(key)
-	if b.BeforeTxn != nil {
-		b.BeforeTxn()
-	}
-	var txn clientv3.Txn
+	life := req.TTL
 	if req.Queue {
-		txn = b.cli.Txn(ctx).Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)), first, mine)
+		life = max(req.TTL, lockbackend.QueueLife)
+	}
+	var resp *clientv3.TxnResponse
+	var s *session
+	for range 2 {
+		var err error
+		if s, err = b.session(ctx, secs); err != nil {
+			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
+		}
+		if e := b.entryOf(key); e != nil {
+			// A refresh of a queued entry, or a try again of a grant: the
+			// key's end must not come while this try runs.
+			b.mu.Lock()
+			e.endAt(start.Add(life), true)
+			b.mu.Unlock()
+		}
+		if b.BeforeTxn != nil {
+			b.BeforeTxn()
+		}
+		put := clientv3.OpPut(key, "", clientv3.WithLease(s.id))
+		first := clientv3.OpGet(b.holders(req.Resource), clientv3.WithFirstCreate()...)
+		mine := clientv3.OpGet(key)
+		txn := b.cli.Txn(ctx)
+		if req.Queue {
+			txn = txn.Then(put, first, mine)
+		} else {
+			// On a free lock the put makes the only key, so the reply
+			// needs no read: the key's revisions are the transaction's.
+			txn = txn.If(clientv3.Compare(clientv3.Version(b.holders(req.Resource)).WithPrefix(), "=", 0)).
+				Then(put).
+				Else(first, mine)
+		}
+		resp, err = txn.Commit()
+		b.done(s)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The session's lease ended under it (the process was paused,
+			// or cut off, past its TTL): nothing was put; a new lease.
+			b.lost(s)
+			continue
+		}
+		if err != nil {
+			// The put may have run, or may still run: the key is deleted
+			// now, and by its session's keep-alive ticks until a put of
+			// this try can no longer land, so no lock is left that nobody
+			// knows about.
+			e := b.track(req.Resource, req.Holder, req.TTL, s)
+			b.mu.Lock()
+			e.late = time.Now().Add(lateApply)
+			b.mu.Unlock()
+			b.expireLater(ctx, e)
+			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
+		}
+		break
+	}
+	if resp == nil {
+		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, rpctypes.ErrLeaseNotFound)
+	}
+	var firstKV, mineKV *mvccpb.KeyValue
+	if !req.Queue && resp.Succeeded {
+		rev := resp.Header.Revision
+		mineKV = &mvccpb.KeyValue{Key: []byte(key), CreateRevision: rev, ModRevision: rev, Version: 1, Lease: int64(s.id)}
+		firstKV = mineKV
 	} else {
-		txn = b.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Version(b.holders(req.Resource)).WithPrefix(), "=", 0)).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)), first, mine).
-			Else(first, mine)
+		firstKV = kvOf(resp.Responses[len(resp.Responses)-2])
+		mineKV = kvOf(resp.Responses[len(resp.Responses)-1])
 	}
-	resp, err := txn.Commit()
-	if err != nil {
-		// The put may have run: revoking the lease removes the key it
-		// put, so no lock is left that nobody knows about.
-		b.revokeLater(ctx, lease)
-		return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
+	if mineKV == nil {
+		return lockbackend.Outcome{Remaining: -1, Place: -1}, nil
 	}
-	firstKV := kvOf(resp.Responses[len(resp.Responses)-2])
-	mineKV := kvOf(resp.Responses[len(resp.Responses)-1])
-	if mineKV == nil || mineKV.Lease != int64(lease) {
-		// Nothing of ours is on the new lease.
-		b.giveBack(context.WithoutCancel(ctx), lease, sent, secs)
+	if mineKV.Lease != int64(s.id) {
+		// A grant an earlier try of this holder made on another lease that
+		// this process no longer keeps: it is not this try's to report.
+		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: the holder's key stands on a lease this Locker does not keep: %w", req.Resource, lockbackend.ErrNotHeld)
 	}
-	if mineKV != nil && mineKV.Lease != int64(lease) {
-		// This holder's entry stands on an older lease (a grant or an
-		// entry of an earlier try of the same acquisition).
-		lease = clientv3.LeaseID(mineKV.Lease)
-	}
-	if firstKV == nil || mineKV == nil || string(firstKV.Key) != key {
+	e := b.track(req.Resource, req.Holder, req.TTL, s)
+	b.mu.Lock()
+	// This put is the key's now: a deletion decided for an earlier one
+	// leaves it standing (it is conditional on that put).
+	e.rev, e.mod, e.sent, e.ending = mineKV.CreateRevision, mineKV.ModRevision, start, false
+	e.endAt(start.Add(life), true)
+	guaranteed := s.guaranteed(start)
+	b.mu.Unlock()
+	if firstKV == nil || string(firstKV.Key) != key {
 		out := lockbackend.Outcome{Remaining: -1, Place: -1}
-		if req.Queue && mineKV != nil {
+		if req.Queue {
 			out.Ref = mineKV.ModRevision
-			if old, ok := b.remember(key, lease, mineKV.ModRevision); ok && old != lease {
-				// The entry moved to this try's lease: the one it stood on
-				// holds nothing now.
-				b.revokeLater(context.WithoutCancel(ctx), old)
-			}
 		}
 		return out, nil
 	}
+	if req.Queue {
+		// Granted: the key ends the TTL from this try, not the queue's.
+		b.mu.Lock()
+		e.endAt(start.Add(req.TTL), false)
+		b.mu.Unlock()
+	}
 	tok, err := token(mineKV.CreateRevision)
 	if err != nil {
-		b.revokeLater(context.WithoutCancel(ctx), lease)
+		b.expireLater(ctx, e)
 		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, err)
 	}
-	if old, ok := b.leaseOf(key); ok && old.id != lease {
-		b.revokeLater(context.WithoutCancel(ctx), old.id)
+	return lockbackend.Outcome{Granted: true, Hold: e, Token: tok, Holder: req.Holder,
+		Known:      max(0, min(req.TTL, guaranteed)-drift(req.TTL)),
+		HandedOver: mineKV.CreateRevision != resp.Header.Revision}, nil
+}
+
+// expireLater deletes e's key now, within ctx while it lasts and then in
+// the background, bounded; what that leaves undone, its session's
+// keep-alive ticks do. The acquisition is over and nobody believes in the
+// key, which a put whose reply was lost may have made again: whatever key
+// of the holder stands is deleted.
+func (b *Backend) expireLater(ctx context.Context, e *entry) {
+	b.mu.Lock()
+	e.forget()
+	e.endAt(time.Now(), false)
+	if e.timer != nil {
+		e.timer.Stop()
 	}
-	b.forget(key)
-	h := &hold{resource: req.Resource, holder: req.Holder, key: key, rev: mineKV.CreateRevision, lease: lease, ttl: secs}
-	out := lockbackend.Outcome{Granted: true, Hold: h, Token: tok, Holder: req.Holder,
-		Known:      min(req.TTL, sent.Add(time.Duration(secs)*time.Second).Sub(start)) - drift(req.TTL),
-		HandedOver: mineKV.CreateRevision != resp.Header.Revision}
-	if mineKV.Lease != int64(newLease) {
-		// A grant made on an older lease (handed over while queued, or
-		// the run this try repeats): what the server says is left of it.
-		ttl, err := b.cli.TimeToLive(ctx, lease)
-		if err != nil || ttl.TTL <= 0 {
-			b.revokeLater(context.WithoutCancel(ctx), lease)
-			if err == nil {
-				return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, lockbackend.ErrNotHeld)
-			}
-			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
-		}
-		h.ttl = ttl.GrantedTTL
-		known := time.Duration(ttl.TTL)*time.Second - drift(time.Duration(ttl.GrantedTTL)*time.Second)
-		out.Known = max(0, min(out.Known, known))
+	closed := b.closed
+	if !closed && b.bg == nil {
+		b.wg.Add(1)
 	}
-	return out, nil
+	b.mu.Unlock()
+	if closed {
+		return // nothing is kept alive after Close: the key ends with its lease
+	}
+	del := func(ctx context.Context) { b.expire(ctx, e) }
+	if b.bg != nil {
+		b.bg(ctx, del)
+		return
+	}
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBound)
+		defer cancel()
+		del(ctx)
+	}()
 }
 
 func kvOf(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
@@ -277,98 +312,176 @@ func kvOf(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
 	return rr.Kvs[0]
 }
 
-// Extend keeps h's lease alive: a keep-alive restarts the lease's TTL,
-// which covers ttl when the lease was granted for at least ttl; otherwise
-// the key moves to a new lease of ttl, in a transaction that checks it is
-// still h's.
+// Extend makes h's key live at least ttl from now: its end moves to ttl
+// from now, and its lease is kept alive at once (or, for a ttl longer than
+// the lease's, the key moves to a session of a longer lease, in a
+// transaction that checks it is still h's). The validity it returns is
+// what the keep-alive the server acknowledged guarantees, less the drift
+// allowance.
 func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Duration) (time.Duration, error) {
-	h := hh.(*hold)
-	lease, secs := h.current()
-	if secs >= leaseSeconds(ttl) {
-		resp, err := b.cli.KeepAliveOnce(ctx, lease)
+	e := hh.(*entry)
+	start := time.Now()
+	b.mu.Lock()
+	if e.gone || e.ending || !e.end.After(start) {
+		// Its end passed: the key is being deleted, whatever a read
+		// would still find.
+		b.mu.Unlock()
+		return 0, fmt.Errorf("etcdlock: Extend %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	e.endAt(start.Add(ttl), true)
+	s, rev := e.s, e.rev
+	b.mu.Unlock()
+	notHeld := func() (time.Duration, error) {
+		return 0, fmt.Errorf("etcdlock: Extend %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	if secs := leaseSeconds(ttl); s.secs < secs {
+		ns, err := b.session(ctx, secs)
 		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return 0, fmt.Errorf("etcdlock: Extend %q: %w", h.resource, lockbackend.ErrNotHeld)
-			}
-			return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", h.resource, err))
+			return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
 		}
-		d := time.Duration(resp.TTL) * time.Second
-		return d - drift(d), nil
+		defer b.done(ns)
+		rkey := b.recordKey(e.resource)
+		tok := fmt.Sprintf("%016d", int64(TokenBase+fence.Token(rev)))
+		resp, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev),
+				clientv3.Compare(clientv3.LeaseValue(e.key), "=", s.id)).
+			Then(clientv3.OpPut(e.key, "", clientv3.WithLease(ns.id)),
+				// The record of this grant moves with it.
+				clientv3.OpTxn([]clientv3.Cmp{
+					clientv3.Compare(clientv3.Value(rkey), ">", tok),
+					clientv3.Compare(clientv3.Value(rkey), "<", tok+"\v"),
+				}, []clientv3.Op{clientv3.OpPut(rkey, "", clientv3.WithIgnoreValue(), clientv3.WithLease(ns.id))}, nil)).
+			Commit()
+		if err != nil {
+			// The key may have moved: the old lease or the new one keeps
+			// it, each until the key's end or its TTL, and its mod
+			// revision is not known.
+			b.mu.Lock()
+			e.moveTo(ns)
+			e.mod = 0
+			b.mu.Unlock()
+			return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
+		}
+		if !resp.Succeeded {
+			b.untrack(e)
+			return notHeld()
+		}
+		b.mu.Lock()
+		e.moveTo(ns)
+		e.mod = resp.Header.Revision // the put's, which its deletion at the end compares
+		g := ns.guaranteed(start)
+		b.mu.Unlock()
+		return max(0, min(ttl, g)-drift(ttl)), nil
 	}
-	secs = leaseSeconds(ttl)
-	lg, err := b.cli.Grant(ctx, secs)
+	if err := b.keepAliveOnce(ctx, s); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return notHeld()
+		}
+		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
+	}
+	get, err := b.cli.Get(ctx, e.key)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", h.resource, err))
+		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
 	}
-	resp, err := b.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev),
-			clientv3.Compare(clientv3.LeaseValue(h.key), "=", lease)).
-		Then(clientv3.OpPut(h.key, "", clientv3.WithLease(lg.ID))).
-		Commit()
-	if err != nil {
-		// The key may have moved to the new lease: keep both alive is
-		// not possible, so say the outcome is unknown; the old lease
-		// still expires on its own.
-		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", h.resource, err))
+	if len(get.Kvs) == 0 || get.Kvs[0].CreateRevision != rev || get.Kvs[0].Lease != int64(s.id) {
+		b.untrack(e)
+		return notHeld()
 	}
-	if !resp.Succeeded {
-		b.revokeLater(context.WithoutCancel(ctx), lg.ID)
-		return 0, fmt.Errorf("etcdlock: Extend %q: %w", h.resource, lockbackend.ErrNotHeld)
-	}
-	h.mu.Lock()
-	h.lease, h.ttl = lg.ID, secs
-	h.mu.Unlock()
-	b.revokeLater(context.WithoutCancel(ctx), lease)
-	d := time.Duration(secs) * time.Second
-	return d - drift(d), nil
+	b.mu.Lock()
+	g := s.guaranteed(start)
+	b.mu.Unlock()
+	return max(0, min(ttl, g)-drift(ttl)), nil
 }
 
-// Release revokes h's lease, which deletes its key in the same step: the
-// next key in create-revision order, the first waiter, then holds the lock.
+// Release deletes h's key, with the record its grant wrote, in one
+// transaction that checks the key is still h's: the next key in
+// create-revision order, the first waiter, then holds the lock.
 func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
-	h := hh.(*hold)
-	lease, _ := h.current()
-	_, err := b.cli.Revoke(ctx, lease)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("etcdlock: Release %q: %w", h.resource, lockbackend.ErrNotHeld)
-	default:
-		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", h.resource, err))
+	e := hh.(*entry)
+	b.mu.Lock()
+	gone, rev := e.gone, e.rev
+	b.mu.Unlock()
+	if gone {
+		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
-}
-
-// TTL returns what the server says is left of h's lease, in whole seconds
-// rounded down.
-func (b *Backend) TTL(ctx context.Context, hh lockbackend.Hold) (time.Duration, error) {
-	h := hh.(*hold)
-	lease, _ := h.current()
-	resp, err := b.cli.TimeToLive(ctx, lease)
+	deleted, err := b.deleteKey(ctx, e.resource, e.key, rev)
 	if err != nil {
-		return 0, b.callErr(ctx, "TTL", h.resource, err)
+		// The key's end still stands: it goes then at the latest.
+		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", e.resource, err))
 	}
-	if resp.TTL <= 0 {
-		return 0, fmt.Errorf("etcdlock: TTL %q: %w", h.resource, lockbackend.ErrNotHeld)
-	}
-	return time.Duration(resp.TTL) * time.Second, nil
-}
-
-// Abandon deletes holder's key, whether it holds the lock (handed over
-// while the waiter gave up) or waits in the queue; the next key then holds
-// the lock. Deleting a key that is gone changes nothing.
-func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) error {
-	key := b.holderKey(resource, holder)
-	_, err := b.cli.Delete(ctx, key)
-	b.forget(key)
-	if err != nil {
-		return b.callErr(ctx, "Abandon", resource, err)
+	b.untrack(e)
+	if !deleted {
+		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
 	return nil
 }
 
-// Close stops the watches of waiting acquisitions and waits, until
-// deadline at most, for the revokes it sent in the background.
+// TTL returns how long the server still holds h's key: what is left of its
+// lease, in whole seconds rounded down, and no longer than its end.
+func (b *Backend) TTL(ctx context.Context, hh lockbackend.Hold) (time.Duration, error) {
+	e := hh.(*entry)
+	b.mu.Lock()
+	gone, rev, s, end := e.gone || e.ending || !e.end.After(time.Now()), e.rev, e.s, e.end
+	b.mu.Unlock()
+	if gone {
+		// Its end passed: the key is being deleted.
+		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	get, err := b.cli.Get(ctx, e.key)
+	if err != nil {
+		return 0, b.callErr(ctx, "TTL", e.resource, err)
+	}
+	if len(get.Kvs) == 0 || get.Kvs[0].CreateRevision != rev {
+		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	resp, err := b.cli.TimeToLive(ctx, clientv3.LeaseID(get.Kvs[0].Lease))
+	if err != nil {
+		return 0, b.callErr(ctx, "TTL", e.resource, err)
+	}
+	if resp.TTL <= 0 {
+		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	if get.Kvs[0].Lease != int64(s.id) {
+		return time.Duration(resp.TTL) * time.Second, nil
+	}
+	return max(0, min(time.Duration(resp.TTL)*time.Second, time.Until(end))), nil
+}
+
+// Abandon deletes holder's key, whether it holds the lock (handed over
+// while the waiter gave up) or waits in the queue; the next key then holds
+// the lock. Deleting a key that is gone changes nothing. A deletion that
+// fails is done again by the key's session.
+func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) error {
+	key := b.holderKey(resource, holder)
+	_, err := b.cli.Delete(ctx, key)
+	e := b.entryOf(key)
+	if err != nil {
+		if e != nil {
+			b.mu.Lock()
+			e.forget()
+			e.endAt(time.Now(), false)
+			b.mu.Unlock()
+		}
+		return b.callErr(ctx, "Abandon", resource, err)
+	}
+	if e != nil {
+		b.mu.Lock()
+		if time.Now().Before(e.late) {
+			// A lost try's put may still land: the ticks look for it.
+			e.endAt(time.Now(), false)
+		} else {
+			b.untrackLocked(e)
+		}
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+// Close stops the watches of waiting acquisitions and the keep-alives, and
+// waits, until deadline at most, for the deletions it sent in the
+// background. It releases no lease: the keys of live grants end with their
+// leases' TTL, from the last keep-alive. A session with no live key left is
+// revoked, which deletes any key whose deletion had failed.
 func (b *Backend) Close(deadline time.Time) {
 	b.mu.Lock()
 	if b.closed {
@@ -379,11 +492,33 @@ func (b *Backend) Close(deadline time.Time) {
 	close(b.stop)
 	rooms := b.rooms
 	b.rooms = map[string]*room{}
+	var idle []clientv3.LeaseID
+	for _, s := range b.sessions {
+		live := false
+		for e := range s.entries {
+			if e.timer != nil {
+				e.timer.Stop()
+			}
+			live = live || !e.overdue(time.Now())
+		}
+		// A call in flight may be putting a key on it (a try that Close
+		// does not wait for): its lease then ends with its TTL.
+		if !live && s.inflight == 0 {
+			idle = append(idle, s.id)
+		}
+		s.dead = true
+		s.cancel()
+	}
+	b.sessions = map[int64]*session{}
 	b.mu.Unlock()
 	for _, r := range rooms {
 		r.cancel()
 	}
-	b.revokeSpares(deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for _, id := range idle {
+		_, _ = b.cli.Revoke(ctx, id)
+	}
 	done := make(chan struct{})
 	go func() { b.wg.Wait(); close(done) }()
 	t := time.NewTimer(time.Until(deadline))
@@ -409,30 +544,6 @@ func (b *Backend) revokeLater(ctx context.Context, lease clientv3.LeaseID) {
 		defer cancel()
 		revoke(ctx)
 	}()
-}
-
-// remember notes the lease a queued holder's entry stands on, and returns
-// the one it stood on before.
-func (b *Backend) remember(key string, lease clientv3.LeaseID, mod int64) (clientv3.LeaseID, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	old, ok := b.leases[key]
-	b.leases[key] = leaseRef{lease, mod}
-	return old.id, ok
-}
-
-// leaseOf returns the lease this process last put key on.
-func (b *Backend) leaseOf(key string) (leaseRef, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.leases[key]
-	return r, ok
-}
-
-func (b *Backend) forget(key string) {
-	b.mu.Lock()
-	delete(b.leases, key)
-	b.mu.Unlock()
 }
 
 // callErr names the call and matches ctx.Err() when ctx ended.

@@ -3,7 +3,9 @@ package backend
 import (
 	"context"
 	"sync"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencekit/fencekit/internal/lockbackend"
@@ -66,14 +68,21 @@ func (b *Backend) Join(resource, holder string, create bool) lockbackend.Waiter 
 	return w
 }
 
-// Adopt makes the Hold of a grant announced to a waiter: its key, its
-// token and the lease its entry stands on.
+// Adopt makes the Hold of a grant announced to a waiter: the entry its
+// refresh put, whose key then ends the TTL after that refresh's try began,
+// which is no sooner than the lease the Locker counts from the HandOver.
 func (b *Backend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
 	key := b.holderKey(req.Resource, req.Holder)
-	ref, _ := b.leaseOf(key)
-	b.forget(key)
-	return &hold{resource: req.Resource, holder: req.Holder, key: key,
-		rev: int64(g.Token - TokenBase), lease: ref.id, ttl: leaseSeconds(req.TTL)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.entries[key]
+	if e == nil || e.gone {
+		// Its end passed and the key was deleted: a grant already over.
+		return &entry{b: b, resource: req.Resource, holder: req.Holder, key: key, ttl: req.TTL, gone: true}
+	}
+	e.rev = int64(g.Token - TokenBase)
+	e.endAt(e.sent.Add(req.TTL), false)
+	return e
 }
 
 // watch keeps the room's watch up until the room is cancelled: a watch
@@ -157,9 +166,10 @@ func (r *room) check(ctx context.Context) {
 		if string(kv.Key) != r.b.holderKey(r.resource, w.holder) {
 			continue
 		}
-		ref, ok := r.b.leaseOf(string(kv.Key))
-		if !ok || ref.id != clientv3.LeaseID(kv.Lease) {
-			// Not the entry this process put last: the waiter tries.
+		age, ok := r.b.handOverAge(string(kv.Key), kv)
+		if !ok {
+			// Not the entry this process put last, or a lease mostly
+			// over: the waiter tries, and its try grants it.
 			w.poke()
 			return
 		}
@@ -167,7 +177,7 @@ func (r *room) check(ctx context.Context) {
 		case <-w.granted:
 		default:
 		}
-		w.granted <- lockbackend.HandOver{Token: tok, Ref: kv.ModRevision}
+		w.granted <- lockbackend.HandOver{Token: tok, Ref: kv.ModRevision, Age: age}
 		return
 	}
 }
@@ -213,4 +223,33 @@ func (w *waiter) Leave(acquired bool) {
 		r.cancel()
 	}
 	r.b.mu.Unlock()
+}
+
+// handOverAge is the Age of a hand-over to the entry of key, found first
+// as kv: the Locker counts the grant's lease from the refreshing try's
+// send plus Age, for the TTL, and that must end no later than what the
+// server holds the key for, less the drift allowance: the entry's end and
+// what its session's last acknowledged keep-alive guarantees. So Age is 0
+// or less. ok is false when kv is not the entry as this process last put
+// it, and when the lease so counted has less than a quarter of its TTL
+// left (a waiter refreshes once a second, so a hand-over to a waiter with
+// a shorter TTL would often come already over): the waiter's own try then
+// grants it a lease counted from that try.
+func (b *Backend) handOverAge(key string, kv *mvccpb.KeyValue) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.entries[key]
+	if e == nil || e.gone || e.ending || e.mod != kv.ModRevision || int64(e.s.id) != kv.Lease {
+		// Not the entry as last put, or its deletion at its end is decided.
+		return 0, false
+	}
+	held := e.end
+	if g := e.s.ackSent.Add(e.s.ackTTL); g.Before(held) {
+		held = g
+	}
+	age := min(0, held.Add(-drift(e.ttl)).Sub(e.sent.Add(e.ttl)))
+	if time.Until(e.sent.Add(age+e.ttl)) < e.ttl/4 {
+		return 0, false
+	}
+	return age, true
 }

@@ -63,7 +63,8 @@ func (b *Backend) PutRecord(ctx context.Context, f fence.Fence, value string, li
 }
 
 // KeepRecord checks that f's record and lock still stand: the record is on
-// the lock's lease, so it lasts exactly as long as the lock does.
+// the lock's lease and is deleted with the lock's key, so it lasts exactly
+// as long as the lock does.
 func (b *Backend) KeepRecord(ctx context.Context, f fence.Fence, linger time.Duration) error {
 	resp, err := b.cli.Txn(ctx).Then(
 		clientv3.OpGet(b.holderKey(f.Resource, f.Holder)),

@@ -15,7 +15,7 @@ import (
 // Redis and PostgreSQL locks (microseconds since 1970), so that a resource
 // moved from those locks keeps being admitted.
 func TestTokensIncreaseAboveClockTokens(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	clockToken := fence.Token(time.Now().UnixMicro())
 	var last fence.Token
@@ -40,7 +40,7 @@ func TestTokensIncreaseAboveClockTokens(t *testing.T) {
 // TestExclusiveAndRelease checks that a held lock refuses another holder,
 // that a release frees it, and that a second release says not held.
 func TestExclusiveAndRelease(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	a := mustGrant(t, b, req("x", 5*time.Second))
 	out, err := b.Try(ctxFor(t, 5*time.Second), req("x", 5*time.Second))
@@ -65,7 +65,7 @@ func TestExclusiveAndRelease(t *testing.T) {
 // TestRetryOfGrantReturnsIt checks that a try repeated by the same holder
 // after it was granted returns that grant, not a refusal.
 func TestRetryOfGrantReturnsIt(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	r := req("retry", 5*time.Second)
 	a := mustGrant(t, b, r)
@@ -78,7 +78,7 @@ func TestRetryOfGrantReturnsIt(t *testing.T) {
 // TestBadSettingsRefused checks that options meaningless on etcd are
 // refused as invalid arguments.
 func TestBadSettingsRefused(t *testing.T) {
-	c := StartCluster(t, 1)
+	c := sharedCluster(t)
 	cli := c.Client(t)
 	for _, s := range []lockbackend.Settings{
 		{Given: lockbackend.GivenRetention, Retention: time.Hour},

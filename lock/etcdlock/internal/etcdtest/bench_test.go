@@ -11,13 +11,43 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/lock/etcdlock/internal/etcdtest/prevbackend"
 )
 
 // The benchmarks compare the etcd Locker with etcd's own concurrency
-// package on the same three-member cluster, started once per benchmark:
+// package on the same three-member cluster, started once per benchmark,
+// and with the Locker on the backend as it was before its keys shared a
+// kept-alive lease ("fencekit-before", package prevbackend). Each run of
+// a benchmark measures every variant in turn on its cluster; five runs
+// (not -count, which repeats one variant before the next) interleave them:
 //
-//	go test -run '^$' -bench . -benchtime 200x ./...
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench 'Uncontended|HandOff' -benchtime 300x ./...; done
+//
+// BenchmarkUncontendedPaired alternates the Locker and concurrency.Mutex
+// within each iteration, the comparison to quote on a shared machine.
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench Failover -benchtime 5x ./...; done
+
+// newPrevLocker makes a Locker on the backend before sessions.
+func newPrevLocker(b *testing.B, cli *clientv3.Client, opts ...lock.Option) *lock.Locker {
+	b.Helper()
+	anyOpts := make([]any, len(opts))
+	for i, o := range opts {
+		anyOpts[i] = o
+	}
+	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
+		return prevbackend.New(cli, s)
+	}, anyOpts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lk := l.(*lock.Locker)
+	b.Cleanup(lk.Close)
+	return lk
+}
+
+func testPrefix() lock.Option { return lock.WithPrefix("fk-" + fence.NewHolder()[:8] + ":") }
 
 func session(b *testing.B, cli *clientv3.Client, ttl int) *concurrency.Session {
 	b.Helper()
@@ -29,12 +59,26 @@ func session(b *testing.B, cli *clientv3.Client, ttl int) *concurrency.Session {
 	return s
 }
 
+// warm writes to a new cluster for a while first, so that the variant
+// measured first does not pay for what a cluster does once after it
+// starts.
+func warm(b *testing.B, c *Cluster) {
+	b.Helper()
+	cli := c.Client(b)
+	ctx := context.Background()
+	for range 300 {
+		if _, err := cli.Put(ctx, "warm", "x"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkUncontended measures one lock and unlock of a free lock.
 func BenchmarkUncontended(b *testing.B) {
 	c := StartCluster(b, 3)
+	warm(b, c)
 	ctx := context.Background()
-	b.Run("fencekit", func(b *testing.B) {
-		l := newLocker(b, c)
+	uncontended := func(b *testing.B, l *lock.Locker) {
 		for b.Loop() {
 			s, err := l.TryAcquire(ctx, "u", 10*time.Second)
 			if err != nil {
@@ -44,7 +88,9 @@ func BenchmarkUncontended(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-	})
+	}
+	b.Run("fencekit", func(b *testing.B) { uncontended(b, newLocker(b, c)) })
+	b.Run("fencekit-before", func(b *testing.B) { uncontended(b, newPrevLocker(b, c.Client(b), testPrefix())) })
 	b.Run("fencekit-backend", func(b *testing.B) {
 		// The backend alone, under the Locker: what the Locker adds.
 		be := newBackend(b, c.Client(b))
@@ -72,10 +118,69 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
+// BenchmarkUncontendedPaired alternates one lock and unlock of a free lock
+// on the Locker with one on concurrency.Mutex, on the same cluster, so
+// that both see the same load within each iteration, and reports each
+// one's time and their ratio: on a shared machine a fairer comparison
+// than BenchmarkUncontended's variants one after the other.
+func BenchmarkUncontendedPaired(b *testing.B) {
+	c := StartCluster(b, 3)
+	warm(b, c)
+	ctx := context.Background()
+	l := newLocker(b, c)
+	m := concurrency.NewMutex(session(b, c.Client(b), 10), "/bench-"+fence.NewHolder()[:8])
+	fk := func() {
+		s, err := l.TryAcquire(ctx, "u", 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mu := func() {
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var ours, theirs time.Duration
+	first := true
+	for b.Loop() {
+		// Each goes first every other iteration: the one that follows
+		// the other's last write may find the cluster busier.
+		t0 := time.Now()
+		if first {
+			fk()
+		} else {
+			mu()
+		}
+		t1 := time.Now()
+		if first {
+			mu()
+		} else {
+			fk()
+		}
+		t2 := time.Now()
+		if first {
+			ours, theirs = ours+t1.Sub(t0), theirs+t2.Sub(t1)
+		} else {
+			ours, theirs = ours+t2.Sub(t1), theirs+t1.Sub(t0)
+		}
+		first = !first
+	}
+	b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "fencekit-us/op")
+	b.ReportMetric(float64(theirs.Microseconds())/float64(b.N), "mutex-us/op")
+	b.ReportMetric(float64(ours)/float64(theirs), "fencekit/mutex")
+}
+
 // BenchmarkHandOff8 measures the time per grant when 8 waiters contend for
 // one lock, each taking it, holding it for no time, and releasing it.
 func BenchmarkHandOff8(b *testing.B) {
 	c := StartCluster(b, 3)
+	warm(b, c)
 	ctx := context.Background()
 	run := func(b *testing.B, lockUnlock func(i int) error) {
 		var n atomic.Int64
@@ -94,8 +199,7 @@ func BenchmarkHandOff8(b *testing.B) {
 		}
 		wg.Wait()
 	}
-	b.Run("fencekit", func(b *testing.B) {
-		l := newLocker(b, c)
+	handOff := func(b *testing.B, l *lock.Locker) {
 		run(b, func(int) error {
 			s, err := l.Acquire(ctx, "h", 10*time.Second)
 			if err != nil {
@@ -103,7 +207,9 @@ func BenchmarkHandOff8(b *testing.B) {
 			}
 			return s.Release(ctx)
 		})
-	})
+	}
+	b.Run("fencekit", func(b *testing.B) { handOff(b, newLocker(b, c)) })
+	b.Run("fencekit-before", func(b *testing.B) { handOff(b, newPrevLocker(b, c.Client(b), testPrefix())) })
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		pfx := "/bench-" + fence.NewHolder()[:8]
 		var ms [8]*concurrency.Mutex
@@ -125,19 +231,13 @@ func BenchmarkHandOff8(b *testing.B) {
 func BenchmarkFailover(b *testing.B) {
 	c := StartCluster(b, 3)
 	ctx := context.Background()
-	b.Run("fencekit", func(b *testing.B) {
-		pfx := lock.WithPrefix("fk-" + fence.NewHolder()[:8] + ":")
-		next, err := newLockerOn(b, c.Client(b), pfx)
-		if err != nil {
-			b.Fatal(err)
-		}
+	failover := func(b *testing.B, newL func(*clientv3.Client, lock.Option) *lock.Locker) {
+		pfx := testPrefix()
+		next := newL(c.Client(b), pfx)
 		var total time.Duration
 		for b.Loop() {
 			cli := c.Client(b)
-			leader, err := newLockerOn(b, cli, pfx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			leader := newL(cli, pfx)
 			if _, err := leader.Acquire(ctx, "leader", 2*time.Second); err != nil {
 				b.Fatal(err)
 			}
@@ -159,6 +259,18 @@ func BenchmarkFailover(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/failover")
+	}
+	b.Run("fencekit", func(b *testing.B) {
+		failover(b, func(cli *clientv3.Client, pfx lock.Option) *lock.Locker {
+			l, err := newLockerOn(b, cli, pfx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return l
+		})
+	})
+	b.Run("fencekit-before", func(b *testing.B) {
+		failover(b, func(cli *clientv3.Client, pfx lock.Option) *lock.Locker { return newPrevLocker(b, cli, pfx) })
 	})
 	b.Run("concurrency.Election", func(b *testing.B) {
 		pfx := "/bench-" + fence.NewHolder()[:8]

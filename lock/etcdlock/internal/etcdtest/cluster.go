@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,11 +16,23 @@ import (
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
+// tb is what starting a cluster needs of a test: a testing.TB, or the
+// package's own for the cluster its tests share (shared.go).
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+	Cleanup(func())
+}
+
 // Cluster is an etcd cluster of members started in this process.
 type Cluster struct {
-	t       testing.TB
+	t       tb
 	mu      sync.Mutex
 	Members []*Member
+	// Peers stands between the members on their peer ports: it can cut a
+	// member off from the others.
+	Peers *Partition
 }
 
 // Member is one member of a Cluster. Proxy stands between clients and the
@@ -28,20 +41,28 @@ type Cluster struct {
 type Member struct {
 	Name      string
 	dir       string
-	peerURL   string
+	peerURL   string // the member's own peer port
+	advertise string // its peer address through the Partition
 	clientURL string // the member's own client port
+	memberID  atomic.Pointer[string]
 	initial   string
 	etcd      *embed.Etcd
 	Proxy     *testenv.Proxy
 }
 
-// ClientURL is the member's address through its proxy.
-func (m *Member) ClientURL() string { return "http://" + m.Proxy.Addr() }
+// ClientURL is the member's address through its proxy (its own, in the
+// shared cluster, which has no proxies).
+func (m *Member) ClientURL() string {
+	if m.Proxy == nil {
+		return m.clientURL
+	}
+	return "http://" + m.Proxy.Addr()
+}
 
 // DirectURL is the member's own client address, bypassing the proxy.
 func (m *Member) DirectURL() string { return m.clientURL }
 
-func freePort(t testing.TB) int {
+func freePort(t tb) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +76,15 @@ func freePort(t testing.TB) int {
 // process between its choice and its use makes it start again on others.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return startClusterOf(t, n, true)
+}
+
+func startClusterOf(t tb, n int, proxies bool) *Cluster {
+	t.Helper()
 	var err error
 	for range 5 {
 		var c *Cluster
-		if c, err = startCluster(t, n); err == nil {
+		if c, err = startCluster(t, n, proxies); err == nil {
 			return c
 		}
 		if !strings.Contains(err.Error(), "address already in use") {
@@ -69,8 +95,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return nil
 }
 
-func startCluster(t testing.TB, n int) (*Cluster, error) {
-	c := &Cluster{t: t}
+func startCluster(t tb, n int, proxies bool) (*Cluster, error) {
+	c := &Cluster{t: t, Peers: newPartition(t)}
 	var initial []string
 	for i := range n {
 		m := &Member{
@@ -79,12 +105,15 @@ func startCluster(t testing.TB, n int) (*Cluster, error) {
 			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
 			clientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
 		}
-		initial = append(initial, m.Name+"="+m.peerURL)
+		m.advertise = "http://" + c.Peers.listen(t, m, strings.TrimPrefix(m.peerURL, "http://"))
+		initial = append(initial, m.Name+"="+m.advertise)
 		c.Members = append(c.Members, m)
 	}
 	for _, m := range c.Members {
 		m.initial = strings.Join(initial, ",")
-		m.Proxy = testenv.StartProxy(t, strings.TrimPrefix(m.clientURL, "http://"))
+		if proxies {
+			m.Proxy = testenv.StartProxy(t.(testing.TB), strings.TrimPrefix(m.clientURL, "http://"))
+		}
 	}
 	errs := make(chan error, n)
 	for _, m := range c.Members {
@@ -115,8 +144,9 @@ func (m *Member) config() *embed.Config {
 	cfg.Name = m.Name
 	cfg.Dir = m.dir
 	pu, _ := url.Parse(m.peerURL)
+	au, _ := url.Parse(m.advertise)
 	cu, _ := url.Parse(m.clientURL)
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*au}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.InitialCluster = m.initial
 	cfg.InitialClusterToken = "fencekit-etcdtest"
@@ -143,7 +173,17 @@ func (m *Member) start() error {
 		return fmt.Errorf("etcdtest: %s not ready after 30s", m.Name)
 	}
 	m.etcd = e
+	id := e.Server.MemberID().String()
+	m.memberID.Store(&id)
 	return nil
+}
+
+// id is the member's id as etcd writes it in its peer requests.
+func (m *Member) id() string {
+	if id := m.memberID.Load(); id != nil {
+		return *id
+	}
+	return ""
 }
 
 func (m *Member) stop() {

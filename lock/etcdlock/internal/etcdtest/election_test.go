@@ -19,7 +19,7 @@ import (
 // a higher token. A leader that stops renewing steps down (Done) before the
 // next candidate is elected.
 func TestElectionOnEtcd(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	ctx := ctxFor(t, time.Minute)
 	prefix := lock.WithPrefix("fk-" + fence.NewHolder()[:8] + ":") // one set of locks for all
 	newElection := func() *election.Election {

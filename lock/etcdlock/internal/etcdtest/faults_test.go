@@ -11,55 +11,80 @@ import (
 	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
-// TestPausedHolderStepsDownFirst pauses a holder past its lease: the etcd
-// server expires it, a waiter is handed the lock, and the holder had
-// stepped down (its known validity ended) before that grant; its late
-// extension and release are refused.
+// TestPausedHolderStepsDownFirst leaves a holder's lease alone: neither
+// extended nor released. The next holder, queued behind it, is handed the
+// lock once the lease ended, and the holder had stepped down (its known
+// validity ended) before that grant; its late extension and release are
+// refused.
 //
-// Warm, the backend is busy enough to grant the holder's lease ahead of
-// its try (a spare lease, already running): the holder believes only what
-// is left of it.
+// Left alone, the holder's process goes on keeping its session's lease
+// alive (other keys may stand on it), so the backend itself deletes the
+// key at the lease's end. Paused, the process keeps nothing alive and
+// deletes nothing, and the etcd server expires the session's lease.
 func TestPausedHolderStepsDownFirst(t *testing.T) {
-	for _, warm := range []bool{false, true} {
-		name := map[bool]string{false: "cold", true: "warm"}[warm]
-		t.Run(name, func(t *testing.T) { pausedHolder(t, warm) })
+	for _, paused := range []bool{false, true} {
+		name := map[bool]string{false: "left-alone", true: "paused"}[paused]
+		t.Run(name, func(t *testing.T) { pausedHolder(t, paused) })
 	}
 }
 
-func pausedHolder(t *testing.T, warm bool) {
-	c := StartCluster(t, 3)
+func pausedHolder(t *testing.T, paused bool) {
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
+	// Another grant on the same session, whose lease the process would
+	// keep alive for it.
+	mustGrant(t, b, req("other", 2*time.Second))
 	ra := req("p", 2*time.Second)
-	if warm {
-		for range 3 {
-			out := mustGrant(t, b, req("busy", 2*time.Second))
-			if err := b.Release(ctxFor(t, 5*time.Second), out.Hold); err != nil {
-				t.Fatal(err)
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // the spare lease ages
-	}
 	sent := time.Now()
 	a := mustGrant(t, b, ra)
 	stepDown := sent.Add(a.Known)
+	// The waiter is another process's.
+	wbe := newBackendAt(t, c.Client(t), b)
 	rb := req("p", 10*time.Second)
-	wb := queued(t, b, rb)
-	// The holder is paused: no keep-alive, no release.
-	g, _ := handedOver(t, b, wb, rb, 15*time.Second)
+	wb := queued(t, wbe, rb)
+	if paused {
+		b.Freeze(true)
+	}
+	g, _ := handedOver(t, wbe, wb, rb, 15*time.Second)
 	granted := time.Now()
+	b.Thaw()
 	if !granted.After(stepDown) {
-		t.Fatalf("the next holder was granted at %v, before the paused holder stepped down at %v", granted, stepDown)
+		t.Fatalf("the next holder was granted at %v, before the holder stepped down at %v", granted, stepDown)
 	}
 	if g.Token <= a.Token {
 		t.Fatalf("token %d after %d", g.Token, a.Token)
 	}
-	t.Logf("paused holder stepped down %v before the server's expiry handed the lock on", granted.Sub(stepDown).Round(time.Millisecond))
+	t.Logf("the holder stepped down %v before the lock was handed on", granted.Sub(stepDown).Round(time.Millisecond))
 	if _, err := b.Extend(ctxFor(t, 5*time.Second), a.Hold, 2*time.Second); !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("late Extend: %v, want ErrNotHeld", err)
 	}
 	if err := b.Release(ctxFor(t, 5*time.Second), a.Hold); !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("late Release: %v, want ErrNotHeld", err)
 	}
+}
+
+// TestValidityFromLastKeepAlive stops a session's keep-alives for a while
+// and then grants on it: the grant believes no more than what the last
+// keep-alive the server acknowledged guarantees, less the drift
+// allowance, not the TTL asked for.
+func TestValidityFromLastKeepAlive(t *testing.T) {
+	c := sharedCluster(t)
+	b := newBackend(t, c.Client(t))
+	mustGrant(t, b, req("warm", 2*time.Second)) // the session's lease, 2s
+	frozen := time.Now()
+	b.Freeze(false) // keep-alives stop; no later one can be acknowledged
+	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	out := mustGrant(t, b, req("late", 2*time.Second))
+	b.Thaw()
+	bound := frozen.Add(2 * time.Second).Sub(start)
+	if out.Known > bound {
+		t.Fatalf("known %v, more than the %v the last acknowledged keep-alive guarantees", out.Known, bound)
+	}
+	if out.Known <= 0 {
+		t.Fatalf("known %v", out.Known)
+	}
+	t.Logf("known %v of the 2s asked, bound %v", out.Known, bound)
 }
 
 // TestLostGrantReplyLeavesNoLock loses the reply of the transaction that
@@ -223,7 +248,9 @@ func TestConnectionCutKeepsWaiter(t *testing.T) {
 	c := StartCluster(t, 3)
 	m := c.Members[2]
 	b := newBackend(t, c.ClientOf(t, m.ClientURL()))
-	holder := newBackendAt(t, c.Client(t), b)
+	// The holder reaches the other members only: the cut is the waiter's
+	// alone, so the release is made, and answered, while it lasts.
+	holder := newBackendAt(t, c.ClientOf(t, c.Members[0].ClientURL(), c.Members[1].ClientURL()), b)
 	a := mustGrant(t, holder, req("w", 10*time.Second))
 	rb := req("w", 10*time.Second)
 	wb := queued(t, b, rb)

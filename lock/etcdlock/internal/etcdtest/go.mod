@@ -89,3 +89,6 @@ replace (
 	github.com/fencekit/fencekit => ../../../..
 	github.com/fencekit/fencekit/lock/etcdlock => ../..
 )
+
+// The goroutine-leak test's checker, kept out of every other module's graph.
+require go.uber.org/goleak v1.3.0

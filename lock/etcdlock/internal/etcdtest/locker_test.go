@@ -28,7 +28,7 @@ func newLocker(t testing.TB, c *Cluster) *lock.Locker {
 // fence carries an etcd token, a second holder is refused while it is
 // held, and a released lock is granted again with a higher token.
 func TestLockerOnEtcd(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	l := newLocker(t, c)
 	ctx := ctxFor(t, 30*time.Second)
 	a, err := l.TryAcquire(ctx, "job", 5*time.Second)
@@ -57,7 +57,7 @@ func TestLockerOnEtcd(t *testing.T) {
 // each is handed the lock in turn, tokens increase, and no two hold it at
 // once.
 func TestLockerAcquireQueuesOnEtcd(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	l := newLocker(t, c)
 	ctx := ctxFor(t, time.Minute)
 	first, err := l.TryAcquire(ctx, "q", 10*time.Second)
@@ -112,7 +112,7 @@ func TestLockerAcquireQueuesOnEtcd(t *testing.T) {
 // paused holder): Done closes before the server expired the lease and
 // another holder was granted.
 func TestLockerLeaseDoneBeforeServerExpiry(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	l := newLocker(t, c)
 	ctx := ctxFor(t, 30*time.Second)
 	a, err := l.TryAcquire(ctx, "d", 2*time.Second)
@@ -142,7 +142,7 @@ func TestLockerLeaseDoneBeforeServerExpiry(t *testing.T) {
 // TestNewRefusesBadInput checks that etcdlock.New refuses a nil client and
 // options that mean nothing on etcd, as invalid arguments.
 func TestNewRefusesBadInput(t *testing.T) {
-	c := StartCluster(t, 1)
+	c := sharedCluster(t)
 	cli := c.Client(t)
 	if _, err := etcdlock.New(nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New(nil): %v", err)

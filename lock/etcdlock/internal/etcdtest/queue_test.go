@@ -46,7 +46,7 @@ func handedOver(t *testing.T, b *backend.Backend, w lockbackend.Waiter, r *lockb
 // holder are handed the lock in the order they queued, each woken by the
 // release before it through the watch, with increasing tokens.
 func TestQueueHandsOverInArrivalOrder(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	a := mustGrant(t, b, req("q", 10*time.Second))
 	rb, rc := req("q", 10*time.Second), req("q", 10*time.Second)
@@ -78,9 +78,10 @@ func TestQueueHandsOverInArrivalOrder(t *testing.T) {
 
 // TestVanishedWaiterCostsAtMostItsLease checks that a waiter that queued
 // and vanished (it never refreshes, never takes its hand-over) delays the
-// next waiter by no more than its own lease.
+// next waiter by no more than its own lease, or QueueLife when that is
+// longer.
 func TestVanishedWaiterCostsAtMostItsLease(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	b := newBackend(t, c.Client(t))
 	a := mustGrant(t, b, req("v", 10*time.Second))
 	gone := req("v", 2*time.Second)
@@ -95,12 +96,87 @@ func TestVanishedWaiterCostsAtMostItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	handedOver(t, b, wc, rc, 15*time.Second)
-	// The vanished waiter's lease is 2s (etcd's smallest here); its expiry
-	// is checked by the leader once per 500ms, and the watch takes a
-	// moment: 6s is a generous bound on a loaded machine.
+	// The vanished waiter's key ends 3s (QueueLife, longer than its 2s
+	// TTL) after its try, when its process deletes it (its process lives
+	// on and keeps the lease alive); the watch takes a moment: 6s is a
+	// generous bound on a loaded machine.
 	if d := time.Since(released); d > 6*time.Second {
 		t.Fatalf("the next waiter waited %v after the release, more than the vanished waiter's lease", d)
 	} else {
 		t.Logf("next waiter granted %v after the release (vanished waiter's lease: 2s)", d.Round(time.Millisecond))
+	}
+}
+
+// TestHandOverDatedByLastKeepAlive queues a waiter while its session's
+// keep-alives are stopped, and hands it the lock: the Locker dates the
+// handed-over lease from the waiter's try plus the HandOver's Age, for its
+// TTL, and that must end no later than what the last keep-alive the server
+// acknowledged guarantees, less the drift allowance.
+func TestHandOverDatedByLastKeepAlive(t *testing.T) {
+	c := sharedCluster(t)
+	b := newBackend(t, c.Client(t))
+	holder := newBackendAt(t, c.Client(t), b)
+	a := mustGrant(t, holder, req("dated", 10*time.Second))
+	mustGrant(t, b, req("warm", 2*time.Second)) // the waiter's session, 2s
+	frozen := time.Now()
+	b.Freeze(false) // no keep-alive is sent, so none later is acknowledged
+	defer b.Thaw()
+	time.Sleep(300 * time.Millisecond)
+	rb := req("dated", 2*time.Second)
+	wb := b.Join(rb.Resource, rb.Holder, true)
+	defer wb.Leave(true)
+	if ready, _, ok := wb.State(); !ok {
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiter's watch not confirmed after 10s")
+		}
+	}
+	q := *rb
+	q.Queue = true
+	sent := time.Now() // as the Locker dates a try: before sending it
+	if out, err := b.Try(ctxFor(t, 10*time.Second), &q); err != nil || out.Granted || out.Ref == 0 {
+		t.Fatalf("queueing try: granted=%v ref=%d err=%v", out.Granted, out.Ref, err)
+	}
+	if err := holder.Release(ctxFor(t, 5*time.Second), a.Hold); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := handedOver(t, b, wb, rb, 10*time.Second)
+	counted := sent.Add(g.Age).Add(rb.TTL)
+	bound := frozen.Add(2 * time.Second)
+	if counted.After(bound) {
+		t.Fatalf("the hand-over's lease is counted to %v after the freeze, past the %v the last keep-alive guarantees",
+			counted.Sub(frozen), bound.Sub(frozen))
+	}
+	t.Logf("hand-over Age %v: counted to %v after the freeze (bound 2s)", g.Age.Round(time.Millisecond), counted.Sub(frozen).Round(time.Millisecond))
+}
+
+// TestLateHandOverWakesWaiter hands the lock to a waiter whose last
+// refresh is older than its TTL: a hand-over counted from that refresh
+// would be over on arrival, so the waiter is woken to try instead, and its
+// try grants it a lease counted from that try.
+func TestLateHandOverWakesWaiter(t *testing.T) {
+	c := sharedCluster(t)
+	b := newBackend(t, c.Client(t))
+	holder := newBackendAt(t, c.Client(t), b)
+	a := mustGrant(t, holder, req("late", 10*time.Second))
+	rw := req("late", 300*time.Millisecond)
+	w := queued(t, b, rw)
+	time.Sleep(400 * time.Millisecond) // past the TTL, within the queue's life
+	if err := holder.Release(ctxFor(t, 5*time.Second), a.Hold); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Wake():
+	case g := <-w.Granted():
+		t.Fatalf("handed a lease counted from a refresh older than its TTL (Age %v) instead of woken", g.Age)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was neither woken nor handed the lock within 10s")
+	}
+	q := *rw
+	q.Queue = true
+	out, err := b.Try(ctxFor(t, 10*time.Second), &q)
+	if err != nil || !out.Granted || out.Known <= 0 {
+		t.Fatalf("the woken waiter's try: granted=%v known=%v err=%v", out.Granted, out.Known, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // while that grant holds, a watcher hears each write, an older grant cannot
 // overwrite a newer one's, and the record goes with the lock.
 func TestRecordBesideTheLock(t *testing.T) {
-	c := StartCluster(t, 3)
+	c := sharedCluster(t)
 	cli := c.Client(t)
 	b := newBackend(t, cli)
 	ctx := ctxFor(t, time.Minute)

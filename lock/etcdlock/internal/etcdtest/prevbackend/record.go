@@ -1,0 +1,151 @@
+package prevbackend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
+)
+
+// PutRecord writes value as f's record, on the lease of f's key, in one
+// transaction that checks that f's key still holds the lock (its create
+// revision is f's token's) and that the record names no newer grant. The
+// record lives as long as the lock: on etcd a token never goes back, so
+// the record need not outlive the lock to keep its token's order, and
+// linger is not used.
+func (b *Backend) PutRecord(ctx context.Context, f fence.Fence, value string, linger time.Duration) error {
+	if f.Token <= TokenBase {
+		return fmt.Errorf("%w: etcdlock: PutRecord: token %d was not issued by an etcd lock", fence.ErrInvalid, f.Token)
+	}
+	key := b.holderKey(f.Resource, f.Holder)
+	rkey := b.recordKey(f.Resource)
+	rev := int64(f.Token - TokenBase)
+	get, err := b.cli.Get(ctx, key)
+	if err != nil {
+		return b.callErr(ctx, "PutRecord", f.Resource, err)
+	}
+	if len(get.Kvs) == 0 || get.Kvs[0].CreateRevision != rev {
+		return fmt.Errorf("etcdlock: PutRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
+	}
+	lease := clientv3.LeaseID(get.Kvs[0].Lease)
+	// The record's value starts with its token in 16 digits, so that it
+	// sorts above every record of an older grant.
+	newer := formatRecord(f.Token, "\xff")
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+		Then(clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(rkey), ">", newer)},
+			[]clientv3.Op{clientv3.OpGet(rkey)},
+			[]clientv3.Op{clientv3.OpPut(rkey, formatRecord(f.Token, value), clientv3.WithLease(lease))})).
+		Commit()
+	if err != nil {
+		return b.callErr(ctx, "PutRecord", f.Resource, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("etcdlock: PutRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	if inner != nil && inner.Succeeded {
+		tok := fence.Token(0)
+		if rr := inner.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+			if rec, ok := parseRecord(rr.Kvs[0].Value); ok {
+				tok = rec.Token
+			}
+		}
+		return &lockbackend.NewerRecordError{Resource: f.Resource, Token: tok}
+	}
+	return nil
+}
+
+// KeepRecord checks that f's record and lock still stand: the record is on
+// the lock's lease, so it lasts exactly as long as the lock does.
+func (b *Backend) KeepRecord(ctx context.Context, f fence.Fence, linger time.Duration) error {
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpGet(b.holderKey(f.Resource, f.Holder)),
+		clientv3.OpGet(b.recordKey(f.Resource))).Commit()
+	if err != nil {
+		return b.callErr(ctx, "KeepRecord", f.Resource, err)
+	}
+	h, r := kvOf(resp.Responses[0]), kvOf(resp.Responses[1])
+	if h == nil || h.CreateRevision != int64(f.Token-TokenBase) || r == nil {
+		return fmt.Errorf("etcdlock: KeepRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
+	}
+	if rec, ok := parseRecord(r.Value); !ok || rec.Token != f.Token {
+		return fmt.Errorf("etcdlock: KeepRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
+	}
+	return nil
+}
+
+// ReadRecord reads the first holder key and the record in one
+// transaction, a linearizable read: the record is returned only when it
+// was written by the grant that holds the lock.
+func (b *Backend) ReadRecord(ctx context.Context, resource string) (lockbackend.Record, error) {
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpGet(b.holders(resource), clientv3.WithFirstCreate()...),
+		clientv3.OpGet(b.recordKey(resource))).Commit()
+	if err != nil {
+		return lockbackend.Record{}, b.callErr(ctx, "ReadRecord", resource, err)
+	}
+	h, r := kvOf(resp.Responses[0]), kvOf(resp.Responses[1])
+	if h == nil || r == nil {
+		return lockbackend.Record{}, lockbackend.ErrNoRecord
+	}
+	rec, ok := parseRecord(r.Value)
+	tok, err := token(h.CreateRevision)
+	if !ok || err != nil || rec.Token != tok {
+		return lockbackend.Record{}, lockbackend.ErrNoRecord
+	}
+	return rec, nil
+}
+
+// WatchRecord sends each record written for resource, heard through an
+// etcd watch on a member that has a leader, until ctx ends. A watch that
+// breaks starts again from the revision after the last event it sent, so
+// a record written meanwhile is sent too, unless the cluster compacted it
+// away.
+func (b *Backend) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
+	out := make(chan lockbackend.Record, 1)
+	go func() {
+		defer close(out)
+		var next int64
+		for ctx.Err() == nil {
+			opts := []clientv3.OpOption{}
+			if next > 0 {
+				opts = append(opts, clientv3.WithRev(next))
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			for resp := range b.cli.Watch(wctx, b.recordKey(resource), opts...) {
+				if resp.Err() != nil {
+					break
+				}
+				for _, ev := range resp.Events {
+					next = ev.Kv.ModRevision + 1
+					if ev.Type != clientv3.EventTypePut {
+						continue
+					}
+					rec, ok := parseRecord(ev.Kv.Value)
+					if !ok {
+						continue
+					}
+					select {
+					case out <- rec:
+					case <-ctx.Done():
+						cancel()
+						return
+					}
+				}
+			}
+			cancel()
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
