@@ -283,6 +283,7 @@ func modelFloors() map[string]int {
 	floors[lockmodel.Release] = 10
 	floors[lockmodel.FastGrantsJudged] = 10
 	floors[lockmodel.FastReleasesJudged] = 5
+	floors[lockmodel.LateReleaseMetFast] = 2
 	return floors
 }
 

@@ -50,7 +50,9 @@
 // that case on a path of its own (PostgreSQL's plain SQL) tells the model
 // which grants and releases the server made there ([Backend.Paths]), and
 // the run counts those a check judged: [FastGrantsJudged] (by tokens,
-// anchor or promise) and [FastReleasesJudged] (by release).
+// anchor or promise), [FastReleasesJudged] (by release) and
+// [LateReleaseMetFast] (late releases that met the lock of a fast-path
+// grant, whose holder's promise is observed at once).
 //
 // The workload counts the states that let the checks decide: a free lock
 // with a live waiter queued (leases left to run out while others wait),

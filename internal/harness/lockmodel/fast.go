@@ -54,9 +54,13 @@ func (m *model) uncontended(i int, l *lock.Locker, rng *rand.Rand, phaseEnd, run
 				time.Sleep(2 * time.Millisecond)
 				met = m.othersHeld(h)
 			}
+			others := m.othersHolding(h)
 			m.release(h, context.Background())
 			if met {
 				m.r.count("uncontended late releases meeting another holder's lock", 1)
+				m.dmu.Lock()
+				m.lateMet = append(m.lateMet, others)
+				m.dmu.Unlock()
 				m.observe()
 			}
 		default:
@@ -106,6 +110,20 @@ func (m *model) judgeReleases(sent time.Time, o Observation) {
 	}
 }
 
+// othersHolding returns the holder ids of the leases other than h that
+// are promised now.
+func (m *model) othersHolding(h *held) []string {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	var hs []string
+	for o := range m.holds {
+		if o != h && o.lease.Validity() > 0 {
+			hs = append(hs, o.g.holder)
+		}
+	}
+	return hs
+}
+
 // judgeFast counts the grants and releases the server made on its fast
 // path (as [Backend.Paths] tells) that a check judged.
 func (m *model) judgeFast() {
@@ -132,8 +150,18 @@ func (m *model) judgeFast() {
 			releases++
 		}
 	}
+	late := 0
+	for _, hs := range m.lateMet {
+		for _, h := range hs {
+			if p.Grants[h] {
+				late++
+				break
+			}
+		}
+	}
 	m.dmu.Unlock()
 	m.r.set(FastGrantsJudged, grants)
+	m.r.set(LateReleaseMetFast, late)
 	m.r.set(FastReleasesJudged, releases)
 	m.r.set("fast-path grants made", len(p.Grants))
 	m.r.set("fast-path releases made", len(p.Releases))

@@ -186,6 +186,11 @@ const (
 	// FastReleasesJudged are releases the server made on its fast path
 	// that the release check judged.
 	FastReleasesJudged = "fast-path releases judged"
+	// LateReleaseMetFast are late releases, in the uncontended phase,
+	// that met the lock of a holder the fast path granted it to (after
+	// the late lease ran out): the release must leave that lock alone,
+	// which the holder's promise, observed at once, judges.
+	LateReleaseMetFast = "late releases meeting a fast-path grant's lock"
 
 	renewalsLapsed = "renewals lapsed"
 )

@@ -91,6 +91,9 @@ type model struct {
 	// observation has judged yet.
 	rels       []*released
 	relPending []*released
+	// lateMet are, for each late release of the uncontended phase that
+	// met another holder's lock, the holders promised then.
+	lateMet [][]string
 }
 
 // Run runs the workload against b for cfg's budget and judges it. It
@@ -213,7 +216,8 @@ func (m *model) short() bool {
 	}
 	_, fg := m.cfg.Floors[FastGrantsJudged]
 	_, fr := m.cfg.Floors[FastReleasesJudged]
-	if fg || fr {
+	_, fl := m.cfg.Floors[LateReleaseMetFast]
+	if fg || fr || fl {
 		m.judgeFast()
 	}
 	for k, n := range m.cfg.Floors {
