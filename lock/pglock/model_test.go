@@ -44,14 +44,29 @@ SELECT coalesce((SELECT holder FROM l), ''), coalesce((SELECT token FROM l), 0),
 
 // modelGrantLogSQL keeps a log of every grant the server makes (a holder
 // or a token set on a lock row), for the queue check: a waiter can be
-// handed the lock without ever learning it.
+// handed the lock without ever learning it; and of every release that
+// freed a lock (a holder cleared). Each entry says whether the server
+// wrote the row on the fast path, the plain SQL's UPDATE, or in one of
+// the lock's functions: the trigger's call stack (PG_CONTEXT) names the
+// function whose statement fired it, and only the trigger itself when the
+// client's statement did.
 const modelGrantLogSQL = `
-CREATE TABLE IF NOT EXISTS lmodel_grant (resource text NOT NULL, holder text NOT NULL, token bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS lmodel_grant (resource text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
+    fast boolean NOT NULL);
+CREATE TABLE IF NOT EXISTS lmodel_release (resource text NOT NULL, holder text NOT NULL, fast boolean NOT NULL);
 CREATE OR REPLACE FUNCTION lmodel_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    stack text;
+    fast boolean;
 BEGIN
+    GET DIAGNOSTICS stack = PG_CONTEXT;
+    fast := position('function fencekit_' in stack) = 0;
     IF NEW.holder IS NOT NULL AND (TG_OP = 'INSERT' OR OLD.holder IS DISTINCT FROM NEW.holder
             OR OLD.token IS DISTINCT FROM NEW.token) THEN
-        INSERT INTO lmodel_grant VALUES (NEW.resource, NEW.holder, NEW.token);
+        INSERT INTO lmodel_grant VALUES (NEW.resource, NEW.holder, NEW.token, fast);
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.holder IS NOT NULL AND NEW.holder IS NULL THEN
+        INSERT INTO lmodel_release VALUES (NEW.resource, OLD.holder, fast);
     END IF;
     RETURN NEW;
 END
@@ -135,6 +150,7 @@ func (p *pgModel) backend() lockmodel.Backend {
 		Locker:  p.locker,
 		Observe: p.observe,
 		Grants:  p.grants,
+		Paths:   p.paths,
 		Close:   p.done,
 	}
 }
@@ -209,6 +225,30 @@ func (p *pgModel) grants(ctx context.Context, resource string) (map[string]fence
 	return out, rows.Err()
 }
 
+// paths reads which grants and releases of resource the server made on
+// the fast path, from the log the trigger keeps.
+func (p *pgModel) paths(ctx context.Context, resource string) (lockmodel.Paths, error) {
+	out := lockmodel.Paths{Grants: map[string]bool{}, Releases: map[string]bool{}}
+	rows, err := p.observer.Query(ctx, `SELECT holder, true FROM lmodel_grant WHERE resource = $1 AND fast
+        UNION ALL SELECT holder, false FROM lmodel_release WHERE resource = $1 AND fast`, resource)
+	if err != nil {
+		return out, err
+	}
+	for rows.Next() {
+		var h string
+		var grant bool
+		if err := rows.Scan(&h, &grant); err != nil {
+			return out, err
+		}
+		if grant {
+			out.Grants[h] = true
+		} else {
+			out.Releases[h] = true
+		}
+	}
+	return out, rows.Err()
+}
+
 // terminate ends every connection of the actors' Lockers (their pools'
 // and their LISTEN connections) with pg_terminate_backend.
 func (p *pgModel) terminate(ctx context.Context) error {
@@ -226,17 +266,33 @@ func TestLockModelPostgres(t *testing.T) {
 	testenv.Slow(t)
 	db := modelDatabase(t, testenv.PostgresBaseURL(t))
 	p := newPgModel(t, db, db)
-	floors := lockmodel.DefaultFloors()
-	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors})
+	floors := modelFloors()
+	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)
 	r.Check(t, floors)
+}
+
+// uncontended is the phase of a run in which nobody queues (so that the
+// plain SQL serves the grants and releases): a third of the budget.
+func uncontended(t testing.TB) time.Duration { return lockmodel.Budget(t) / 3 }
+
+// modelFloors are the model's floors on PostgreSQL: the default ones and
+// the fast path's, which the uncontended phase makes.
+func modelFloors() map[string]int {
+	floors := lockmodel.DefaultFloors()
+	floors[lockmodel.Release] = 10
+	floors[lockmodel.FastGrantsJudged] = 10
+	floors[lockmodel.FastReleasesJudged] = 5
+	floors[lockmodel.LateReleaseMetFast] = 2
+	return floors
 }
 
 // TestLockModelPostgresFaults runs the lock model on a private server
 // under faults: pg_terminate_backend of the actors' connections, replies
 // lost on their way through a proxy (the actors connect through it), and
-// the server stopped and started again. No check may fail; the faults
-// must have happened.
+// the server stopped and started again, from the uncontended phase on
+// (a lost reply of the plain SQL's grant or release, retried). No check
+// may fail; the faults must have happened.
 func TestLockModelPostgresFaults(t *testing.T) {
 	testenv.Slow(t)
 	srv := testenv.StartPostgres(t)
@@ -276,7 +332,10 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	floors[lockmodel.FreeWithWaiter] = 0
 	floors[lockmodel.WaiterAhead] = 0
 	floors[lockmodel.Queue] = 0
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors})
+	floors[lockmodel.Release] = 3
+	floors[lockmodel.FastGrantsJudged] = 5
+	floors[lockmodel.FastReleasesJudged] = 2
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)
 	r.Check(t, floors)
 	if f := proxy.Faults(); f.Lost == 0 {
@@ -368,7 +427,53 @@ var modelControls = []modelControl{
 				"IF ordered AND ahead < coalesce(my_id, 9223372036854775807) THEN",
 				"IF false AND ahead < coalesce(my_id, 9223372036854775807) THEN"},
 		},
-		caughtBy: []string{lockmodel.Queue},
+		// A waiter whose own try takes the lock that way keeps its queue
+		// entry, and its release hands the lock back to it: the release
+		// check sees that.
+		caughtBy: []string{lockmodel.Queue, lockmodel.Release},
+	},
+	// The breaks of the plain SQL alone, the uncontended path: the
+	// functions stay right, so only the grants and releases the UPDATEs
+	// serve go wrong, which the uncontended phase makes.
+	{
+		name: "token not raised (plain SQL)",
+		edits: []modelEdit{
+			{"grantSQL",
+				"token = round(date_part('epoch', now()) * 1000000)::bigint,",
+				"token = l.token,"},
+		},
+		caughtBy: []string{lockmodel.Tokens, lockmodel.Anchor},
+	},
+	{
+		// The grant takes a lock whose lease has not ended.
+		name: "expiry ignored (plain SQL)",
+		edits: []modelEdit{
+			{"grantSQL",
+				"AND (l.holder IS NULL OR l.expires_at <= now())",
+				"AND (l.holder IS NULL OR true)"},
+		},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		// A late release frees the lock another holder took since.
+		name: "release without the holder check (plain SQL)",
+		edits: []modelEdit{
+			{"releaseSQL",
+				"l.holder = $2 AND l.expires_at > now()",
+				"l.holder IS NOT NULL AND l.expires_at > now()"},
+		},
+		caughtBy: []string{lockmodel.Promise, lockmodel.Release},
+	},
+	{
+		// The release answers that its caller held the lock but leaves
+		// it held: no promise is broken, the lock just stays taken.
+		name: "release that keeps the lock (plain SQL)",
+		edits: []modelEdit{
+			{"releaseSQL",
+				"SET holder = NULL, expires_at = NULL,",
+				"SET holder = l.holder, expires_at = l.expires_at,"},
+		},
+		caughtBy: []string{lockmodel.Release},
 	},
 }
 
@@ -399,7 +504,7 @@ func TestLockModelPostgresControls(t *testing.T) {
 			return p.backend(), p.install(t, c)
 		}})
 	}
-	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{})
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{Uncontended: uncontended(t)})
 }
 
 // install replaces, in the model's database, each function c edits with

@@ -21,7 +21,7 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 		ttl := time.Duration(40+rng.IntN(200)) * time.Millisecond
 		switch x := rng.IntN(100); {
 		case x < 30:
-			m.try(i, l, rng, ttl, runEnd)
+			m.try(i, l, rng, ttl, "try", runEnd)
 		case x < 62:
 			m.acquire(i, l, rng, ttl, false, runEnd)
 		case x < 77:
@@ -38,7 +38,7 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 	}
 }
 
-func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, runEnd time.Time) {
+func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, kind string, runEnd time.Time) {
 	c := m.begin(i, runEnd)
 	lease, err := l.TryAcquire(m.ctx, m.cfg.Resource, ttl)
 	if err != nil {
@@ -52,7 +52,7 @@ func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, ru
 	}
 	f := lease.Fence()
 	m.end(c, &f, nil)
-	g := &grant{actor: i, kind: "try", holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, start: c.start, end: c.end}
 	m.granted(g)
 	m.hold(l, rng, lease, g, ttl, false)
 }
@@ -196,6 +196,9 @@ func (m *model) release(h *held, ctx context.Context) {
 	m.mu.RLock()
 	m.unregister(h)
 	err := h.lease.Release(ctx)
+	if err == nil {
+		m.releasedNow(h.g)
+	}
 	m.mu.RUnlock()
 	if err != nil {
 		m.r.count("releases not held", 1)

@@ -44,11 +44,19 @@ func RunControls(t *testing.T, cs []Control, share time.Duration, cfg Config) {
 				run.Label = "control " + c.Name
 				r := Run(t, b, run)
 				r.Report(t)
+				caught := false
 				for _, k := range c.CaughtBy {
 					if r.Rejected(k) {
 						rejected++
+						caught = true
 						t.Logf("%s rejected by %s: %s", c.Name, k, r.Violations(k)[0])
 						break
+					}
+				}
+				if !caught {
+					// Another check stopped the run, or none did.
+					for _, k := range r.Violated() {
+						t.Logf("%s: not rejected by %v, but by %s: %s", c.Name, c.CaughtBy, k, r.Violations(k)[0])
 					}
 				}
 			}

@@ -39,6 +39,20 @@
 //   - renewal: AutoRenew leases held past their first validity are still
 //     held; judged by rate (most must be), since a loaded machine runs some
 //     renewals late. Leases whose hold overlapped a fault are not judged.
+//   - release: a release that answered that its lease held the lock freed
+//     it: the first observation sent after its reply does not find that
+//     grant's holder holding (a holder id is granted once).
+//
+// A run may begin with an uncontended phase ([Config.Uncontended]) in
+// which the actors only TryAcquire, so that nobody queues: grants of a
+// free lock and of one whose lease just ran out, releases with no waiter,
+// late releases that meet the lock another try took. A backend that serves
+// that case on a path of its own (PostgreSQL's plain SQL) tells the model
+// which grants and releases the server made there ([Backend.Paths]), and
+// the run counts those a check judged: [FastGrantsJudged] (by tokens,
+// anchor or promise), [FastReleasesJudged] (by release) and
+// [LateReleaseMetFast] (late releases that met the lock of a fast-path
+// grant, whose holder's promise is observed at once).
 //
 // The workload counts the states that let the checks decide: a free lock
 // with a live waiter queued (leases left to run out while others wait),

@@ -39,6 +39,12 @@ type Backend struct {
 	// lowest, if it granted one holder twice). The queue check needs it.
 	Grants func(ctx context.Context, resource string) (map[string]fence.Token, error)
 
+	// Paths, if not nil, returns which of resource's grants and releases
+	// since the run began the server made on its fast path (PostgreSQL's
+	// plain SQL), as the server recorded it. The counts of fast-path
+	// judgments ([FastGrantsJudged], [FastReleasesJudged]) need it.
+	Paths func(ctx context.Context, resource string) (Paths, error)
+
 	// Faults are what the backend can inject during a run with faults.
 	Faults []Fault
 
@@ -68,6 +74,15 @@ type Waiter struct {
 	// Life is how long, from the read on, the entry stays live without a
 	// refresh; zero or less when it has lapsed.
 	Life time.Duration
+}
+
+// Paths are the holder ids whose grant, and whose release, the server made
+// on its fast path.
+type Paths struct {
+	// Grants are the holder ids the fast path granted the lock to.
+	Grants map[string]bool
+	// Releases are the holder ids whose lock the fast path freed.
+	Releases map[string]bool
 }
 
 // Fault is a fault a backend injects and heals.
@@ -112,6 +127,13 @@ type Config struct {
 	// between 170ms and 270ms. A backend whose renewal takes a consensus
 	// round (etcd) sets it longer.
 	RenewTTL time.Duration
+	// Uncontended, if positive, is a phase of that long before the random
+	// workload (and beside its budget) in which nobody queues: the actors
+	// only TryAcquire, so that the lock is granted while free or right
+	// after a lease ran out, and released with no waiter, early, late or
+	// never: the uncontended path a backend may serve otherwise than the
+	// contended one (PostgreSQL's plain SQL).
+	Uncontended time.Duration
 }
 
 // Budget is FENCEKIT_CHECK_TIME, or 3s.
@@ -145,6 +167,9 @@ const (
 	Anchor  = "anchor"
 	Queue   = "queue"
 	Renewal = "renewal"
+	// Release: a release that answered "held" freed the lock; an
+	// observation sent after its reply does not find its holder holding.
+	Release = "release"
 )
 
 // States the workload must produce for the checks to decide, counted like
@@ -153,6 +178,19 @@ const (
 	FreeWithWaiter = "free lock with a live waiter queued"
 	LateReleaseMet = "late releases meeting another holder's lock"
 	WaiterAhead    = "grants with a live waiter ahead"
+
+	// FastGrantsJudged are grants the server made on its fast path (see
+	// [Backend.Paths]) that a check judged: their token against earlier
+	// grants or an observation's floor, or their promise.
+	FastGrantsJudged = "fast-path grants judged"
+	// FastReleasesJudged are releases the server made on its fast path
+	// that the release check judged.
+	FastReleasesJudged = "fast-path releases judged"
+	// LateReleaseMetFast are late releases, in the uncontended phase,
+	// that met the lock of a holder the fast path granted it to (after
+	// the late lease ran out): the release must leave that lock alone,
+	// which the holder's promise, observed at once, judges.
+	LateReleaseMetFast = "late releases meeting a fast-path grant's lock"
 
 	renewalsLapsed = "renewals lapsed"
 )
@@ -189,6 +227,13 @@ func newResult(name, label string, seed uint64) *Result {
 func (r *Result) count(kind string, n int) {
 	r.mu.Lock()
 	r.counts[kind] += n
+	r.mu.Unlock()
+}
+
+// set sets the count of kind to n.
+func (r *Result) set(kind string, n int) {
+	r.mu.Lock()
+	r.counts[kind] = n
 	r.mu.Unlock()
 }
 

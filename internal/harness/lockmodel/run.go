@@ -25,6 +25,9 @@ type grant struct {
 	// start is when the call that got it was made; end when its reply
 	// came: the server granted it in between.
 	start, end time.Time
+	// judged says a check judged it: its token (tokens, anchor) or its
+	// promise.
+	judged bool
 }
 
 // call is one acquisition of an actor, for the queue check: which holder
@@ -84,6 +87,13 @@ type model struct {
 	// grants with a live waiter ahead.
 	qJudged map[queuePair]bool
 	qAhead  map[*grant]bool
+	// rels are the releases that answered "held", relPending those no
+	// observation has judged yet.
+	rels       []*released
+	relPending []*released
+	// lateMet are, for each late release of the uncontended phase that
+	// met another holder's lock, the holders promised then.
+	lateMet [][]string
 }
 
 // Run runs the workload against b for cfg's budget and judges it. It
@@ -133,13 +143,14 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	start := time.Now()
 	// Calls that end by the run's end are followed as if it came at the
 	// budget's end: the earliest it can come.
-	runEnd := start.Add(cfg.Budget)
+	phaseEnd := start.Add(cfg.Uncontended)
+	runEnd := phaseEnd.Add(cfg.Budget)
 	go func() {
 		// The budget, and past it, up to four times it, while a floor of
 		// cfg.Floors is not reached yet: a loaded machine slows the
 		// workload, not the judgments it must make.
-		sleep(ctx, cfg.Budget)
-		for ctx.Err() == nil && time.Since(start) < 4*cfg.Budget && m.short() {
+		sleep(ctx, cfg.Uncontended+cfg.Budget)
+		for ctx.Err() == nil && time.Since(start) < cfg.Uncontended+4*cfg.Budget && m.short() {
 			m.r.count("runs extended past the budget (250ms each)", 1)
 			sleep(ctx, 250*time.Millisecond)
 		}
@@ -149,7 +160,12 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	var wg sync.WaitGroup
 	for i, l := range lockers {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
-		wg.Go(func() { m.actor(i, l, rng, runEnd) })
+		wg.Go(func() {
+			if cfg.Uncontended > 0 {
+				m.uncontended(i, l, rng, phaseEnd, runEnd)
+			}
+			m.actor(i, l, rng, runEnd)
+		})
 	}
 	watchDone := make(chan struct{})
 	go func() {
@@ -177,6 +193,7 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	}
 	m.judgeQueue()
 	r.count(WaiterAhead, len(m.qAhead))
+	m.judgeFast()
 	// Renewals by rate: a loaded machine runs some late, most may not. A
 	// rate needs a sample: most of at least five, or all of at least
 	// three (a renewal that is broken lets every lease lapse; a loaded CI
@@ -196,6 +213,12 @@ func (m *model) short() bool {
 	_, a := m.cfg.Floors[WaiterAhead]
 	if q || a {
 		m.judgeQueue()
+	}
+	_, fg := m.cfg.Floors[FastGrantsJudged]
+	_, fr := m.cfg.Floors[FastReleasesJudged]
+	_, fl := m.cfg.Floors[LateReleaseMetFast]
+	if fg || fr || fl {
+		m.judgeFast()
 	}
 	for k, n := range m.cfg.Floors {
 		c := m.r.Count(k)
@@ -328,6 +351,7 @@ func (m *model) observe() *Observation {
 	m.dmu.Lock()
 	m.obs = append(m.obs, observed{sent, reply, o})
 	m.dmu.Unlock()
+	m.judgeReleases(sent, o)
 	if o.Holder == "" {
 		for _, w := range o.Waiters {
 			if w.Life > 0 {
@@ -341,6 +365,9 @@ func (m *model) observe() *Observation {
 			continue // the promise may have run out by the reply
 		}
 		m.r.count(Promise, 1)
+		m.dmu.Lock()
+		p.h.g.judged = true
+		m.dmu.Unlock()
 		f := p.h.lease.Fence()
 		left := p.until.Sub(reply)
 		switch {
@@ -370,6 +397,7 @@ func (m *model) granted(g *grant) {
 			continue
 		}
 		m.r.count(Tokens, 1)
+		g.judged = true
 		if e.token >= g.token && (worst == nil || e.token > worst.token) {
 			worst = e
 		}
@@ -386,6 +414,7 @@ func (m *model) granted(g *grant) {
 	}
 	if seen {
 		m.r.count(Anchor, 1)
+		g.judged = true
 		if g.token <= floor {
 			m.violate(Anchor, "%s grant of token %d (%s) was asked for after an observation whose floor was %d", m.b.Name, g.token, g.kind, floor)
 		}
