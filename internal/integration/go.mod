@@ -2,7 +2,7 @@ module github.com/fencekit/fencekit/internal/integration
 
 go 1.26.0
 
-require github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
+require github.com/fencekit/fencekit v0.1.0
 
 // The tests run against the fencekit in this repository, also with
 // GOWORK=off.
@@ -17,6 +17,7 @@ replace github.com/fencekit/fencekit/lock/etcdlock => ../../lock/etcdlock
 replace github.com/Azure/go-ansiterm => github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c
 
 require (
+	cirello.io/pglock v1.16.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bsm/redislock v0.9.4
 	github.com/fencekit/fencekit/lock/etcdlock v0.0.0-00010101000000-000000000000
