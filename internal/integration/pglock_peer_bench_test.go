@@ -21,7 +21,7 @@ import (
 // BenchmarkPglockPeer sets the PostgreSQL lock beside cirello.io/pglock (a
 // lease table with a record version number, on database/sql) and the
 // advisory-lock floor, uncontended: each iteration runs one grant and one
-// release of each, in an order that turns, timing each, so that all three
+// release of each (fencekit's also on logged tables), in an order that turns, timing each, so that all three
 // see the same load. It reports each one's median pair and its ratio to the
 // floor (pg_try_advisory_lock + pg_advisory_unlock on one connection).
 // cirello's lock lives here, in a test module, so that fencekit's go.mod
@@ -49,23 +49,33 @@ func BenchmarkPglockPeer(b *testing.B) {
 		return nil
 	}
 
-	// fencekit's PostgreSQL lock, through its pool.
-	pool := testenv.Postgres(b)
-	if err := migrations.UpPool(ctx, pool); err != nil {
-		b.Fatal(err)
-	}
-	locker, err := pglock.New(pool)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer locker.Close()
-	fencekit := func(ctx context.Context) error {
-		lease, err := locker.TryAcquire(ctx, resource, 10*time.Second)
-		if err != nil {
-			return fmt.Errorf("fencekit: %w", err)
+	// fencekit's PostgreSQL lock, through its pool: on its UNLOGGED tables
+	// (the choice) and on the same tables made logged, which pay a WAL
+	// flush per grant and release as cirello's table does.
+	fencekitLock := func(logged bool) func(context.Context) error {
+		pool := testenv.Postgres(b)
+		if err := migrations.UpPool(ctx, pool); err != nil {
+			b.Fatal(err)
 		}
-		return lease.Release(ctx)
+		if logged {
+			if _, err := pool.Exec(ctx, `ALTER TABLE fencekit_lock SET LOGGED; ALTER TABLE fencekit_lock_waiter SET LOGGED`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		locker, err := pglock.New(pool)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(locker.Close)
+		return func(ctx context.Context) error {
+			lease, err := locker.TryAcquire(ctx, resource, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("fencekit: %w", err)
+			}
+			return lease.Release(ctx)
+		}
 	}
+	fencekit, fencekitLogged := fencekitLock(false), fencekitLock(true)
 
 	// cirello.io/pglock without heartbeats (a pair ends long before one
 	// would be sent), on lib/pq (the driver its New accepts) and on pgx's
@@ -99,7 +109,7 @@ func BenchmarkPglockPeer(b *testing.B) {
 		pair func(context.Context) error
 		took []time.Duration
 	}
-	cs := []*contender{{name: "floor-conn", pair: floor}, {name: "fencekit", pair: fencekit}, {name: "cirello-libpq", pair: peerPQ}, {name: "cirello-pgx", pair: peerPgx}}
+	cs := []*contender{{name: "floor-conn", pair: floor}, {name: "fencekit", pair: fencekit}, {name: "fencekit-logged", pair: fencekitLogged}, {name: "cirello-libpq", pair: peerPQ}, {name: "cirello-pgx", pair: peerPgx}}
 	for _, c := range cs { // one of each first, so that every statement is prepared
 		if err := c.pair(ctx); err != nil {
 			b.Fatal(err)
