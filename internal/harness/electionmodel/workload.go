@@ -64,6 +64,12 @@ type Config struct {
 	// Unfenced makes the candidates believe they lead until a TTL after
 	// they last knew (the negative control).
 	Unfenced bool
+	// UnfencedFor, if positive, is how long after they last knew the
+	// candidates of an Unfenced run believe they lead, instead of a TTL:
+	// for a backend whose server keeps a lease a TTL past the last renewal
+	// it acknowledged (etcd), where a cut-off elector that stops knowing at
+	// the cut is past a TTL's belief before anyone else can win.
+	UnfencedFor time.Duration
 	// TermTTLs bounds how long a term acts before it resigns, in TTLs: a
 	// random while between one TTL and TermTTLs+1 (default 4).
 	TermTTLs int
@@ -321,11 +327,15 @@ func (r *run) actor(ctx context.Context, id int, rng *rand.Rand) {
 			}
 			if r.cfg.Unfenced {
 				// The broken elector: it believes it leads for a TTL
-				// after it last knew it did.
+				// (or UnfencedFor) after it last knew it did.
 				if leads {
 					lastKnown = at
 				}
-				leads = at.Sub(lastKnown) < ttl
+				believe := ttl
+				if r.cfg.UnfencedFor > 0 {
+					believe = r.cfg.UnfencedFor
+				}
+				leads = at.Sub(lastKnown) < believe
 			}
 			if !leads {
 				break

@@ -216,13 +216,19 @@ func (m *etcdModel) run(t *testing.T, cfg etcdModelRun, seed uint64, budget time
 	watched := watchFrom(wctx, direct, prefix, start.Header.Revision+1, prefix+"end")
 
 	mc := electionmodel.Config{
-		Backend:    "etcd",
-		TTL:        etcdModelTTL,
-		Budget:     budget,
-		Seed:       seed,
-		Unfenced:   cfg.unfenced,
-		TermTTLs:   2,
-		RecordHold: etcdModelTTL * 3 / 2, // past the lease and the server's expiry check
+		Backend:  "etcd",
+		TTL:      etcdModelTTL,
+		Budget:   budget,
+		Seed:     seed,
+		Unfenced: cfg.unfenced,
+		// etcd keeps a lease a TTL past the last keep-alive it
+		// acknowledged, and longer across a leader change: an elector cut
+		// off stops knowing at the cut, so a TTL's belief after that ends
+		// before another candidate can win. Three TTLs overlap the next
+		// term whenever one is won while the cut lasts.
+		UnfencedFor: 3 * etcdModelTTL,
+		TermTTLs:    2,
+		RecordHold:  etcdModelTTL * 3 / 2, // past the lease and the server's expiry check
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			var proxies []*testenv.Proxy
 			var eps []string
@@ -308,8 +314,8 @@ func retryEtcd(t *testing.T, call func(ctx context.Context) error) {
 // TestElectionModelEtcd runs the election model on a three-member etcd
 // cluster, under its faults, and requires no violation and enough judged
 // of each kind; beside it on the same cluster (under its own prefix), the
-// negative control: an elector that believes it leads for a TTL after it
-// last knew (ignoring its lease's validity) must be caught electing two
+// negative control: an elector that believes it leads for three TTLs after
+// it last knew (ignoring its lease's validity) must be caught electing two
 // leaders at once in most of three seeds.
 //
 // A late step-down (a margin of the drift allowance alone) is no control
