@@ -65,7 +65,8 @@ type Config struct {
 	// they last knew (the negative control).
 	Unfenced bool
 	// UnfencedFor, if positive, is how long after they last knew the
-	// candidates of an Unfenced run believe they lead, instead of a TTL:
+	// candidates of an Unfenced run believe they lead (and act, even past
+	// the while they meant to hold the term), instead of a TTL:
 	// for a backend whose server keeps a lease a TTL past the last renewal
 	// it acknowledged (etcd), where a cut-off elector that stops knowing at
 	// the cut is past a TTL's belief before anyone else can win.
@@ -334,6 +335,14 @@ func (r *run) actor(ctx context.Context, id int, rng *rand.Rand) {
 				believe := ttl
 				if r.cfg.UnfencedFor > 0 {
 					believe = r.cfg.UnfencedFor
+					if !leads {
+						// It lost the lock and acts on, past the while it
+						// meant to hold the term, as an elector that never
+						// looks at its lease would.
+						if until := lastKnown.Add(believe); until.After(hold) {
+							hold = until
+						}
+					}
 				}
 				leads = at.Sub(lastKnown) < believe
 			}
