@@ -34,8 +34,11 @@ type Store struct {
 	CommitWatchesContext func(db *sql.DB) bool
 
 	obs struct {
-		once       sync.Once
-		tracer     trace.Tracer
+		once   sync.Once
+		tracer trace.Tracer
+		// idleTP is OpenTelemetry's default global tracer provider when
+		// the tracer was taken from it (no SDK installed yet), else nil.
+		idleTP     trace.TracerProvider
 		rejections *telemetry.RejectionCounter
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/telemetry"
@@ -15,11 +16,36 @@ import (
 // is installed forward to it once it is.
 func (s *Store) instruments() {
 	scope := telemetry.ScopePrefix + "storage/" + s.Name
-	s.obs.tracer = otel.GetTracerProvider().Tracer(scope)
+	tp := otel.GetTracerProvider()
+	if telemetry.IsDefaultGlobal(tp) {
+		s.obs.idleTP = tp
+	}
+	s.obs.tracer = tp.Tracer(scope)
 	// A counter the global provider cannot make leaves refusals uncounted;
 	// the operation itself must not fail for it.
 	s.obs.rejections, _ = telemetry.NewRejectionCounter(otel.GetMeterProvider().Meter(scope), s.Name)
 }
+
+// tracing reports whether a span may record: an SDK has been installed as
+// the global tracer provider since the instruments were made, or was
+// already. While OpenTelemetry's default global provider is still the
+// global one, every span it starts is a no-op that costs a call two
+// allocations (the span and the context carrying it) and the global
+// tracer's bookkeeping; the calls then skip it. Once an SDK is installed
+// the global provider changes, and the tracer, which delegates to the SDK
+// from then on, records.
+func (s *Store) tracing() bool {
+	return s.obs.idleTP == nil || otel.GetTracerProvider() != s.obs.idleTP
+}
+
+// idleSpan is the span of a call made while no SDK is installed: it records
+// nothing, and ending it is a no-op. The call's ctx is then left as it is:
+// statements it sends see the caller's span context, as they would under
+// the no-op span (which carries it), and the code that puts attributes on
+// the span of ctx (trace.SpanFromContext) finds a span that does not record
+// either, since ctx is left as it is only when the caller's span does not
+// record.
+var idleSpan trace.Span = noop.Span{}
 
 // StartSpan begins the span of one call; f is nil for calls without a
 // fence. A nil ctx is left to the call's own check.
@@ -28,6 +54,9 @@ func (s *Store) StartSpan(ctx context.Context, name string, f *fence.Fence) (con
 		return ctx, nil
 	}
 	s.obs.once.Do(s.instruments)
+	if !s.tracing() && !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, idleSpan
+	}
 	ctx, span := s.obs.tracer.Start(ctx, name, telemetry.ClientSpan...)
 	if f != nil {
 		telemetry.FenceAttrs(span, *f)

@@ -62,6 +62,16 @@ func NewOutcome(name string) Outcome {
 	return Outcome{Name: name, Record: []metric.RecordOption{opt}, Add: []metric.AddOption{opt}}
 }
 
+// IsDefaultGlobal reports whether p is one of OpenTelemetry's default
+// global providers (otel.GetTracerProvider, otel.GetMeterProvider before a
+// program installs its own), which delegate to an SDK once one is installed
+// and record nothing before. A provider of any other type counts as
+// recording.
+func IsDefaultGlobal(p any) bool {
+	t := reflect.TypeOf(p)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
 // ClientSpan is the start option of every span: a client call.
 var ClientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 

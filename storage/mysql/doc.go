@@ -166,7 +166,9 @@
 // .once, .table_update, .table_upsert, .table_update_version) with the
 // fence and the outcome, and every refusal counts in fencekit.fence.rejections
 // with storage="mysql" and reason stale or conflict. The package's functions
-// take no options, so they use the global OpenTelemetry providers.
+// take no options, so they use the global OpenTelemetry providers; until a
+// program installs an SDK there, the calls start no span (unless the
+// caller's span records), which would record nothing.
 //
 // # Files
 //

@@ -128,7 +128,9 @@
 // Every call that takes a fence is a span (fencekit.pgsql.in_tx, .once,
 // .guard, .guard_all, .table_update, .table_upsert, and
 // .table_update_version), and refusals count in fencekit.fence.rejections
-// with storage="pgsql".
+// with storage="pgsql". The spans go to the global OpenTelemetry tracer
+// provider; until a program installs an SDK there, the calls start none
+// (unless the caller's span records), which would record nothing.
 //
 // # Files
 //

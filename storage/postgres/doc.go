@@ -131,7 +131,8 @@
 // every refusal counts in fencekit.fence.rejections with storage="postgres"
 // and reason stale or conflict. The package's functions take no options, so they use
 // the global OpenTelemetry providers; instruments made before an SDK is
-// installed forward to it once it is.
+// installed forward to it once it is. Until then the calls start no span
+// (unless the caller's span records), which would record nothing.
 //
 // # Handles and names
 //

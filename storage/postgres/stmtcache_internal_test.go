@@ -61,7 +61,7 @@ func TestStatementsKept(t *testing.T) {
 			t.Fatalf("a Table whose key is its token column: %v, want ErrInvalid", err)
 		}
 	}
-	if k, _ := bad.stmtKey(stmtUpdate, a); func() bool { _, kept := statements.Load(k); return kept }() {
+	if k, _ := bad.stmtKey(stmtUpdate, a); func() bool { _, kept := keptStatement(k); return kept }() {
 		t.Fatal("a refused Table's statement was kept")
 	}
 	many := []Assignment{Set("c1", 1), Set("c2", 1), Set("c3", 1), Set("c4", 1), Set("c5", 1)}
