@@ -93,8 +93,9 @@ type Backend struct {
 	// BeforeTxn, when set (by tests), runs in Try between taking the
 	// session's lease and the transaction that puts the key on it.
 	BeforeTxn func()
-	// SendTxn, when set (by tests), sends Try's transaction in place of
-	// its Commit: a test makes a reply lost, or a put land late, with it.
+	// SendTxn, when set (by tests), sends Try's and Abandon's
+	// transactions in place of their Commit: a test makes a reply lost,
+	// and a put or a deletion land late, with it.
 	SendTxn func(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error)
 	// OneSlot, when set (by tests, before the first Try), makes a broken
 	// variant that the lock model must reject: every acquisition of a
@@ -245,11 +246,7 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 				Then(put).
 				Else(first, mine)
 		}
-		if b.SendTxn != nil {
-			resp, err = b.SendTxn(ctx, txn)
-		} else {
-			resp, err = txn.Commit()
-		}
+		resp, err = b.commit(ctx, txn)
 		b.done(s)
 		b.mu.Lock()
 		e = b.tried(e)
@@ -408,6 +405,14 @@ func (b *Backend) expireLater(ctx context.Context, e *entry) {
 	}()
 }
 
+// commit sends txn, through SendTxn when a test set it.
+func (b *Backend) commit(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error) {
+	if b.SendTxn != nil {
+		return b.SendTxn(ctx, txn)
+	}
+	return txn.Commit()
+}
+
 func kvOf(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
 	rr := r.GetResponseRange()
 	if rr == nil || len(rr.Kvs) == 0 {
@@ -501,6 +506,13 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 // still h's (its create revision and its holder id), with the record its
 // grant wrote, if it may have written one: the next key in create-revision
 // order, the first waiter, then holds the lock.
+//
+// A grant that wrote no record through this Backend (the election writes
+// its leader's through the Locker that holds it) is released without the
+// nested check of the record. A record written for the grant through
+// another Locker then stays until its lease ends or the next grant's
+// record replaces it; ReadRecord never returns it, since it checks that
+// the record's token is the first key's.
 func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	e := hh.(*entry)
 	b.mu.Lock()
@@ -563,10 +575,9 @@ func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) err
 	e := b.entryOf(resource, holder)
 	var err error
 	if e != nil {
-		_, err = b.cli.Txn(ctx).
+		_, err = b.commit(ctx, b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(e.key), "=", holder)).
-			Then(clientv3.OpDelete(e.key)).
-			Commit()
+			Then(clientv3.OpDelete(e.key)))
 	} else {
 		err = b.abandonUnknown(ctx, resource, holder)
 	}

@@ -23,9 +23,10 @@ import (
 
 var errLostOnPurpose = errors.New("reply lost on purpose")
 
-// holdNextTxn makes b's next Try hold its transaction back and fail as if
-// its reply had been lost; send sends that transaction and returns the
-// key the try's put left (a queued try's put always lands).
+// holdNextTxn makes b's next transaction (a Try's or an Abandon's) be held
+// back and fail as if its reply had been lost; send sends it and returns
+// the key the last read of the transaction found (a queued try's reads
+// its own key, which its put always leaves), or nil.
 func holdNextTxn(t *testing.T, b *backend.Backend) (send func() *mvccpb.KeyValue) {
 	t.Helper()
 	var mu sync.Mutex
@@ -51,9 +52,12 @@ func holdNextTxn(t *testing.T, b *backend.Backend) (send func() *mvccpb.KeyValue
 		if err != nil {
 			t.Fatalf("sending the held transaction: %v", err)
 		}
+		if len(resp.Responses) == 0 {
+			return nil
+		}
 		rr := resp.Responses[len(resp.Responses)-1].GetResponseRange()
 		if rr == nil || len(rr.Kvs) == 0 {
-			t.Fatal("the held transaction put no key")
+			return nil
 		}
 		return rr.Kvs[0]
 	}
@@ -94,7 +98,7 @@ func TestLatePutOfLostTryDeleted(t *testing.T) {
 	rb := req(res, 10*time.Second)
 	hb := mustGrant(t, b, rb)
 	late := send()
-	if string(late.Value) != ra.Holder {
+	if late == nil || string(late.Value) != ra.Holder {
 		t.Fatalf("the late put's key holds %q, want the lost try's holder", late.Value)
 	}
 	bKey := firstKey(t, cli, b, res)
@@ -167,6 +171,9 @@ func TestSlotOfLostTryNeverReused(t *testing.T) {
 	hb := mustGrant(t, b, rb)
 	bKey := firstKey(t, cli, b, res)
 	late := send()
+	if late == nil {
+		t.Fatal("the late put left no key")
+	}
 	t.Cleanup(func() { _, _ = cli.Delete(context.Background(), string(late.Key)) })
 	if string(late.Key) == string(bKey.Key) {
 		t.Errorf("the grant took the slot %q of a try whose reply was lost", late.Key)
@@ -186,6 +193,44 @@ func TestSlotOfLostTryNeverReused(t *testing.T) {
 		t.Fatalf("later grant's token %d, after %d and the late key's %d", hc.Token, hb.Token, backend.TokenBase+fence.Token(late.CreateRevision))
 	}
 	if err := b.Release(ctxFor(t, 5*time.Second), hc.Hold); err != nil && !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// TestLateDeletionSparesReusedSlot loses the reply of an Abandon and lets
+// its deletion land after the slot's key was deleted at its end and the
+// slot given to the next acquisition: the deletion compares the holder
+// id, so the next acquisition's key stands.
+func TestLateDeletionSparesReusedSlot(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	const res = "undead"
+	ra := req(res, 5*time.Second)
+	mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	send := holdNextTxn(t, b)
+	if err := b.Abandon(ctxFor(t, 5*time.Second), res, ra.Holder, ""); !errors.Is(err, errLostOnPurpose) {
+		t.Fatalf("Abandon whose reply was lost: %v, want the loss", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tracked(res, ra.Holder) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned key is still kept 10s after its deletion's reply was lost")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	if string(bKey.Key) != string(aKey.Key) {
+		t.Fatalf("the next grant put %q, not the freed slot %q", bKey.Key, aKey.Key)
+	}
+	send()
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the next grant's key after the late deletion: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
 		t.Fatal(err)
 	}
 }
