@@ -220,7 +220,7 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		}
 		b.mu.Lock()
 		if e == nil || e.gone {
-			e, _ = b.reserve(req.Resource, req.Holder, req.TTL)
+			e = b.reserve(req.Resource, req.Holder, req.TTL)
 		}
 		if e.s != nil {
 			// A refresh of a queued entry, or a try again of a grant: the

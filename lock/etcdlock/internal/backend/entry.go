@@ -34,7 +34,9 @@ import (
 // A key is named by a slot, not by its holder: the Backend's id and a
 // number, which goes back to its resource's free list once the key is
 // gone, so that the next acquisition of the resource in this process puts
-// the same key again. etcd keeps a deleted key in its index until the
+// the same key again. Numbers come from one counter of the Backend, so a
+// resource whose free list was dropped (idle for slotsIdle) gets new
+// names, never a retired one. etcd keeps a deleted key in its index until the
 // cluster compacts, and every grant's emptiness check and every read of
 // the first key walk the directory's index: with a fresh name per grant
 // that walk grew with every grant since the last compaction; with slots
@@ -50,10 +52,9 @@ import (
 //     back to the free list), and its entry stays until lateApply has
 //     passed, each keep-alive tick deleting the key should it land.
 //   - Every deletion compares the key's value with the holder id, and a
-//     release's and an extension's also its create revision: a deletion
-//     whose reply was lost and that lands late finds the next key of the
-//     slot under another holder id and another create revision, and
-//     changes nothing.
+//     release's also its create revision, as an extension's move does: a
+//     deletion whose reply was lost and that lands late finds the next
+//     key of the slot under another holder id, and changes nothing.
 //   - A slot is freed only once its key is known gone (a deletion
 //     acknowledged, or its lease ended), never while a try of its entry
 //     is in flight (the entry is made before the put and freed only after
@@ -125,12 +126,11 @@ const lateApply = 15 * time.Second
 func (e *entry) overdue(now time.Time) bool { return !e.gone && !e.end.After(now) }
 
 // reserve returns the live entry of resource and holder, or one made now
-// on a slot of its own, standing on no session yet, and whether it was
-// made now. Backend.mu is held.
-func (b *Backend) reserve(resource, holder string, ttl time.Duration) (*entry, bool) {
+// on a slot of its own, standing on no session yet. Backend.mu is held.
+func (b *Backend) reserve(resource, holder string, ttl time.Duration) *entry {
 	ref := holderRef{resource, holder}
 	if e := b.entries[ref]; e != nil && !e.gone {
-		return e, false
+		return e
 	}
 	now := time.Now()
 	if now.Sub(b.swept) >= slotsIdle {
@@ -158,7 +158,7 @@ func (b *Backend) reserve(resource, holder string, ttl time.Duration) (*entry, b
 	sl.used++
 	e := &entry{b: b, resource: resource, holder: holder, slot: n, key: b.slotKey(resource, n), ttl: ttl}
 	b.entries[ref] = e
-	return e, true
+	return e
 }
 
 // moveTo notes that e's key stands on s's lease now. Backend.mu is held.
@@ -175,9 +175,10 @@ func (e *entry) moveTo(s *session) {
 }
 
 // forget makes e's deletion delete whatever key of its holder stands on
-// its slot, on the value alone: the acquisition is over (a reply was lost, or the waiter
-// gave up), so nobody believes in the key, and a put whose reply was lost
-// may have made it again under revisions this process never heard of.
+// its slot, judged by its value alone: the acquisition is over (a reply
+// was lost, or the waiter gave up), so nobody believes in the key, and a
+// put whose reply was lost may have made it again under revisions this
+// process never heard of.
 // Backend.mu is held.
 func (e *entry) forget() { e.rev, e.mod = 0, 0 }
 
