@@ -13,12 +13,12 @@
 // resource locked again and again puts the same few keys, and etcd's index
 // of the directory, which every grant walks, holds as many names as the
 // process held keys at once rather than one per grant since the cluster
-// last compacted. Nothing finds a key by its holder's name: this process's
-// own keys by its entries (by resource and holder), a grant it keeps no
-// entry of by the resource's first key (matched on the create revision
-// and the holder id), and a waiter's hand-over by the first key's value.
-// entry.go says why a slot's next key is safe from what was sent about
-// its last.
+// last compacted. No key's name is made from a holder id: the backend
+// finds its own keys through its entries (by resource and holder), a grant
+// it keeps no entry of as the resource's first key (matched on the create
+// revision and the holder id), an abandoned holder's keys by their value,
+// and a waiter's hand-over by the first key's value. entry.go says why a
+// slot's next key is safe from what was sent about its last.
 //
 // The lock belongs to the key of the directory with the lowest create
 // revision, as with concurrency.Mutex: a release or an expiry deletes the
