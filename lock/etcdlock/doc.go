@@ -31,8 +31,12 @@
 // transaction that deletes the key. The key layout, for a resource r under
 // the Locker's prefix p:
 //
-//   - "p{r}/h/" followed by a holder id: a holder's or a queued waiter's
-//     key, on its lease; the one with the lowest create revision holds.
+//   - "p{r}/h/" followed by a slot name (the Locker's random id, a dot and
+//     a number): a holder's or a queued waiter's key, on its lease, whose
+//     value is the holder id; the one with the lowest create revision
+//     holds. A Locker puts the same slots again for later acquisitions of
+//     r, so that etcd's index of the directory, which each grant reads,
+//     does not grow with every grant until the cluster compacts.
 //   - "p{r}/r": the record beside the lock (the election's leader).
 //
 // The shared lease outlives any one lock, so what a lease was promised is
@@ -84,6 +88,9 @@
 // it at each keep-alive for 15 s more (twice etcd's request timeout with
 // default timings), deleting it if it stands, so no lock is left that
 // nobody knows of on a lease the Locker keeps alive for its other keys.
+// That key's slot is never put again by the Locker, and every deletion it
+// sends is conditional on the key's value (the holder id), so nothing that
+// lands late can take or delete a later acquisition's key.
 //
 // # The election
 //

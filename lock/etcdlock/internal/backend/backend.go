@@ -6,8 +6,19 @@
 // One resource's state lives under one key directory, named with the
 // resource in braces (which a resource may not contain, so no resource's
 // range covers another's): the directory's "/h/" keys, one per holder and
-// per queued waiter, named by the holder id, and its "/r" key, the record
-// beside the lock.
+// per queued waiter, and its "/r" key, the record beside the lock. A
+// holder's key is named by a slot of the Backend that put it (the
+// Backend's random id and a number) and holds the holder id: a slot goes
+// back to the resource's free list once its key is gone, so that a
+// resource locked again and again puts the same few keys, and etcd's index
+// of the directory, which every grant walks, holds as many names as the
+// process held keys at once rather than one per grant since the cluster
+// last compacted. No key's name is made from a holder id: the backend
+// finds its own keys through its entries (by resource and holder), a grant
+// it keeps no entry of as the resource's first key (matched on the create
+// revision and the holder id), an abandoned holder's keys by their value,
+// and a waiter's hand-over by the first key's value. entry.go says why a
+// slot's next key is safe from what was sent about its last.
 //
 // The lock belongs to the key of the directory with the lowest create
 // revision, as with concurrency.Mutex: a release or an expiry deletes the
@@ -65,10 +76,15 @@ type Backend struct {
 	poll   bool
 	bg     func(ctx context.Context, f func(ctx context.Context))
 
+	id string // names this Backend's slots: unique to it
+
 	mu       sync.Mutex
-	rooms    map[string]*room   // resource -> waiters of this process
-	sessions map[int64]*session // by lease TTL in seconds
-	entries  map[string]*entry  // key -> what this process put there
+	rooms    map[string]*room     // resource -> waiters of this process
+	sessions map[int64]*session   // by lease TTL in seconds
+	entries  map[holderRef]*entry // what this process put, by acquisition
+	slots    map[string]*slots    // resource -> its slot numbers
+	nextSlot int64                // the next slot number never used
+	swept    time.Time            // when idle slots were last dropped
 	closed   bool
 	wg       sync.WaitGroup
 	stop     chan struct{}
@@ -77,6 +93,20 @@ type Backend struct {
 	// BeforeTxn, when set (by tests), runs in Try between taking the
 	// session's lease and the transaction that puts the key on it.
 	BeforeTxn func()
+	// SendTxn, when set (by tests), sends Try's and Abandon's
+	// transactions in place of their Commit: a test makes a reply lost,
+	// and a put or a deletion land late, with it.
+	SendTxn func(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error)
+	// OneSlot, when set (by tests, before the first Try), makes a broken
+	// variant that the lock model must reject: every acquisition of a
+	// resource takes one slot, whether or not a key stands on it, and a
+	// try takes the key on its slot for its own whatever holder id it
+	// holds.
+	OneSlot bool
+	// LateApply, when set (by tests, before the first Try), replaces
+	// lateApply: how long the backend looks for the put of a try whose
+	// reply was lost.
+	LateApply time.Duration
 	// BeforeEndDelete, when set (by tests, before the first Try), runs
 	// when the backend has decided to delete a key whose end passed and
 	// before it sends the deletion: a deletion that is slow to land.
@@ -113,7 +143,9 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 		bg:       s.Background,
 		rooms:    map[string]*room{},
 		sessions: map[int64]*session{},
-		entries:  map[string]*entry{},
+		id:       fence.NewHolder(),
+		entries:  map[holderRef]*entry{},
+		slots:    map[string]*slots{},
 		stop:     make(chan struct{}),
 	}
 	return b, nil
@@ -125,6 +157,13 @@ func (b *Backend) Info() lockbackend.Info {
 	return lockbackend.Info{Name: "etcd", Quorum: 1, Queue: !b.poll}
 }
 
+// Tracked reports whether the backend keeps an entry of resource's
+// acquisition holder (for tests: a lost try's stays until no put of it
+// can land any more).
+func (b *Backend) Tracked(resource, holder string) bool {
+	return b.entryOf(resource, holder) != nil
+}
+
 // Prefix returns the prefix of the backend's keys.
 func (b *Backend) Prefix() string { return b.prefix }
 
@@ -132,8 +171,10 @@ func (b *Backend) dir(resource string) string { return b.prefix + "{" + resource
 func (b *Backend) holders(resource string) string {
 	return b.dir(resource) + "/h/"
 }
-func (b *Backend) holderKey(resource, holder string) string {
-	return b.holders(resource) + holder
+
+// slotKey names slot n of this Backend under resource's directory.
+func (b *Backend) slotKey(resource string, n int64) string {
+	return b.holders(resource) + b.id + "." + strconv.FormatInt(n, 10)
 }
 func (b *Backend) recordKey(resource string) string { return b.dir(resource) + "/r" }
 
@@ -155,51 +196,61 @@ func token(rev int64) (fence.Token, error) {
 	return TokenBase + fence.Token(rev), nil
 }
 
-// Try puts the holder's key on the session lease of req.TTL's length, in
-// one transaction that puts it only if the resource has no key (or, with
-// req.Queue, in any case, so that it waits in create-revision order) and
-// reads the first key. The grant is the holder's key being the first; the
-// token is its create revision, from the transaction's own response.
+// Try puts the holder's key, on its slot, on the session lease of
+// req.TTL's length, in one transaction that puts it only if the resource
+// has no key (or, with req.Queue, in any case, so that it waits in
+// create-revision order) and reads the first key. The grant is the
+// holder's key being the first; the token is its create revision, from
+// the transaction's own response.
 func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	start := time.Now()
 	secs := leaseSeconds(req.TTL)
-	key := b.holderKey(req.Resource, req.Holder)
 	life := req.TTL
 	if req.Queue {
 		life = max(req.TTL, lockbackend.QueueLife)
 	}
 	var resp *clientv3.TxnResponse
 	var s *session
+	var e *entry
 	for range 2 {
 		var err error
 		if s, err = b.session(ctx, secs); err != nil {
+			b.unused(e)
 			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
 		}
-		if e := b.entryOf(key); e != nil {
+		b.mu.Lock()
+		if e == nil || e.gone {
+			e = b.reserve(req.Resource, req.Holder, req.TTL)
+		}
+		if e.s != nil {
 			// A refresh of a queued entry, or a try again of a grant: the
 			// key's end must not come while this try runs.
-			b.mu.Lock()
 			e.endAt(start.Add(life), true)
-			b.mu.Unlock()
 		}
+		e.trying = true
+		b.mu.Unlock()
 		if b.BeforeTxn != nil {
 			b.BeforeTxn()
 		}
-		put := clientv3.OpPut(key, "", clientv3.WithLease(s.id))
-		first := clientv3.OpGet(b.holders(req.Resource), clientv3.WithFirstCreate()...)
-		mine := clientv3.OpGet(key)
+		holders := b.holders(req.Resource)
+		put := clientv3.OpPut(e.key, req.Holder, clientv3.WithLease(s.id))
+		first := clientv3.OpGet(holders, clientv3.WithFirstCreate()...)
+		mine := clientv3.OpGet(e.key)
 		txn := b.cli.Txn(ctx)
 		if req.Queue {
 			txn = txn.Then(put, first, mine)
 		} else {
 			// On a free lock the put makes the only key, so the reply
 			// needs no read: the key's revisions are the transaction's.
-			txn = txn.If(clientv3.Compare(clientv3.Version(b.holders(req.Resource)).WithPrefix(), "=", 0)).
+			txn = txn.If(clientv3.Compare(clientv3.Version(holders).WithPrefix(), "=", 0)).
 				Then(put).
 				Else(first, mine)
 		}
-		resp, err = txn.Commit()
+		resp, err = b.commit(ctx, txn)
 		b.done(s)
+		b.mu.Lock()
+		e = b.tried(e)
+		b.mu.Unlock()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The session's lease ended under it (the process was paused,
 			// or cut off, past its TTL): nothing was put; a new lease.
@@ -210,10 +261,16 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 			// The put may have run, or may still run: the key is deleted
 			// now, and by its session's keep-alive ticks until a put of
 			// this try can no longer land, so no lock is left that nobody
-			// knows about.
-			e := b.track(req.Resource, req.Holder, req.TTL, s)
+			// knows about. The slot is never used again: the put may land
+			// after any deletion.
 			b.mu.Lock()
-			e.late = time.Now().Add(lateApply)
+			e.moveTo(s)
+			late := lateApply
+			if b.LateApply > 0 {
+				late = b.LateApply
+			}
+			e.late = time.Now().Add(late)
+			e.retired = true
 			b.mu.Unlock()
 			b.expireLater(ctx, e)
 			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
@@ -221,34 +278,44 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		break
 	}
 	if resp == nil {
+		b.unused(e)
 		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, rpctypes.ErrLeaseNotFound)
 	}
 	var firstKV, mineKV *mvccpb.KeyValue
 	if !req.Queue && resp.Succeeded {
 		rev := resp.Header.Revision
-		mineKV = &mvccpb.KeyValue{Key: []byte(key), CreateRevision: rev, ModRevision: rev, Version: 1, Lease: int64(s.id)}
+		mineKV = &mvccpb.KeyValue{Key: []byte(e.key), Value: []byte(req.Holder), CreateRevision: rev, ModRevision: rev, Version: 1, Lease: int64(s.id)}
 		firstKV = mineKV
 	} else {
 		firstKV = kvOf(resp.Responses[len(resp.Responses)-2])
 		mineKV = kvOf(resp.Responses[len(resp.Responses)-1])
 	}
 	if mineKV == nil {
+		b.unused(e)
 		return lockbackend.Outcome{Remaining: -1, Place: -1}, nil
 	}
-	if mineKV.Lease != int64(s.id) {
+	if mineKV.Lease != int64(s.id) || (string(mineKV.Value) != req.Holder && !b.OneSlot) {
 		// A grant an earlier try of this holder made on another lease that
 		// this process no longer keeps: it is not this try's to report.
+		// (A key of another holder's on the slot would be a broken
+		// invariant: it is not reported either.)
+		b.mu.Lock()
+		if e.s == nil {
+			e.retired = true
+			b.untrackLocked(e)
+		}
+		b.mu.Unlock()
 		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: the holder's key stands on a lease this Locker does not keep: %w", req.Resource, lockbackend.ErrNotHeld)
 	}
-	e := b.track(req.Resource, req.Holder, req.TTL, s)
 	b.mu.Lock()
+	e.moveTo(s)
 	// This put is the key's now: a deletion decided for an earlier one
 	// leaves it standing (it is conditional on that put).
 	e.rev, e.mod, e.sent, e.ending = mineKV.CreateRevision, mineKV.ModRevision, start, false
 	e.endAt(start.Add(life), true)
 	guaranteed := s.guaranteed(start)
 	b.mu.Unlock()
-	if firstKV == nil || string(firstKV.Key) != key {
+	if firstKV == nil || string(firstKV.Key) != e.key {
 		out := lockbackend.Outcome{Remaining: -1, Place: -1}
 		if req.Queue {
 			out.Ref = mineKV.ModRevision
@@ -269,6 +336,40 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	return lockbackend.Outcome{Granted: true, Hold: e, Token: tok, Holder: req.Holder,
 		Known:      max(0, min(req.TTL, guaranteed)-drift(req.TTL)),
 		HandedOver: mineKV.CreateRevision != resp.Header.Revision}, nil
+}
+
+// tried ends e's try, whose reply came or was lost: the entry to go on
+// with. An entry that went while the try was in flight (its lease ended,
+// or its end passed) kept its slot for the try, whose put may have landed
+// or may still land: the slot passes to a new entry of the same holder.
+// Backend.mu is held.
+func (b *Backend) tried(e *entry) *entry {
+	e.trying = false
+	if !e.gone {
+		return e
+	}
+	n := &entry{b: b, resource: e.resource, holder: e.holder, slot: e.slot, key: e.key, ttl: e.ttl, retired: e.retired}
+	b.entries[holderRef{e.resource, e.holder}] = n
+	sl := b.slots[e.resource]
+	if sl == nil {
+		sl = &slots{}
+		b.slots[e.resource] = sl
+	}
+	sl.used++
+	return n
+}
+
+// unused forgets e, an entry whose try put nothing, if no put of it
+// stands: its slot goes back to the free list.
+func (b *Backend) unused(e *entry) {
+	if e == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e.s == nil && !e.trying {
+		b.untrackLocked(e)
+	}
 }
 
 // expireLater deletes e's key now, within ctx while it lasts and then in
@@ -302,6 +403,14 @@ func (b *Backend) expireLater(ctx context.Context, e *entry) {
 		defer cancel()
 		del(ctx)
 	}()
+}
+
+// commit sends txn, through SendTxn when a test set it.
+func (b *Backend) commit(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error) {
+	if b.SendTxn != nil {
+		return b.SendTxn(ctx, txn)
+	}
+	return txn.Commit()
 }
 
 func kvOf(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
@@ -345,7 +454,7 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 		resp, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev),
 				clientv3.Compare(clientv3.LeaseValue(e.key), "=", s.id)).
-			Then(clientv3.OpPut(e.key, "", clientv3.WithLease(ns.id)),
+			Then(clientv3.OpPut(e.key, e.holder, clientv3.WithLease(ns.id)),
 				// The record of this grant moves with it.
 				clientv3.OpTxn([]clientv3.Cmp{
 					clientv3.Compare(clientv3.Value(rkey), ">", tok),
@@ -393,18 +502,26 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 	return max(0, min(ttl, g)-drift(ttl)), nil
 }
 
-// Release deletes h's key, with the record its grant wrote, in one
-// transaction that checks the key is still h's: the next key in
-// create-revision order, the first waiter, then holds the lock.
+// Release deletes h's key, in one transaction that checks the key is
+// still h's (its create revision and its holder id), with the record its
+// grant wrote, if it may have written one: the next key in create-revision
+// order, the first waiter, then holds the lock.
+//
+// A grant that wrote no record through this Backend (the election writes
+// its leader's through the Locker that holds it) is released without the
+// nested check of the record. A record written for the grant through
+// another Locker then stays until its lease ends or the next grant's
+// record replaces it; ReadRecord never returns it, since it checks that
+// the record's token is the first key's.
 func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	e := hh.(*entry)
 	b.mu.Lock()
-	gone, rev := e.gone, e.rev
+	gone, rev, recorded := e.gone, e.rev, e.recorded
 	b.mu.Unlock()
 	if gone {
 		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
-	deleted, err := b.deleteKey(ctx, e.resource, e.key, rev)
+	deleted, err := b.deleteKey(ctx, e, rev, recorded)
 	if err != nil {
 		// The key's end still stands: it goes then at the latest.
 		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", e.resource, err))
@@ -450,11 +567,20 @@ func (b *Backend) TTL(ctx context.Context, hh lockbackend.Hold) (time.Duration, 
 // Abandon deletes holder's key, whether it holds the lock (handed over
 // while the waiter gave up) or waits in the queue; the next key then holds
 // the lock. Deleting a key that is gone changes nothing. A deletion that
-// fails is done again by the key's session.
+// fails is done again by the key's session. The deletion is conditional on
+// the key's value, the holder id, so that one landing late leaves a later
+// key on the same slot standing; a holder this process has no entry of
+// has its keys found by their value.
 func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) error {
-	key := b.holderKey(resource, holder)
-	_, err := b.cli.Delete(ctx, key)
-	e := b.entryOf(key)
+	e := b.entryOf(resource, holder)
+	var err error
+	if e != nil {
+		_, err = b.commit(ctx, b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(e.key), "=", holder)).
+			Then(clientv3.OpDelete(e.key)))
+	} else {
+		err = b.abandonUnknown(ctx, resource, holder)
+	}
 	if err != nil {
 		if e != nil {
 			b.mu.Lock()
@@ -473,6 +599,29 @@ func (b *Backend) Abandon(ctx context.Context, resource, holder, acq string) err
 			b.untrackLocked(e)
 		}
 		b.mu.Unlock()
+	}
+	return nil
+}
+
+// abandonUnknown deletes the keys of resource whose value is holder: the
+// keys of an acquisition this process keeps no entry of.
+func (b *Backend) abandonUnknown(ctx context.Context, resource, holder string) error {
+	get, err := b.cli.Get(ctx, b.holders(resource), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	for _, kv := range get.Kvs {
+		if string(kv.Value) != holder {
+			continue
+		}
+		k := string(kv.Key)
+		if _, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(k), "=", holder),
+				clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision)).
+			Then(clientv3.OpDelete(k)).
+			Commit(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -28,9 +28,45 @@ import (
 // not announced, and the deletion only deletes the key as that put left it
 // (its create and mod revisions), so that a queued waiter's refresh that
 // put the key again meanwhile keeps it.
+//
+// # Slots
+//
+// A key is named by a slot, not by its holder: the Backend's id and a
+// number, which goes back to its resource's free list once the key is
+// gone, so that the next acquisition of the resource in this process puts
+// the same key again. Numbers come from one counter of the Backend, so a
+// resource whose free list was dropped (idle for slotsIdle) gets new
+// names, never a retired one. etcd keeps a deleted key in its index until the
+// cluster compacts, and every grant's emptiness check and every read of
+// the first key walk the directory's index: with a fresh name per grant
+// that walk grew with every grant since the last compaction; with slots
+// it covers as many names as the process ever held at once. The value of
+// the key is the holder id, and what the backend knows of a key it finds
+// by it, or by its create revision.
+//
+// Reusing a name is safe because nothing this process sent about a slot's
+// last key can land on its next one:
+//
+//   - A try whose reply was lost may have its put applied up to lateApply
+//     later, after a deletion sent since: its slot is retired (never goes
+//     back to the free list), and its entry stays until lateApply has
+//     passed, each keep-alive tick deleting the key should it land.
+//   - Every deletion compares the key's value with the holder id, and a
+//     release's also its create revision, as an extension's move does: a
+//     deletion whose reply was lost and that lands late finds the next
+//     key of the slot under another holder id, and changes nothing.
+//   - A slot is freed only once its key is known gone (a deletion
+//     acknowledged, or its lease ended), never while a try of its entry
+//     is in flight (the entry is made before the put and freed only after
+//     its reply, or retired).
+//
+// A key's token stays the create revision: a name put again after its
+// deletion gets a new one, above every earlier, and a queued waiter's
+// refresh (a put of a standing key) keeps it.
 type entry struct {
 	b                     *Backend
 	resource, holder, key string
+	slot                  int64
 	ttl                   time.Duration
 
 	// Fields below are guarded by Backend.mu.
@@ -51,7 +87,33 @@ type entry struct {
 	// it, since it stands on a lease the process keeps alive for others.
 	late time.Time
 	gone bool // the key is deleted, or its lease ended
+	// retired says the slot never goes back to the free list: a put of
+	// the key may land after the entry is gone.
+	retired bool
+	// trying says a try of the entry is in flight: its slot stays the
+	// try's even if the entry goes meanwhile.
+	trying bool
+	// recorded says a record may have been written through this entry
+	// (PutRecord, or an extension that moved a record): its release
+	// deletes the record with the key.
+	recorded bool
 }
+
+// holderRef names an acquisition: its resource and holder id.
+type holderRef struct{ resource, holder string }
+
+// slots are one resource's slot numbers in this process.
+type slots struct {
+	free []int64   // numbers whose last key is gone, last freed last
+	used int       // numbers held by entries
+	idle time.Time // when used last fell to 0
+}
+
+// slotsIdle is how long a resource's free list outlives its last key:
+// after it, the resource's next acquisition takes a fresh number (one
+// more name in etcd's index until it compacts), and the process keeps no
+// state for resources it no longer locks.
+const slotsIdle = time.Minute
 
 // lateApply bounds how long after a try's reply was lost its put may still
 // be applied: etcd answers a request it could not commit within its
@@ -63,18 +125,39 @@ const lateApply = 15 * time.Second
 // Backend.mu is held.
 func (e *entry) overdue(now time.Time) bool { return !e.gone && !e.end.After(now) }
 
-// track returns the entry of key, made if this process has none, standing
-// on s.
-func (b *Backend) track(resource, holder string, ttl time.Duration, s *session) *entry {
-	key := b.holderKey(resource, holder)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.entries[key]
-	if e == nil || e.gone {
-		e = &entry{b: b, resource: resource, holder: holder, key: key, ttl: ttl}
-		b.entries[key] = e
+// reserve returns the live entry of resource and holder, or one made now
+// on a slot of its own, standing on no session yet. Backend.mu is held.
+func (b *Backend) reserve(resource, holder string, ttl time.Duration) *entry {
+	ref := holderRef{resource, holder}
+	if e := b.entries[ref]; e != nil && !e.gone {
+		return e
 	}
-	e.moveTo(s)
+	now := time.Now()
+	if now.Sub(b.swept) >= slotsIdle {
+		b.swept = now
+		for r, sl := range b.slots {
+			if sl.used == 0 && now.Sub(sl.idle) >= slotsIdle {
+				delete(b.slots, r)
+			}
+		}
+	}
+	sl := b.slots[resource]
+	if sl == nil {
+		sl = &slots{}
+		b.slots[resource] = sl
+	}
+	var n int64
+	switch k := len(sl.free); {
+	case b.OneSlot: // a broken variant: slot 0, whatever stands on it
+	case k > 0:
+		n, sl.free = sl.free[k-1], sl.free[:k-1]
+	default:
+		n = b.nextSlot
+		b.nextSlot++
+	}
+	sl.used++
+	e := &entry{b: b, resource: resource, holder: holder, slot: n, key: b.slotKey(resource, n), ttl: ttl}
+	b.entries[ref] = e
 	return e
 }
 
@@ -91,18 +174,19 @@ func (e *entry) moveTo(s *session) {
 	s.entries[e] = struct{}{}
 }
 
-// forget makes e's deletion delete whatever key of its holder stands, with
-// no condition: the acquisition is over (a reply was lost, or the waiter
-// gave up), so nobody believes in the key, and a put whose reply was lost
-// may have made it again under revisions this process never heard of.
+// forget makes e's deletion delete whatever key of its holder stands on
+// its slot, judged by its value alone: the acquisition is over (a reply
+// was lost, or the waiter gave up), so nobody believes in the key, and a
+// put whose reply was lost may have made it again under revisions this
+// process never heard of.
 // Backend.mu is held.
 func (e *entry) forget() { e.rev, e.mod = 0, 0 }
 
-// entryOf returns the live entry of key, or nil.
-func (b *Backend) entryOf(key string) *entry {
+// entryOf returns the live entry of resource and holder, or nil.
+func (b *Backend) entryOf(resource, holder string) *entry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e := b.entries[key]; e != nil && !e.gone {
+	if e := b.entries[holderRef{resource, holder}]; e != nil && !e.gone {
 		return e
 	}
 	return nil
@@ -183,7 +267,7 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 			return
 		}
 	}
-	deleted, present, err := b.deleteAtEnd(ctx, e.resource, e.key, rev, mod)
+	deleted, present, err := b.deleteAtEnd(ctx, e, rev, mod)
 	if err != nil {
 		return
 	}
@@ -196,16 +280,18 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 	}
 }
 
-// deleteAtEnd deletes key as the put of create revision rev and mod
-// revision mod left it (either 0 when not known: then any such key), with
-// the record of the grant of rev; it reports whether it deleted the key,
-// and, when not, whether a key stands there.
-func (b *Backend) deleteAtEnd(ctx context.Context, resource, key string, rev, mod int64) (deleted, present bool, err error) {
-	var cmps []clientv3.Cmp
+// deleteAtEnd deletes e's key as the put of create revision rev and mod
+// revision mod left it (either 0 when not known: then any such key), if
+// its value is still e's holder id, with the record of the grant of rev;
+// it reports whether it deleted the key, and, when not, whether a key
+// stands there.
+func (b *Backend) deleteAtEnd(ctx context.Context, e *entry, rev, mod int64) (deleted, present bool, err error) {
+	key := e.key
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", e.holder)}
 	then := []clientv3.Op{clientv3.OpDelete(key)}
 	if rev != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
-		then = append(then, b.dropRecord(resource, rev))
+		then = append(then, b.dropRecord(e.resource, rev))
 	}
 	if mod != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
@@ -221,25 +307,24 @@ func (b *Backend) deleteAtEnd(ctx context.Context, resource, key string, rev, mo
 	return false, rr != nil && rr.Count > 0, nil
 }
 
-// deleteKey deletes key and, when rev is known, only the key of that
-// create revision, with the record its grant wrote; it reports whether a
+// deleteKey deletes e's key if it is the key of create revision rev (when
+// rev is known) and its value e's holder id, with the record its grant
+// wrote when record says it may have written one; it reports whether a
 // key was deleted.
-func (b *Backend) deleteKey(ctx context.Context, resource, key string, rev int64) (bool, error) {
-	if rev == 0 {
-		resp, err := b.cli.Delete(ctx, key)
-		if err != nil {
-			return false, err
+func (b *Backend) deleteKey(ctx context.Context, e *entry, rev int64, record bool) (bool, error) {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(e.key), "=", e.holder)}
+	then := []clientv3.Op{clientv3.OpDelete(e.key)}
+	if rev != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(e.key), "=", rev))
+		if record {
+			then = append(then, b.dropRecord(e.resource, rev))
 		}
-		return resp.Deleted > 0, nil
 	}
-	resp, err := b.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key), b.dropRecord(resource, rev)).
-		Commit()
+	resp, err := b.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
 	if err != nil {
 		return false, err
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().Deleted > 0, nil
 }
 
 // dropRecord deletes resource's record if the grant of create revision rev
@@ -265,7 +350,8 @@ func (b *Backend) untrack(e *entry) {
 	b.untrackLocked(e)
 }
 
-// untrackLocked is untrack with Backend.mu held.
+// untrackLocked is untrack with Backend.mu held. e's slot goes back to its
+// resource's free list, unless it is retired.
 func (b *Backend) untrackLocked(e *entry) {
 	if e.gone {
 		return
@@ -274,11 +360,21 @@ func (b *Backend) untrackLocked(e *entry) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	if b.entries[e.key] == e {
-		delete(b.entries, e.key)
+	if ref := (holderRef{e.resource, e.holder}); b.entries[ref] == e {
+		delete(b.entries, ref)
 	}
 	if e.s != nil {
 		delete(e.s.entries, e)
 		e.s.lastUse = time.Now()
+	}
+	if sl := b.slots[e.resource]; sl != nil {
+		if !e.retired && !e.trying && !b.OneSlot {
+			// (A slot whose try is in flight passes to the try: see
+			// Backend.tried.)
+			sl.free = append(sl.free, e.slot)
+		}
+		if sl.used--; sl.used == 0 {
+			sl.idle = time.Now()
+		}
 	}
 }

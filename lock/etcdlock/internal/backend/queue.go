@@ -72,13 +72,12 @@ func (b *Backend) Join(resource, holder string, create bool) lockbackend.Waiter 
 // refresh put, whose key then ends the TTL after that refresh's try began,
 // which is no sooner than the lease the Locker counts from the HandOver.
 func (b *Backend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
-	key := b.holderKey(req.Resource, req.Holder)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.entries[key]
+	e := b.entries[holderRef{req.Resource, req.Holder}]
 	if e == nil || e.gone {
 		// Its end passed and the key was deleted: a grant already over.
-		return &entry{b: b, resource: req.Resource, holder: req.Holder, key: key, ttl: req.TTL, gone: true}
+		return &entry{b: b, resource: req.Resource, holder: req.Holder, ttl: req.TTL, gone: true}
 	}
 	e.rev = int64(g.Token - TokenBase)
 	e.endAt(e.sent.Add(req.TTL), false)
@@ -137,8 +136,9 @@ func (r *room) setLost() {
 	}
 }
 
-// check reads the first key and tells the waiter it names of its grant,
-// or wakes one waiter when no key is left.
+// check reads the first key and tells the waiter whose key it is (by the
+// key's value, the holder id, and its slot) of its grant, or wakes one
+// waiter when no key is left.
 func (r *room) check(ctx context.Context) {
 	resp, err := r.b.cli.Get(ctx, r.b.holders(r.resource), clientv3.WithFirstCreate()...)
 	if err != nil {
@@ -163,10 +163,10 @@ func (r *room) check(ctx context.Context) {
 		return
 	}
 	for _, w := range ws {
-		if string(kv.Key) != r.b.holderKey(r.resource, w.holder) {
+		if string(kv.Value) != w.holder {
 			continue
 		}
-		age, ok := r.b.handOverAge(string(kv.Key), kv)
+		age, ok := r.b.handOverAge(r.resource, w.holder, kv)
 		if !ok {
 			// Not the entry this process put last, or a lease mostly
 			// over: the waiter tries, and its try grants it.
@@ -225,8 +225,8 @@ func (w *waiter) Leave(acquired bool) {
 	r.b.mu.Unlock()
 }
 
-// handOverAge is the Age of a hand-over to the entry of key, found first
-// as kv: the Locker counts the grant's lease from the refreshing try's
+// handOverAge is the Age of a hand-over to the entry of resource and
+// holder, whose key was found first as kv: the Locker counts the grant's lease from the refreshing try's
 // send plus Age, for the TTL, and that must end no later than what the
 // server holds the key for, less the drift allowance: the entry's end and
 // what its session's last acknowledged keep-alive guarantees. So Age is 0
@@ -235,11 +235,11 @@ func (w *waiter) Leave(acquired bool) {
 // left (a waiter refreshes once a second, so a hand-over to a waiter with
 // a shorter TTL would often come already over): the waiter's own try then
 // grants it a lease counted from that try.
-func (b *Backend) handOverAge(key string, kv *mvccpb.KeyValue) (time.Duration, bool) {
+func (b *Backend) handOverAge(resource, holder string, kv *mvccpb.KeyValue) (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.entries[key]
-	if e == nil || e.gone || e.ending || e.mod != kv.ModRevision || int64(e.s.id) != kv.Lease {
+	e := b.entries[holderRef{resource, holder}]
+	if e == nil || e.gone || e.ending || e.s == nil || e.key != string(kv.Key) || e.mod != kv.ModRevision || int64(e.s.id) != kv.Lease {
 		// Not the entry as last put, or its deletion at its end is decided.
 		return 0, false
 	}

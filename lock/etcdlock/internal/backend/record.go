@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencekit/fencekit/fence"
@@ -21,17 +22,17 @@ func (b *Backend) PutRecord(ctx context.Context, f fence.Fence, value string, li
 	if f.Token <= TokenBase {
 		return fmt.Errorf("%w: etcdlock: PutRecord: token %d was not issued by an etcd lock", fence.ErrInvalid, f.Token)
 	}
-	key := b.holderKey(f.Resource, f.Holder)
 	rkey := b.recordKey(f.Resource)
 	rev := int64(f.Token - TokenBase)
-	get, err := b.cli.Get(ctx, key)
+	kv, err := b.fenceKey(ctx, f, true)
 	if err != nil {
 		return b.callErr(ctx, "PutRecord", f.Resource, err)
 	}
-	if len(get.Kvs) == 0 || get.Kvs[0].CreateRevision != rev {
+	if kv == nil {
 		return fmt.Errorf("etcdlock: PutRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
 	}
-	lease := clientv3.LeaseID(get.Kvs[0].Lease)
+	key := string(kv.Key)
+	lease := clientv3.LeaseID(kv.Lease)
 	// The record's value starts with its token in 16 digits, so that it
 	// sorts above every record of an older grant.
 	newer := formatRecord(f.Token, "\xff")
@@ -62,18 +63,49 @@ func (b *Backend) PutRecord(ctx context.Context, f fence.Fence, value string, li
 	return nil
 }
 
+// fenceKey reads the key of f's grant: the key of this process's entry of
+// f's holder, or, for a grant this process keeps no entry of, the first
+// key of the resource, which is f's while f's grant holds the lock (a key
+// created after it comes after it). It returns nil when no key of f's
+// create revision and holder id stands. With record, the entry notes that
+// its release must delete the record too.
+func (b *Backend) fenceKey(ctx context.Context, f fence.Fence, record bool) (*mvccpb.KeyValue, error) {
+	rev := int64(f.Token - TokenBase)
+	var get *clientv3.GetResponse
+	var err error
+	if e := b.entryOf(f.Resource, f.Holder); e != nil {
+		if record {
+			b.mu.Lock()
+			e.recorded = true
+			b.mu.Unlock()
+		}
+		get, err = b.cli.Get(ctx, e.key)
+	} else {
+		get, err = b.cli.Get(ctx, b.holders(f.Resource), clientv3.WithFirstCreate()...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(get.Kvs) == 0 || get.Kvs[0].CreateRevision != rev || string(get.Kvs[0].Value) != f.Holder {
+		return nil, nil
+	}
+	return get.Kvs[0], nil
+}
+
 // KeepRecord checks that f's record and lock still stand: the record is on
 // the lock's lease and is deleted with the lock's key, so it lasts exactly
 // as long as the lock does.
 func (b *Backend) KeepRecord(ctx context.Context, f fence.Fence, linger time.Duration) error {
-	resp, err := b.cli.Txn(ctx).Then(
-		clientv3.OpGet(b.holderKey(f.Resource, f.Holder)),
-		clientv3.OpGet(b.recordKey(f.Resource))).Commit()
+	hold := clientv3.OpGet(b.holders(f.Resource), clientv3.WithFirstCreate()...)
+	if e := b.entryOf(f.Resource, f.Holder); e != nil {
+		hold = clientv3.OpGet(e.key)
+	}
+	resp, err := b.cli.Txn(ctx).Then(hold, clientv3.OpGet(b.recordKey(f.Resource))).Commit()
 	if err != nil {
 		return b.callErr(ctx, "KeepRecord", f.Resource, err)
 	}
 	h, r := kvOf(resp.Responses[0]), kvOf(resp.Responses[1])
-	if h == nil || h.CreateRevision != int64(f.Token-TokenBase) || r == nil {
+	if h == nil || h.CreateRevision != int64(f.Token-TokenBase) || string(h.Value) != f.Holder || r == nil {
 		return fmt.Errorf("etcdlock: KeepRecord %q: %w", f.Resource, lockbackend.ErrNotHeld)
 	}
 	if rec, ok := parseRecord(r.Value); !ok || rec.Token != f.Token {

@@ -108,12 +108,18 @@ func watchFrom(ctx context.Context, cli *clientv3.Client, prefix string, rev int
 // dir ("<prefix>{<name>}") into the model's events.
 func etcdServerLog(seen []seenEvent, dir string) *electionmodel.ServerLog {
 	s := &electionmodel.ServerLog{}
-	holders := map[string]int64{} // holder id → its key's create revision
+	// A key is named by a slot of the Locker that put it, and holds the
+	// holder id: key → the holder id and the key's create revision.
+	type held struct {
+		holder string
+		rev    int64
+	}
+	holders := map[string]held{}
 	first := func() (string, int64) {
 		h, rev := "", int64(0)
-		for k, r := range holders {
-			if rev == 0 || r < rev {
-				h, rev = k, r
+		for _, k := range holders {
+			if rev == 0 || k.rev < rev {
+				h, rev = k.holder, k.rev
 			}
 		}
 		return h, rev
@@ -125,13 +131,12 @@ func etcdServerLog(seen []seenEvent, dir string) *electionmodel.ServerLog {
 		key := string(ev.Kv.Key)
 		switch {
 		case strings.HasPrefix(key, dir+"/h/"):
-			h := strings.TrimPrefix(key, dir+"/h/")
 			if ev.Type == clientv3.EventTypePut {
-				if _, ok := holders[h]; !ok {
-					holders[h] = ev.Kv.CreateRevision
+				if _, ok := holders[key]; !ok {
+					holders[key] = held{string(ev.Kv.Value), ev.Kv.CreateRevision}
 				}
 			} else {
-				delete(holders, h)
+				delete(holders, key)
 			}
 		case key == dir+"/r":
 			if ev.Type != clientv3.EventTypePut {

@@ -62,12 +62,15 @@ func (e *lockEtcd) locker(int, func(string)) (*lock.Locker, error) {
 
 // observe reads the resource's holder keys in one range read, in
 // create-revision order, as the backend's layout documents them: under
-// "<prefix>{<resource>}/h/", one per holder and queued waiter, named by
-// its holder id; the first holds the lock, and its token is TokenBase plus
-// its create revision. The floor is TokenBase plus the read's revision,
-// below every key created after it. The waiters' entries live as long as
-// their leases, which this read does not see: they are listed as lapsed,
-// and the queue is not judged on etcd.
+// "<prefix>{<resource>}/h/", one per holder and queued waiter, named by a
+// slot of the Locker that put it, its value the holder id; the first holds
+// the lock, and its token is TokenBase plus its create revision. The
+// holder is read from the value, never the name, so that a slot's key
+// taken for another acquisition's is seen as the other holder's. The floor
+// is TokenBase plus the read's revision, below every key created after
+// it. The waiters' entries live as long as their leases, which this read
+// does not see: they are listed as lapsed, and the queue is not judged on
+// etcd.
 func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
 	var o lockmodel.Observation
 	dir := e.prefix + "{" + resource + "}/h/"
@@ -77,9 +80,9 @@ func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Obse
 	}
 	o.Floor = etcdlock.TokenBase + fence.Token(resp.Header.Revision)
 	for i, kv := range resp.Kvs {
-		holder, ok := strings.CutPrefix(string(kv.Key), dir)
-		if !ok || holder == "" {
-			return o, fmt.Errorf("observe: key %q is not a holder's", kv.Key)
+		holder := string(kv.Value)
+		if slot, ok := strings.CutPrefix(string(kv.Key), dir); !ok || slot == "" || holder == "" {
+			return o, fmt.Errorf("observe: key %q (value %q) is not a holder's", kv.Key, kv.Value)
 		}
 		if i == 0 {
 			o.Holder, o.Token = holder, etcdlock.TokenBase+fence.Token(kv.CreateRevision)
@@ -182,9 +185,10 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 	return d, err
 }
 
-// TestLockModelEtcdControl runs the model on the broken backend with
-// three seeds, each until it goes wrong (for at most eight times the
-// model's budget): the promise check must reject it in most of them.
+// TestLockModelEtcdControl runs the model on the broken backends with
+// three seeds each, each run until it goes wrong (for at most eight times
+// the model's budget): the promise check (or, for a confused slot, the
+// token checks) must reject each in most of them.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -195,10 +199,28 @@ func TestLockModelEtcdControl(t *testing.T) {
 		}
 		return clientClockBackend{b}, nil
 	}
+	// A Locker whose acquisitions of a resource all take one slot: a
+	// queued try then puts its holder id over the key of a grant of the
+	// same Locker that still stands (one left to run out), and is granted
+	// on it. The model reads the holder from a key's value, so it sees the
+	// lock held by another holder while the first still believes in it.
+	one := newLockEtcd(t, c)
+	one.open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+		b, err := backend.New(cli, s)
+		if err != nil {
+			return nil, err
+		}
+		b.OneSlot = true
+		return b, nil
+	}
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return e.backend(), func() {} },
+	}, {
+		Name:     "one slot for every acquisition",
+		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
+		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server

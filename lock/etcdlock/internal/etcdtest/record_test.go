@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 )
@@ -60,6 +62,9 @@ func TestRecordBesideTheLock(t *testing.T) {
 	}
 	if _, err := b.ReadRecord(ctx, "e"); !errors.Is(err, lockbackend.ErrNoRecord) {
 		t.Fatalf("ReadRecord after the release: %v, want ErrNoRecord", err)
+	}
+	if get, err := cli.Get(ctx, b.Prefix()+"{e}/r", clientv3.WithCountOnly()); err != nil || get.Count != 0 {
+		t.Fatalf("the record after its grant's release: %v keys, err %v; want it deleted with the lock", get.Count, err)
 	}
 	if err := b.PutRecord(ctx, fa, "late", time.Second); !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("PutRecord after the release: %v, want ErrNotHeld", err)

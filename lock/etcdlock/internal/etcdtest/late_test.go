@@ -1,0 +1,236 @@
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/lock/etcdlock/internal/backend"
+)
+
+// A try whose reply is lost may still have its put applied by the cluster
+// later, after the deletion the backend sent since. These tests make that
+// happen on purpose: the try's transaction is held back unsent while the
+// try reports its reply lost, and the test sends it afterwards, as a
+// member that applies a request its client gave up on would.
+
+var errLostOnPurpose = errors.New("reply lost on purpose")
+
+// holdNextTxn makes b's next transaction (a Try's or an Abandon's) be held
+// back and fail as if its reply had been lost; send sends it and returns
+// the key the last read of the transaction found (a queued try's reads
+// its own key, which its put always leaves), or nil.
+func holdNextTxn(t *testing.T, b *backend.Backend) (send func() *mvccpb.KeyValue) {
+	t.Helper()
+	var mu sync.Mutex
+	var held clientv3.Txn
+	b.SendTxn = func(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if held == nil {
+			held = txn
+			return nil, errLostOnPurpose
+		}
+		return txn.Commit()
+	}
+	return func() *mvccpb.KeyValue {
+		t.Helper()
+		mu.Lock()
+		txn := held
+		mu.Unlock()
+		if txn == nil {
+			t.Fatal("no transaction was held back")
+		}
+		resp, err := txn.Commit()
+		if err != nil {
+			t.Fatalf("sending the held transaction: %v", err)
+		}
+		if len(resp.Responses) == 0 {
+			return nil
+		}
+		rr := resp.Responses[len(resp.Responses)-1].GetResponseRange()
+		if rr == nil || len(rr.Kvs) == 0 {
+			return nil
+		}
+		return rr.Kvs[0]
+	}
+}
+
+// firstKey reads resource's first holder key under b's prefix.
+func firstKey(t *testing.T, cli *clientv3.Client, b *backend.Backend, resource string) *mvccpb.KeyValue {
+	t.Helper()
+	get, err := cli.Get(ctxFor(t, 5*time.Second), b.Prefix()+"{"+resource+"}/h/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(get.Kvs) == 0 {
+		return nil
+	}
+	return get.Kvs[0]
+}
+
+// TestLatePutOfLostTryDeleted loses the reply of a queued try and sends
+// its put after the try returned, while another acquisition of the same
+// Locker holds the lock: the key that landed late is deleted by the
+// sweep well within lateApply, the other acquisition's key (on a slot of
+// its own) stands untouched, and a later grant's token is above every
+// earlier key's.
+func TestLatePutOfLostTryDeleted(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	send := holdNextTxn(t, b)
+	const res = "late"
+	// A 2s lease: its session's keep-alive ticks, which sweep, come every
+	// 400ms.
+	ra := req(res, 2*time.Second)
+	ra.Queue = true
+	if out, err := b.Try(ctxFor(t, 30*time.Second), ra); !errors.Is(err, errLostOnPurpose) {
+		t.Fatalf("Try whose reply was lost: granted=%v err=%v, want the loss", out.Granted, err)
+	}
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	late := send()
+	if late == nil || string(late.Value) != ra.Holder {
+		t.Fatalf("the late put's key holds %q, want the lost try's holder", late.Value)
+	}
+	bKey := firstKey(t, cli, b, res)
+	if bKey == nil || string(bKey.Value) != rb.Holder || backend.TokenBase+fence.Token(bKey.CreateRevision) != hb.Token {
+		t.Fatalf("the holder's key after the late put: %v, want %q's of token %d", bKey, rb.Holder, hb.Token)
+	}
+	if string(bKey.Key) == string(late.Key) {
+		t.Fatalf("the grant took the slot %q of a try whose reply was lost", late.Key)
+	}
+	// (a) The sweep deletes the key that landed late.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		get, err := cli.Get(ctxFor(t, 5*time.Second), string(late.Key), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if get.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key %q a lost try put late still stands 5s after it landed", late.Key)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// (b) The other acquisition's key stands, as it was.
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Key) != string(bKey.Key) || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the holder's key after the sweep: %v, want %v", k, bKey)
+	}
+	if d, err := b.TTL(ctxFor(t, 5*time.Second), hb.Hold); err != nil || d <= 0 {
+		t.Fatalf("the holder's TTL after the sweep: %v %v", d, err)
+	}
+	// (c) A later grant's token is above every earlier key's.
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatal(err)
+	}
+	hc := mustGrant(t, b, req(res, 5*time.Second))
+	if hc.Token <= hb.Token || hc.Token <= backend.TokenBase+fence.Token(late.CreateRevision) {
+		t.Fatalf("later grant's token %d, after %d and the late key's %d", hc.Token, hb.Token, backend.TokenBase+fence.Token(late.CreateRevision))
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hc.Hold); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSlotOfLostTryNeverReused lets a lost try's put land after the
+// backend stopped looking for it (past lateApply, shortened here): its
+// slot must not have been given to another acquisition, whose key the
+// put would otherwise take over (a put on a standing key keeps its create
+// revision and replaces its holder id).
+func TestSlotOfLostTryNeverReused(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	b.LateApply = 300 * time.Millisecond
+	send := holdNextTxn(t, b)
+	const res = "retired"
+	ra := req(res, 2*time.Second)
+	ra.Queue = true
+	if _, err := b.Try(ctxFor(t, 30*time.Second), ra); !errors.Is(err, errLostOnPurpose) {
+		t.Fatalf("Try whose reply was lost: %v, want the loss", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tracked(res, ra.Holder) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lost try's entry is still kept 10s after its reply was lost")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	late := send()
+	if late == nil {
+		t.Fatal("the late put left no key")
+	}
+	t.Cleanup(func() { _, _ = cli.Delete(context.Background(), string(late.Key)) })
+	if string(late.Key) == string(bKey.Key) {
+		t.Errorf("the grant took the slot %q of a try whose reply was lost", late.Key)
+	}
+	k := firstKey(t, cli, b, res)
+	if k == nil || string(k.Key) != string(bKey.Key) || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the holder's key after the late put: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatalf("release of the holder after the late put: %v", err)
+	}
+	if _, err := cli.Delete(ctxFor(t, 5*time.Second), string(late.Key)); err != nil {
+		t.Fatal(err)
+	}
+	hc := mustGrant(t, b, req(res, 5*time.Second))
+	if hc.Token <= hb.Token || hc.Token <= backend.TokenBase+fence.Token(late.CreateRevision) {
+		t.Fatalf("later grant's token %d, after %d and the late key's %d", hc.Token, hb.Token, backend.TokenBase+fence.Token(late.CreateRevision))
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hc.Hold); err != nil && !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+// TestLateDeletionSparesReusedSlot loses the reply of an Abandon and lets
+// its deletion land after the slot's key was deleted at its end and the
+// slot given to the next acquisition: the deletion compares the holder
+// id, so the next acquisition's key stands.
+func TestLateDeletionSparesReusedSlot(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	const res = "undead"
+	ra := req(res, 5*time.Second)
+	mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	send := holdNextTxn(t, b)
+	if err := b.Abandon(ctxFor(t, 5*time.Second), res, ra.Holder, ""); !errors.Is(err, errLostOnPurpose) {
+		t.Fatalf("Abandon whose reply was lost: %v, want the loss", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tracked(res, ra.Holder) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned key is still kept 10s after its deletion's reply was lost")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	if string(bKey.Key) != string(aKey.Key) {
+		t.Fatalf("the next grant put %q, not the freed slot %q", bKey.Key, aKey.Key)
+	}
+	send()
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the next grant's key after the late deletion: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatal(err)
+	}
+}
