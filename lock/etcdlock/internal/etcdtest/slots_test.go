@@ -106,3 +106,28 @@ func TestFenceOfAnotherLocker(t *testing.T) {
 		t.Fatalf("release after the key was abandoned: %v, want ErrNotHeld", err)
 	}
 }
+
+// TestExtendMoveKeepsHolder checks that an extension longer than the
+// key's lease, which moves the key onto a longer lease, keeps the holder
+// id as its value: every later deletion compares it, so a move that lost
+// it would leave a grant that its own release cannot delete.
+func TestExtendMoveKeepsHolder(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	r := req("move", 2*time.Second)
+	out := mustGrant(t, b, r)
+	if _, err := b.Extend(ctxFor(t, 5*time.Second), out.Hold, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	k := firstKey(t, cli, b, "move")
+	if k == nil || string(k.Value) != r.Holder {
+		t.Fatalf("after the move the first key is %v, want one holding %q", k, r.Holder)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), out.Hold); err != nil {
+		t.Fatalf("release after the move: %v", err)
+	}
+	if k := firstKey(t, cli, b, "move"); k != nil {
+		t.Fatalf("after the release a key stands: %s", k.Key)
+	}
+}
