@@ -87,7 +87,9 @@
 // call's context while it lasts and then in the background, and looks for
 // it at each keep-alive for 15 s more (twice etcd's request timeout with
 // default timings), deleting it if it stands, so no lock is left that
-// nobody knows of on a lease the Locker keeps alive for its other keys.
+// nobody knows of on a lease the Locker keeps alive for its other keys;
+// past that, each keep-alive of the lease still looks for it, in one read
+// with every such key of the lease, for as long as the lease lives.
 // That key's slot is never put again by the Locker, and every deletion it
 // sends is conditional on the key's value (the holder id), so nothing that
 // lands late can take or delete a later acquisition's key.

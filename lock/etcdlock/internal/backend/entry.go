@@ -50,7 +50,9 @@ import (
 //   - A try whose reply was lost may have its put applied up to lateApply
 //     later, after a deletion sent since: its slot is retired (never goes
 //     back to the free list), and its entry stays until lateApply has
-//     passed, each keep-alive tick deleting the key should it land.
+//     passed, each keep-alive tick deleting the key should it land; after
+//     that its session's watch of late puts looks for it at every tick
+//     (session.orphans).
 //   - Every deletion compares the key's value with the holder id, and a
 //     release's also its create revision, as an extension's move does: a
 //     deletion whose reply was lost and that lands late finds the next
@@ -86,7 +88,10 @@ type entry struct {
 	// entry stays, and each keep-alive tick looks for the key and deletes
 	// it, since it stands on a lease the process keeps alive for others.
 	late time.Time
-	gone bool // the key is deleted, or its lease ended
+	// landed says a deletion found the put of a lost try and deleted it:
+	// a request is applied at most once, so nothing of it can land again.
+	landed bool
+	gone   bool // the key is deleted, or its lease ended
 	// retired says the slot never goes back to the free list: a put of
 	// the key may land after the entry is gone.
 	retired bool
@@ -262,7 +267,10 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 		}
 		if get.Count == 0 {
 			if !time.Now().Before(late) {
-				b.untrack(e)
+				b.mu.Lock()
+				b.watchLocked(e)
+				b.untrackLocked(e)
+				b.mu.Unlock()
 			}
 			return
 		}
@@ -273,11 +281,32 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !late.IsZero() && deleted {
+		e.landed = true
+	}
 	if e.rev == rev && e.mod == mod && (deleted || !present) && !time.Now().Before(e.late) {
 		// Not put again since the decision, and no lost put can land
 		// any more: the key is gone.
+		b.watchLocked(e)
 		b.untrackLocked(e)
 	}
+}
+
+// watchLocked hands the key of e, a lost try's whose put was never seen
+// to land, to its session's watch of late puts (session.orphans): lateApply
+// bounds when a put given up by its client is applied only as far as the
+// cluster's timings go, and a put that lands later still would stand on
+// a lease the process keeps alive for other keys. Backend.mu is held.
+func (b *Backend) watchLocked(e *entry) {
+	if e.gone || e.late.IsZero() || e.landed || e.s == nil || e.s.dead {
+		return
+	}
+	s := e.s
+	if len(s.orphans) == maxOrphans {
+		// The oldest is dropped: its put has had the longest to land.
+		s.orphans = s.orphans[1:]
+	}
+	s.orphans = append(s.orphans, orphan{key: e.key, holder: e.holder})
 }
 
 // deleteAtEnd deletes e's key as the put of create revision rev and mod

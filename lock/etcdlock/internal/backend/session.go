@@ -42,7 +42,19 @@ type session struct {
 	inflight int // calls using the lease right now
 	lastUse  time.Time
 	dead     bool // gone from the server, revoked, or no longer used
+	// orphans are the keys of lost tries on this lease whose puts were
+	// not seen to land within lateApply: each keep-alive tick looks for
+	// them, for as long as the lease lives, and deletes any that stands.
+	// They do not keep the lease alive: when it ends, so would they.
+	orphans []orphan
 }
+
+// orphan is a retired slot's key and the holder id its lost put would
+// write there.
+type orphan struct{ key, holder string }
+
+// maxOrphans bounds a session's watch of late puts.
+const maxOrphans = 64
 
 // guaranteed is how long from now the server holds the lease at least.
 func (s *session) guaranteed(now time.Time) time.Duration {
@@ -194,9 +206,55 @@ func (b *Backend) keepAlive(ctx context.Context, s *session) {
 			b.expire(dctx, e)
 			cancel()
 		}
+		if b.frozen.Load() == 0 {
+			octx, cancel := context.WithTimeout(ctx, max(every, time.Second))
+			b.sweepOrphans(octx, s)
+			cancel()
+		}
 		kctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 		_ = b.keepAliveOnce(kctx, s)
 		cancel()
+	}
+}
+
+// sweepOrphans looks, in one read, for the keys of s's watch of late puts,
+// and deletes each that stands and still holds its lost try's holder id: a
+// retired slot's name is never given to another acquisition, so a key
+// there is that put's.
+func (b *Backend) sweepOrphans(ctx context.Context, s *session) {
+	b.mu.Lock()
+	watch := append([]orphan(nil), s.orphans...)
+	b.mu.Unlock()
+	if len(watch) == 0 {
+		return
+	}
+	ops := make([]clientv3.Op, len(watch))
+	for i, o := range watch {
+		ops[i] = clientv3.OpGet(o.key, clientv3.WithCountOnly())
+	}
+	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return
+	}
+	for i, o := range watch {
+		if rr := resp.Responses[i].GetResponseRange(); rr == nil || rr.Count == 0 {
+			continue
+		}
+		del, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(o.key), "=", o.holder)).
+			Then(clientv3.OpDelete(o.key)).
+			Commit()
+		if err != nil || !del.Succeeded {
+			continue
+		}
+		b.mu.Lock()
+		for j, w := range s.orphans {
+			if w == o {
+				s.orphans = append(s.orphans[:j:j], s.orphans[j+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
 	}
 }
 

@@ -147,7 +147,8 @@ func TestLatePutOfLostTryDeleted(t *testing.T) {
 // backend stopped looking for it (past lateApply, shortened here): its
 // slot must not have been given to another acquisition, whose key the
 // put would otherwise take over (a put on a standing key keeps its create
-// revision and replaces its holder id).
+// revision and replaces its holder id), and the key it leaves is deleted
+// by its session's watch of late puts.
 func TestSlotOfLostTryNeverReused(t *testing.T) {
 	c := sharedCluster(t)
 	cli := c.Client(t)
@@ -170,6 +171,10 @@ func TestSlotOfLostTryNeverReused(t *testing.T) {
 	rb := req(res, 10*time.Second)
 	hb := mustGrant(t, b, rb)
 	bKey := firstKey(t, cli, b, res)
+	// A grant of another resource keeps the lost try's session (2s
+	// leases) in use, as a busy process's keys would: it is then not
+	// revoked as idle, which would take a late key with it.
+	keep := mustGrant(t, b, req(res+"-keep", 2*time.Second))
 	late := send()
 	if late == nil {
 		t.Fatal("the late put left no key")
@@ -185,8 +190,26 @@ func TestSlotOfLostTryNeverReused(t *testing.T) {
 	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
 		t.Fatalf("release of the holder after the late put: %v", err)
 	}
-	if _, err := cli.Delete(ctxFor(t, 5*time.Second), string(late.Key)); err != nil {
-		t.Fatal(err)
+	// The put landed after the backend stopped looking for it as an
+	// entry: its session's watch of late puts still deletes it, on one of
+	// the next keep-alive ticks (every 400ms for a 2s lease), rather than
+	// leaving the lock taken for as long as the session lives.
+	deadline = time.Now().Add(3 * time.Second)
+	for {
+		if _, err := b.Extend(ctxFor(t, 5*time.Second), keep.Hold, 2*time.Second); err != nil {
+			t.Fatalf("extending the grant that keeps the session in use: %v", err)
+		}
+		get, err := cli.Get(ctxFor(t, 5*time.Second), string(late.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(get.Kvs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the put that landed past lateApply still stands 3s later: %s", late.Key)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	hc := mustGrant(t, b, req(res, 5*time.Second))
 	if hc.Token <= hb.Token || hc.Token <= backend.TokenBase+fence.Token(late.CreateRevision) {
