@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -23,7 +24,15 @@ import (
 //     write of a lease after its first), beside BEGIN, UPDATE, COMMIT;
 //     InTxFirst: under a new token each time (a lease's first write);
 //   - TableUpdate, TableUpdateFirst: Table.Update of a row, beside one
-//     autocommit UPDATE of it.
+//     autocommit UPDATE of it;
+//   - TableUpdateSQL: the statement Table.Update sends, sent by hand,
+//     beside the plain UPDATE (what the server and the wire add: two more
+//     columns written, the admission and the sql_mode check in the WHERE
+//     clause); TableUpdateClient: Table.Update beside that statement sent
+//     by hand (what the library adds on the client: checks, the
+//     statement's text, its arguments, taking a connection for the call);
+//   - Noise: that statement sent by hand beside itself, what the pairing
+//     reads when there is nothing to tell apart (ideally 1.00).
 //
 // The commit's log flush (innodb_flush_log_at_trx_commit) is the server's
 // setting, not a session's: both sides pay it as the server has it. To
@@ -80,6 +89,23 @@ func BenchmarkGuardCost(b *testing.B) {
 		n++
 		return tbl.Update(ctx, db, f, 1, mysql.Set("balance", n))
 	}
+	// Table.Update's statement for tbl and one Set, with its arguments in
+	// its order: value, token, holder, key, token, token, holder.
+	const fencedUpdate = "UPDATE `accounts` SET `balance` = ?, `fence_token` = ?, `fence_holder` = ? WHERE `id` = ? AND " +
+		"(`fence_token` IS NULL OR `fence_token` < ? OR (`fence_token` = ? AND `fence_holder` = ?)) AND " +
+		"(FIND_IN_SET('STRICT_TRANS_TABLES', @@SESSION.sql_mode) > 0 OR FIND_IN_SET('STRICT_ALL_TABLES', @@SESSION.sql_mode) > 0)"
+	byHand := func(f fence.Fence) error {
+		n++
+		tok := int64(f.Token)
+		res, err := db.ExecContext(ctx, fencedUpdate, n, tok, f.Holder, 1, tok, tok, f.Holder)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil || k != 1 {
+			return fmt.Errorf("fenced UPDATE by hand updated %d rows (%v)", k, err)
+		}
+		return nil
+	}
 	rows := func() int64 { return sessionRowWrites(b, ctx, db) }
 
 	paired := func(b *testing.B, plain, fenced func() error) {
@@ -99,6 +125,18 @@ func BenchmarkGuardCost(b *testing.B) {
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
 		paired(b, plainUpdate, func() error { return tableUpdate(next()) })
+	})
+	b.Run("TableUpdateSQL", func(b *testing.B) {
+		f := next()
+		paired(b, plainUpdate, func() error { return byHand(f) })
+	})
+	b.Run("TableUpdateClient", func(b *testing.B) {
+		f := next()
+		paired(b, func() error { return byHand(f) }, func() error { return tableUpdate(f) })
+	})
+	b.Run("Noise", func(b *testing.B) {
+		f := next()
+		paired(b, func() error { return byHand(f) }, func() error { return byHand(f) })
 	})
 }
 

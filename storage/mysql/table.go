@@ -147,6 +147,48 @@ func (t Table) resolve(values []Assignment) (table, error) {
 	}, nil
 }
 
+// Operations whose statements are kept.
+const (
+	stmtUpdate = iota + 1
+)
+
+// stmt is a kept statement, the checked names it was written from and the
+// start of its errors' messages.
+type stmt struct {
+	table table
+	sql   string
+	what  string
+}
+
+// statements are the kept statements (see sqlguard.Statements).
+var statements sqlguard.Statements[*stmt]
+
+// statement returns op's statement for t and the columns of values, written
+// by build from t's checked names, or the error of the checks. It is kept
+// for the next call with the same Table and columns.
+func (t Table) statement(op int, values []Assignment, build func(table, []Assignment) string) (*stmt, error) {
+	k, ok := sqlguard.KeyOf(op, t.Database, t.Name, t.Key, t.Token, t.Holder, t.Version, values, assignmentColumn)
+	if ok {
+		if st, found := statements.Load(k); found {
+			return st, nil
+		}
+	}
+	r, err := t.resolve(values)
+	if err != nil {
+		return nil, err
+	}
+	st := &stmt{table: r, sql: build(r, values), what: fmt.Sprintf("mysql: %s of %q", stmtOps[op], r.display)}
+	if ok {
+		statements.Keep(k, st)
+	}
+	return st, nil
+}
+
+// stmtOps names the operations in messages.
+var stmtOps = [...]string{stmtUpdate: "Table.Update"}
+
+func assignmentColumn(a Assignment) string { return a.Column }
+
 // checkIdent refuses a name that MySQL cannot hold as a quoted identifier.
 func checkIdent(table, what, name string) error {
 	switch {
@@ -232,27 +274,24 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := validate(op, f); err != nil {
 		return err
 	}
-	r, err := t.resolve(values)
+	st, err := t.statement(stmtUpdate, values, buildUpdate)
 	if err != nil {
 		return err
 	}
+	r := &st.table
 	if err := r.checkKey(op, key); err != nil {
 		return err
 	}
-	return onConn(ctx, db, fmt.Sprintf("mysql: %s of %q", op, r.display), func(q Querier) error {
-		var sb strings.Builder
-		args := make([]any, 0, len(values)+6)
-		sb.WriteString("UPDATE " + r.name + " SET ")
-		for _, v := range values {
-			sb.WriteString(quoteIdent(v.Column) + " = ?, ")
-			args = append(args, v.Value)
-		}
-		tok, h := int64(f.Token), f.Holder
-		sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder) + " AND " + strictSQL)
-		args = append(args, tok, h, key, tok, tok, h)
-		res, err := q.ExecContext(ctx, sb.String(), args...)
+	tok, h := int64(f.Token), f.Holder
+	args := make([]any, 0, len(values)+6)
+	for _, v := range values {
+		args = append(args, v.Value)
+	}
+	args = append(args, tok, h, key, tok, tok, h)
+	return onConn(ctx, db, st.what, func(q Querier) error {
+		res, err := q.ExecContext(ctx, st.sql, args...)
 		if err != nil {
-			return writeError(q, fmt.Sprintf("mysql: %s of %q", op, r.display), r.markColumns(ctx, q, err, false))
+			return writeError(q, st.what, r.markColumns(ctx, q, err, false))
 		}
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
@@ -260,6 +299,19 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		return r.checkMark(ctx, q, op, f, key, false)
 
 	})
+}
+
+// buildUpdate writes Table.Update's statement for r and the columns of
+// values; it takes the arguments: the values, token, holder, key, token,
+// token, holder.
+func buildUpdate(r table, values []Assignment) string {
+	var sb strings.Builder
+	sb.WriteString("UPDATE " + r.name + " SET ")
+	for _, v := range values {
+		sb.WriteString(quoteIdent(v.Column) + " = ?, ")
+	}
+	sb.WriteString(r.token + " = ?, " + r.holder + " = ? WHERE " + r.key + " = ? AND " + admitRowSQL(r.token, r.holder) + " AND " + strictSQL)
+	return sb.String()
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if

@@ -138,6 +138,43 @@ func (t Table) resolve(values []Assignment) (table, error) {
 	}, nil
 }
 
+// Operations whose statements are kept.
+const (
+	stmtUpdate = iota + 1
+)
+
+// stmt is a kept statement and the checked names it was written from.
+type stmt struct {
+	table table
+	sql   string
+}
+
+// statements are the kept statements (see sqlguard.Statements).
+var statements sqlguard.Statements[*stmt]
+
+// statement returns op's statement for t and the columns of values, written
+// by build from t's checked names, or the error of the checks. It is kept
+// for the next call with the same Table and columns.
+func (t Table) statement(op int, values []Assignment, build func(table, []Assignment) string) (*stmt, error) {
+	k, ok := sqlguard.KeyOf(op, t.Schema, t.Name, t.Key, t.Token, t.Holder, t.Version, values, assignmentColumn)
+	if ok {
+		if st, found := statements.Load(k); found {
+			return st, nil
+		}
+	}
+	r, err := t.resolve(values)
+	if err != nil {
+		return nil, err
+	}
+	st := &stmt{table: r, sql: build(r, values)}
+	if ok {
+		statements.Keep(k, st)
+	}
+	return st, nil
+}
+
+func assignmentColumn(a Assignment) string { return a.Column }
+
 // checkIdent refuses an empty name or one holding a NUL byte, which quoting
 // would silently drop, turning one name into another.
 func checkIdent(table, what, name string) error {
@@ -191,24 +228,21 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 	if err := checkFence("Table.Update", f); err != nil {
 		return err
 	}
-	r, err := t.resolve(values)
+	st, err := t.statement(stmtUpdate, values, buildUpdate)
 	if err != nil {
 		return err
 	}
+	r := &st.table
 	if err := store.CheckKey("Table.Update", r.display, key); err != nil {
 		return err
 	}
-	var sb strings.Builder
 	args := make([]any, 0, len(values)+3)
 	args = append(args, key, int64(f.Token), f.Holder)
-	sb.WriteString("UPDATE " + r.name + " SET ")
 	for _, v := range values {
 		args = append(args, v.Value)
-		sb.WriteString(pgcore.Quote(v.Column) + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
-	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + pgcore.AdmitRowSQL(r.token, r.holder))
 	return onConn(ctx, db, func(db Querier) error {
-		res, err := db.ExecContext(ctx, sb.String(), args...)
+		res, err := db.ExecContext(ctx, st.sql, args...)
 		if err != nil {
 			return writeError(db, "pgsql: Table.Update", fmt.Sprintf("pgsql: fenced update of %q", r.display), r.markColumns(ctx, db, err))
 		}
@@ -217,6 +251,18 @@ func (t Table) update(ctx context.Context, db Querier, f fence.Fence, key any, v
 		}
 		return r.refusal(ctx, db, f, key)
 	})
+}
+
+// buildUpdate writes Table.Update's statement for r and the columns of
+// values; it takes the arguments key, token, holder and the values.
+func buildUpdate(r table, values []Assignment) string {
+	var sb strings.Builder
+	sb.WriteString("UPDATE " + r.name + " SET ")
+	for i, v := range values {
+		sb.WriteString(pgcore.Quote(v.Column) + " = $" + strconv.Itoa(i+4) + ", ")
+	}
+	sb.WriteString(r.token + " = $2, " + r.holder + " = $3 WHERE " + r.key + " = $1 AND " + pgcore.AdmitRowSQL(r.token, r.holder))
+	return sb.String()
 }
 
 // Upsert inserts the row (key, values) with mark (f.Token, f.Holder), or, if

@@ -3,6 +3,7 @@ package pgsqlsuite
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -24,7 +25,15 @@ import (
 //     write, which raises the mark);
 //   - TableUpdate: Table.Update of a row under the fence holding the row's
 //     mark, beside one autocommit UPDATE of the row; TableUpdateFirst: under
-//     a new token each time.
+//     a new token each time;
+//   - TableUpdateSQL: the statement Table.Update sends, sent by hand
+//     through database/sql, beside the plain UPDATE (what the server and
+//     the wire add: two more columns written and the admission in the
+//     WHERE clause); TableUpdateClient: Table.Update beside that statement
+//     sent by hand (what the library adds on the client: checks, the
+//     statement's text, its arguments, taking a connection for the call);
+//   - Noise: that statement sent by hand beside itself, what the pairing
+//     reads when there is nothing to tell apart (ideally 1.00).
 //
 // Each also reports plain-rows/op and fenced-rows/op, the row versions
 // each side writes (inserts and updates over every table of the schema,
@@ -98,6 +107,20 @@ func Bench(b *testing.B, d Driver) {
 		n++
 		return tbl.Update(ctx, db, f, 1, pgsql.Set("balance", n))
 	}
+	// Table.Update's statement for tbl and one Set, with its arguments in
+	// its order: key, token, holder, value.
+	const fencedUpdate = `UPDATE "accounts" SET "balance" = $4, "fence_token" = $2, "fence_holder" = $3 WHERE "id" = $1 AND ("fence_token" IS NULL OR "fence_token" < $2 OR ("fence_token" = $2 AND "fence_holder" = $3))`
+	byHand := func(f fence.Fence) error {
+		n++
+		res, err := db.ExecContext(ctx, fencedUpdate, 1, int64(f.Token), f.Holder, n)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil || k != 1 {
+			return fmt.Errorf("fenced UPDATE by hand updated %d rows (%v)", k, err)
+		}
+		return nil
+	}
 	rows := func() int64 { return rowVersions(b, ctx, db) }
 
 	b.Run("InTx", func(b *testing.B) {
@@ -113,6 +136,18 @@ func Bench(b *testing.B, d Driver) {
 	})
 	b.Run("TableUpdateFirst", func(b *testing.B) {
 		Paired(b, rows, plainUpdate, func() error { return tableUpdate(next()) })
+	})
+	b.Run("TableUpdateSQL", func(b *testing.B) {
+		f := next()
+		Paired(b, rows, plainUpdate, func() error { return byHand(f) })
+	})
+	b.Run("TableUpdateClient", func(b *testing.B) {
+		f := next()
+		Paired(b, rows, func() error { return byHand(f) }, func() error { return tableUpdate(f) })
+	})
+	b.Run("Noise", func(b *testing.B) {
+		f := next()
+		Paired(b, rows, func() error { return byHand(f) }, func() error { return byHand(f) })
 	})
 }
 
