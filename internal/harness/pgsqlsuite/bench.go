@@ -130,6 +130,31 @@ func Bench(b *testing.B, d Driver) {
 	b.Run("InTxFirst", func(b *testing.B) {
 		Paired(b, rows, plainTx, func() error { return inTx(next()) })
 	})
+	// InTxFloor: the plain transaction with the cheapest statement a guard
+	// could be added by hand, a locking read of the guard row by its key:
+	// what one more statement of its kind costs on this driver, however
+	// the guard is written.
+	b.Run("InTxFloor", func(b *testing.B) {
+		if err := inTx(next()); err != nil {
+			b.Fatal(err)
+		}
+		Paired(b, rows, plainTx, func() error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			var tok int64
+			if err := tx.QueryRowContext(ctx, `SELECT token FROM fencekit_guard WHERE resource = $1 FOR UPDATE`, "bench").Scan(&tok); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, update); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
+	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()
 		Paired(b, rows, plainUpdate, func() error { return tableUpdate(f) })
