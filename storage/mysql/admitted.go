@@ -14,9 +14,9 @@ const maxAdmitted = 1024
 
 // admitted is, per database handle and resource, the fence this process
 // saw admitted last by [InTx] or [Once] (a weak pointer names the handle,
-// so a closed one is not kept alive). It only chooses the statement that admits the next
-// fence: a fence equal to the one remembered is judged by followSQL, any
-// other by admitSQL. Both judge the row they lock, so a memory that is
+// so a closed one is not kept alive). It only chooses the statement that
+// admits the next fence: a fence equal to the one remembered is judged by
+// followSQL, any other by admitSQL. Both judge the row they lock, so a memory that is
 // wrong (another process raised the mark, the row was reset, another
 // database has the same resource) costs at most a statement more, never a
 // wrong admission.
