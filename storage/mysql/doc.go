@@ -33,7 +33,8 @@
 // admitted when its token is above the mark, or equal to it and presented by
 // the mark's holder ([fence.Admits]); admission raises the mark in the same
 // statement. [Guard] does this as the first statement of the caller's
-// transaction ([InTx]: an UPDATE of the existing row; [Guard]: an INSERT ...
+// transaction ([InTx]: an UPDATE of the existing row, or a locking read of
+// it for a fence that already holds the mark; [Guard]: an INSERT ...
 // ON DUPLICATE KEY UPDATE) that leaves the guard row exclusively locked
 // until the transaction ends, so everything the
 // transaction then reads and writes is fenced: no older holder can be
@@ -83,7 +84,9 @@
 // statement plus a check in Go: the guard's insert id (which
 // LAST_INSERT_ID(n) sets to say how it judged) and affected-row count, and
 // on a refusal a locking read of the mark it lost to, from the row the
-// guard has locked. A stale fence returns an error before any other
+// guard has locked; or, for a lease's following writes in [InTx] and
+// [Once], the judgement a locking read of the guard row returns with the
+// mark. A stale fence returns an error before any other
 // statement of yours is sent; [InTx] and [Once] then roll back, and callers of
 // [Guard] must roll back themselves. Nothing depends on the DSN's flags.
 //
@@ -133,15 +136,23 @@
 // trips, and without interpolateParams=true in the DSN the driver prepares
 // every statement that has arguments (one more round trip each). A fenced
 // write is BEGIN, guard, your statements and COMMIT. The guard of [InTx]
-// and [Once] is one UPDATE of the guard row that locks it, judges the mark
-// it locked and raises it in the same statement when the fence is newer;
-// it writes nothing when the mark is the fence itself (every transaction
-// of a lease after its first). [Guard] and [GuardAll] upsert the mark in
-// one statement that writes the row only when it inserts it or raises the
-// mark. Both add a locking read on refusals only, for the holder of the
-// mark the fence lost to, which no OK packet can carry. A resource's
-// first [InTx] or [Once] also finds the row missing, rolls back, creates
-// the row and begins again.
+// and [Once] is one statement. For a fence that the process saw admitted
+// last through the same *sql.DB (every transaction of a lease after its
+// first) it is a locking read of the guard row (SELECT ... FOR UPDATE),
+// which judges the newest committed mark, locks it and writes nothing; a
+// refusal returns the mark it read. For any other fence it is one UPDATE
+// of the guard row that locks it, judges the mark it locked and raises it
+// in the same statement when the fence is newer. The memory of admitted
+// fences (bounded, per handle and resource) only chooses between the two:
+// both judge the locked row, so a memory that is out of date (another
+// process raised the mark, the row was reset) costs a statement, never a
+// wrong answer. [Guard] and [GuardAll] upsert the mark in one statement
+// that writes the row only when it inserts it or raises the mark. The
+// UPDATE and the upsert add a locking read on refusals, for the holder of
+// the mark the fence lost to, which no OK packet can carry; the locking
+// read adds the UPDATE when it finds the mark below the fence. A
+// resource's first [InTx] or [Once] also finds the row missing, rolls
+// back, creates the row and begins again.
 //
 // # Deadlocks on guard rows
 //

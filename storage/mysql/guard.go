@@ -76,6 +76,23 @@ SET admissions = IF(? > token OR (? = token AND ? = holder),
     token      = IF(? > token, ?, token)
 WHERE resource = ?`
 
+	// followSQL judges (resource, token, holder) on an existing guard row
+	// by fence.Admits with a locking read: it locks the row's record (an
+	// equality search on the primary key) and reads its newest committed
+	// version, whatever the isolation level or the snapshot, so the mark
+	// it judges is exact, and no other holder can change it until the
+	// transaction ends. It writes nothing. Its third column is
+	// followRaise, followHolds or followRefused. Arguments: token, token,
+	// holder, token, then resource.
+	//
+	// It serves the fence that this process saw admitted last for the
+	// resource (see admitted), which mostly holds the mark already: one
+	// statement, and no write, for every transaction of a lease after its
+	// first.
+	followSQL = `SELECT token, holder, IF(? > token OR (? = token AND ? = holder),
+        IF(? > token, 3, 1), 2)
+FROM fencekit_guard WHERE resource = ? FOR UPDATE`
+
 	// createSQL creates a resource's guard row with no mark yet (token 0,
 	// which admits every fence), committed on its own before the transaction
 	// that guards it. An existing row is left as it is. It is not INSERT
@@ -110,6 +127,13 @@ const (
 	admitHolds   = 1 // the fence holds the mark, nothing written
 	admitRefused = 2 // stale, nothing written
 	admitRaised  = 3 // the mark raised to the fence
+)
+
+// followSQL's answers (see followSQL): its third column.
+const (
+	followHolds   = 1 // the fence holds the mark
+	followRefused = 2 // stale
+	followRaise   = 3 // the mark is below the fence: admitSQL raises it
 )
 
 // Guard admits f as a statement of tx by the rule of [fence.Admits]: one
@@ -318,11 +342,57 @@ var errNoGuardRow = errors.New("mysql: no guard row")
 // existing rows are locked, each by its own record lock, so two such
 // transactions never deadlock on guard rows.
 //
-// It is one statement (admitSQL), whether the mark holds f (every
-// transaction of a lease after its first: the row is locked and nothing
-// written), is raised to f or refuses f. Only a refusal costs a second
-// statement, which reads the mark f lost to from the row tx has locked.
-func admitExisting(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+// It is one statement in the usual cases. The fence this process saw
+// admitted last for the resource through db (every transaction of a lease after its
+// first) is judged by a locking read (followSQL) that writes nothing; any
+// other fence by admitSQL, which raises the mark in the same statement.
+// A second statement is sent only when the read finds the mark below the
+// fence (the row was reset: admitSQL raises it), or when admitSQL refuses
+// the fence (a locking read of the mark it lost to).
+func admitExisting(ctx context.Context, db *sql.DB, tx *sql.Tx, f fence.Fence) error {
+	var err error
+	if admitted.holds(db, f) {
+		err = admitFollowing(ctx, tx, f)
+	} else {
+		err = admitNew(ctx, tx, f)
+	}
+	if err == nil {
+		admitted.remember(db, f)
+	} else {
+		admitted.forget(db, f.Resource)
+	}
+	return err
+}
+
+// admitFollowing admits f with followSQL, or with admitSQL when the mark is
+// below f.
+func admitFollowing(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+	t, h := int64(f.Token), f.Holder
+	mark := fence.Fence{Resource: f.Resource}
+	var token, answer int64
+	err := tx.QueryRowContext(ctx, followSQL, t, t, h, t, f.Resource).Scan(&token, &mark.Holder, &answer)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return errNoGuardRow
+	case err != nil:
+		return prefixed(fmt.Sprintf("mysql: guard %s", f), translate(err, true))
+	}
+	mark.Token = fence.Token(token)
+	switch answer {
+	case followHolds:
+		return nil
+	case followRefused:
+		return prefixed("mysql: guard", &fence.StaleError{Fence: f, HighWater: mark})
+	case followRaise:
+		// The row is locked by tx: admitSQL raises the mark just read.
+		return admitNew(ctx, tx, f)
+	}
+	return prefixed(fmt.Sprintf("mysql: guard %s", f), fmt.Errorf("unexpected answer %d", answer))
+}
+
+// admitNew admits f with admitSQL: one statement that raises the mark, or
+// two when it refuses f (the second reads the mark f lost to).
+func admitNew(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
 	t, h := int64(f.Token), f.Holder
 	res, err := tx.ExecContext(ctx, admitSQL, t, t, h,
 		t,

@@ -116,6 +116,9 @@ func BenchmarkGuardCost(b *testing.B) {
 		f := next()
 		paired(b, plainTx, func() error { return inTx(f) })
 	})
+	b.Run("InTxFirst", func(b *testing.B) {
+		paired(b, plainTx, func() error { return inTx(next()) })
+	})
 	// InTxFloor: the plain transaction with the cheapest statement a guard
 	// could be added by hand, a locking read of the guard row by its key:
 	// what one more statement of its kind costs, however the guard is

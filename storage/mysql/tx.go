@@ -92,7 +92,7 @@ func runGuarded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, op string,
 			if last {
 				err = guard(ctx, tx, f)
 			} else {
-				err = admitExisting(ctx, tx, f)
+				err = admitExisting(ctx, db, tx, f)
 			}
 			if err != nil {
 				if !last && isDeadlock(err) {

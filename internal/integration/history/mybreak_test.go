@@ -23,16 +23,24 @@ import (
 // myGuardPrefix starts Guard's upsert (storage/mysql's guardSQL), whose
 // arguments begin with resource, token, holder; myAdmitPrefix starts the
 // guard of InTx and Once on an existing guard row (admitSQL), whose
-// arguments are token, token, holder, five more, then resource.
+// arguments are token, token, holder, five more, then resource;
+// myFollowPrefix starts their guard of the fence the process saw admitted
+// last for the resource (followSQL), a locking read that judges the mark,
+// whose arguments are token, token, holder, token, then resource.
 const (
-	myGuardPrefix = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
-	myAdmitPrefix = "UPDATE fencekit_guard\nSET admissions = IF("
-	myAdmitArgs   = 10
+	myGuardPrefix  = "INSERT INTO fencekit_guard (resource, token, holder, updated_at)"
+	myAdmitPrefix  = "UPDATE fencekit_guard\nSET admissions = IF("
+	myAdmitArgs    = 10
+	myFollowPrefix = "SELECT token, holder, IF("
+	myFollowArgs   = 5
+	myForUpdate    = " FOR UPDATE"
 )
 
 // breakingConnector opens connections whose statements are changed by
 // breaks before they are prepared; with unlocked set, the guard's upsert
-// runs as unlockedStmt. It counts the statements it changed in swapped.
+// runs as unlockedStmt. It counts the statements it changed in swapped,
+// and the guards by followSQL it saw in follows (with no break and no flag
+// it changes nothing: the sound run counts them too).
 // Its connections offer no direct Exec or Query, so that database/sql
 // prepares every statement and each passes here.
 type breakingConnector struct {
@@ -41,8 +49,8 @@ type breakingConnector struct {
 	unlocked bool
 	// judgeUnlocked: storage/mysql's guard of InTx and Once judges the
 	// mark from the transaction's snapshot (mySnapshotStmt).
-	judgeUnlocked    bool
-	swapped, exposed *atomic.Int64
+	judgeUnlocked             bool
+	swapped, exposed, follows *atomic.Int64
 }
 
 func (c breakingConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -82,6 +90,16 @@ func (b *breakingConn) Prepare(q string) (driver.Stmt, error) {
 }
 
 func (b *breakingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	if strings.HasPrefix(q, myFollowPrefix) {
+		b.c.follows.Add(1)
+		if b.c.unlocked || b.c.judgeUnlocked {
+			// The guard's locking read, sent as a plain one: it judges
+			// the transaction's snapshot, and the unlocked variant never
+			// locks the row.
+			b.c.swapped.Add(1)
+			return myPlainFollowStmt{b: b, q: b.c.rewrite(strings.Replace(q, myForUpdate, "", 1)), lockAfter: b.c.judgeUnlocked}, nil
+		}
+	}
 	if b.c.unlocked && (strings.HasPrefix(q, myGuardPrefix) || strings.HasPrefix(q, myAdmitPrefix)) {
 		b.c.swapped.Add(1)
 		return unlockedStmt{b: b, admit: strings.HasPrefix(q, myAdmitPrefix)}, nil
@@ -326,6 +344,73 @@ func (s mySnapshotStmt) ExecContext(ctx context.Context, args []driver.NamedValu
 		return s.b.exec(ctx, s.q, vals...)
 	}
 	return guardAnswer{id: 2}, nil
+}
+
+// myPlainFollowStmt is followSQL (q) without FOR UPDATE: it judges the
+// fence from the transaction's snapshot (a plain read, which does not wait
+// for a newer holder's transaction that holds the row). With lockAfter
+// (the snapshot variant) a fence it shows holding the mark is admitted
+// after the row is locked, without looking at the row again; it counts in
+// exposed the admissions that the locked row refutes. Without it (the
+// unlocked variant) the row is never locked.
+type myPlainFollowStmt struct {
+	b         *breakingConn
+	q         string
+	lockAfter bool
+}
+
+func (s myPlainFollowStmt) Close() error  { return nil }
+func (s myPlainFollowStmt) NumInput() int { return -1 }
+
+func (s myPlainFollowStmt) Exec(args []driver.Value) (driver.Result, error) {
+	return nil, errors.New("history: myPlainFollowStmt does not exec")
+}
+
+func (s myPlainFollowStmt) Query(args []driver.Value) (driver.Rows, error) {
+	return nil, errors.New("history: myPlainFollowStmt needs QueryContext")
+}
+
+func (s myPlainFollowStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if len(args) != myFollowArgs {
+		return nil, errors.New("history: followSQL's arguments changed")
+	}
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a.Value
+	}
+	rows, err := s.b.query(ctx, s.q, vals...)
+	if err != nil {
+		return nil, err
+	}
+	if s.lockAfter && len(rows) == 1 && asInt(rows[0][2]) == 1 {
+		tok, holder, res := asInt(args[0].Value), asString(args[2].Value), asString(args[myFollowArgs-1].Value)
+		marks, err := s.b.query(ctx, "SELECT token, holder FROM fencekit_guard WHERE resource = ? FOR UPDATE", res)
+		if err != nil {
+			return nil, err
+		}
+		if len(marks) == 1 && (asInt(marks[0][0]) != tok || asString(marks[0][1]) != holder) {
+			s.b.c.exposed.Add(1)
+		}
+	}
+	return &valueRows{cols: []string{"token", "holder", "answer"}, rows: rows}, nil
+}
+
+// valueRows are rows read already.
+type valueRows struct {
+	cols []string
+	rows [][]driver.Value
+}
+
+func (r *valueRows) Columns() []string { return r.cols }
+func (r *valueRows) Close() error      { return nil }
+
+func (r *valueRows) Next(dest []driver.Value) error {
+	if len(r.rows) == 0 {
+		return io.EOF
+	}
+	copy(dest, r.rows[0])
+	r.rows = r.rows[1:]
+	return nil
 }
 
 // guardAnswer is a statement's answer: its insert id and affected rows.

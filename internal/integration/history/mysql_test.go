@@ -55,7 +55,9 @@ const (
 )
 
 // myBreaks is the statement changes of each SQL-changing variant. They keep
-// every placeholder, so that the arguments still line up.
+// every placeholder, so that the arguments still line up. The guard's
+// fragments are shared by its three statements (guardSQL, admitSQL and
+// followSQL), so each break changes all three.
 var myBreaks = map[myVariant][]sqlBreak{
 	myTokenGE: {
 		{"? > token OR", "? >= token OR"},
@@ -133,6 +135,7 @@ type myRun struct {
 	unmarked atomic.Int64
 	exposed  atomic.Int64
 	swapped  atomic.Int64
+	follows  atomic.Int64
 	resolved atomic.Int64
 
 	mu   sync.Mutex
@@ -231,10 +234,10 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if br, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
-			conn = breakingConnector{Connector: conn, breaks: br, unlocked: variant == myNoRowLock, judgeUnlocked: variant == mySnapshot,
-				swapped: &r.swapped, exposed: &r.exposed}
-		}
+		// Without a break or a flag (the sound run, myOnceAfter) it only
+		// counts the guards by followSQL.
+		conn = breakingConnector{Connector: conn, breaks: myBreaks[variant], unlocked: variant == myNoRowLock, judgeUnlocked: variant == mySnapshot,
+			swapped: &r.swapped, exposed: &r.exposed, follows: &r.follows}
 		db := sql.OpenDB(conn)
 		db.SetMaxOpenConns(2)
 		t.Cleanup(func() { _ = db.Close() })
@@ -270,6 +273,7 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
+	followsRan(t, r.follows.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	name := "mysql"
 	if variant != mySound {
 		name = fmt.Sprintf("mysql-control%d", variant)
@@ -283,6 +287,17 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	t.Logf("mysql: errors that left calls open: %v", r.errs)
 	checkUnmarked(t, "mysql", r.unmarked.Load())
 	return res
+}
+
+// followsRan fails a run whose guarded calls never sent followSQL, the
+// guard of a lease's following writes: the workload would then check only
+// the first write of each lease.
+func followsRan(t testing.TB, follows, guarded int64) {
+	t.Helper()
+	t.Logf("mysql: %d guards by a locking read of a lease's following write; %d guarded calls were answered", follows, guarded)
+	if follows == 0 && guarded >= 20 {
+		t.Fatal("no guard of a lease's following write ran: the workload no longer exercises it")
+	}
 }
 
 // killer kills one of the workers' connections every 100 to 500 ms.
