@@ -143,6 +143,32 @@ func BenchmarkGuardCost(b *testing.B) {
 			return tx.Commit()
 		})
 	})
+	// InTxNoDeadline: InTx and the plain transaction under a context that
+	// cannot end. The other InTx runs' context has a deadline: go-sql-driver
+	// then hands each statement's context to a watcher goroutine, on both
+	// sides, and since its COMMIT does not watch the context, InTx hands
+	// the COMMIT to a goroutine of its own so as to return when the context
+	// ends. With nothing to end it, InTx commits in the caller's goroutine.
+	b.Run("InTxNoDeadline", func(b *testing.B) {
+		f := next()
+		bg := context.Background()
+		paired(b, func() error {
+			tx, err := db.BeginTx(bg, nil)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback() }()
+			if _, err := tx.ExecContext(bg, benchUpdate, 1); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}, func() error {
+			return mysql.InTx(bg, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, benchUpdate, 1)
+				return err
+			})
+		})
+	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()
 		paired(b, plainUpdate, func() error { return tableUpdate(f) })
