@@ -97,6 +97,10 @@ type Backend struct {
 	// transactions in place of their Commit: a test makes a reply lost,
 	// and a put or a deletion land late, with it.
 	SendTxn func(ctx context.Context, txn clientv3.Txn) (*clientv3.TxnResponse, error)
+	// SendDelete, when set (by tests), sends a release's deletion of its
+	// slot's key in place of the client: a test holds it back, makes its
+	// reply lost, and lands it late.
+	SendDelete func(ctx context.Context, key string) (*clientv3.DeleteResponse, error)
 	// OneSlot, when set (by tests, before the first Try), makes a broken
 	// variant that the lock model must reject: every acquisition of a
 	// resource takes one slot, whether or not a key stands on it, and a
@@ -502,31 +506,60 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 	return max(0, min(ttl, g)-drift(ttl)), nil
 }
 
-// Release deletes h's key, in one transaction that checks the key is
-// still h's (its create revision and its holder id), with the record its
-// grant wrote, if it may have written one: the next key in create-revision
-// order, the first waiter, then holds the lock.
+// Release deletes h's key: the next key in create-revision order, the
+// first waiter, then holds the lock. A grant that wrote no record through
+// this Backend (only the election writes one, its leader's, through the
+// Locker that holds it) is released by one deletion of its slot's key,
+// with no compare (see "Slots" in entry.go); one that may have written a
+// record, by one transaction that checks the key is still h's (its create
+// revision and its holder id) and deletes the record with it if the
+// grant wrote it.
 //
-// A grant that wrote no record through this Backend (the election writes
-// its leader's through the Locker that holds it) is released without the
-// nested check of the record. A record written for the grant through
-// another Locker then stays until its lease ends or the next grant's
-// record replaces it; ReadRecord never returns it, since it checks that
-// the record's token is the first key's.
+// A record written for the grant through another Locker stays until its
+// lease ends or the next grant's record replaces it; ReadRecord never
+// returns it, since it checks that the record's token is the first key's.
 func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	e := hh.(*entry)
 	b.mu.Lock()
 	gone, rev, recorded := e.gone, e.rev, e.recorded
-	b.mu.Unlock()
 	if gone {
+		b.mu.Unlock()
 		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
-	deleted, err := b.deleteKey(ctx, e, rev, recorded)
+	// The slot is the entry's alone until this deletion's reply (see
+	// "Slots"), so the deletion needs no compare: the key on it is the
+	// grant's, or none.
+	plain := rev != 0 && !recorded && !b.OneSlot
+	e.releasing = true
+	b.mu.Unlock()
+	var deleted bool
+	var err error
+	if plain {
+		deleted, err = b.deleteSlot(ctx, e)
+	} else {
+		deleted, err = b.deleteKey(ctx, e, rev, recorded)
+	}
+	b.mu.Lock()
+	e.releasing = false
 	if err != nil {
+		if plain {
+			// The deletion may land later, on whatever key the slot
+			// then holds: the slot is never used again.
+			e.retired = true
+		} else {
+			b.freeLocked(e)
+		}
+		b.mu.Unlock()
 		// The key's end still stands: it goes then at the latest.
 		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", e.resource, err))
 	}
-	b.untrack(e)
+	if e.gone {
+		// Its end came while the deletion was in flight, and left the
+		// slot to this release.
+		b.freeLocked(e)
+	}
+	b.untrackLocked(e)
+	b.mu.Unlock()
 	if !deleted {
 		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}

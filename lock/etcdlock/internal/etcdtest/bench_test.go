@@ -150,34 +150,9 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	// above, the Locker's shared lease by its first grant.
 	fk()
 	mu()
-	var ours, theirs time.Duration
-	first := true
-	for b.Loop() {
-		// Each goes first every other iteration: the one that follows
-		// the other's last write may find the cluster busier.
-		t0 := time.Now()
-		if first {
-			fk()
-		} else {
-			mu()
-		}
-		t1 := time.Now()
-		if first {
-			mu()
-		} else {
-			fk()
-		}
-		t2 := time.Now()
-		if first {
-			ours, theirs = ours+t1.Sub(t0), theirs+t2.Sub(t1)
-		} else {
-			ours, theirs = ours+t2.Sub(t1), theirs+t1.Sub(t0)
-		}
-		first = !first
-	}
-	b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "fencekit-us/op")
-	b.ReportMetric(float64(theirs.Microseconds())/float64(b.N), "mutex-us/op")
-	b.ReportMetric(float64(ours)/float64(theirs), "fencekit/mutex")
+	// Each goes first every other iteration: the one that follows the
+	// other's last write may find the cluster busier.
+	pairs(b, fk, mu)
 }
 
 // BenchmarkHandOff8 measures the time per grant when 8 waiters contend for
@@ -311,4 +286,99 @@ func newLockerOn(b *testing.B, cli *clientv3.Client, opts ...lock.Option) (*lock
 		b.Cleanup(l.Close)
 	}
 	return l, err
+}
+
+// BenchmarkUncontendedPairedRaw alternates, as BenchmarkUncontendedPaired
+// does, the etcd requests of the Locker's uncontended pair with those of
+// concurrency.Mutex's, sent bare on one client each with no library above
+// them: what the two protocols cost the cluster, apart from the code that
+// sends them. Ours: a transaction that puts the holder's key on a lease if
+// the resource has no key, and the key's deletion. The Mutex's: a
+// transaction that puts its key if absent and reads the first key of the
+// prefix, and the key's deletion.
+func BenchmarkUncontendedPairedRaw(b *testing.B) {
+	c := StartCluster(b, 3)
+	warm(b, c)
+	ctx := context.Background()
+	ours, theirs := c.Client(b), c.Client(b)
+	grant := func(cli *clientv3.Client) clientv3.LeaseID {
+		lg, err := cli.Grant(ctx, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ka, err := cli.KeepAlive(ctx, lg.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for range ka {
+			}
+		}()
+		return lg.ID
+	}
+	ol, tl := grant(ours), grant(theirs)
+	dir := "fk-" + fence.NewHolder()[:8] + ":{u}/h/"
+	okey, holder := dir+"0.0", fence.NewHolder()
+	tpfx := "/bench-" + fence.NewHolder()[:8] + "/"
+	tkey := tpfx + "0"
+	fk := func() {
+		resp, err := ours.Txn(ctx).
+			If(clientv3.Compare(clientv3.Version(dir).WithPrefix(), "=", 0)).
+			Then(clientv3.OpPut(okey, holder, clientv3.WithLease(ol))).
+			Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...), clientv3.OpGet(okey)).
+			Commit()
+		if err != nil || !resp.Succeeded {
+			b.Fatal(err)
+		}
+		if _, err := ours.Delete(ctx, okey); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mu := func() {
+		resp, err := theirs.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(tkey), "=", 0)).
+			Then(clientv3.OpPut(tkey, "", clientv3.WithLease(tl)), clientv3.OpGet(tpfx, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(tkey), clientv3.OpGet(tpfx, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil || !resp.Succeeded {
+			b.Fatal(err)
+		}
+		if _, err := theirs.Delete(ctx, tkey); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fk()
+	mu()
+	pairs(b, fk, mu)
+}
+
+// pairs runs fk and mu once each per iteration, each first every other
+// iteration, and reports each one's time per iteration and their ratio.
+func pairs(b *testing.B, fk, mu func()) {
+	var ours, theirs time.Duration
+	first := true
+	for b.Loop() {
+		t0 := time.Now()
+		if first {
+			fk()
+		} else {
+			mu()
+		}
+		t1 := time.Now()
+		if first {
+			mu()
+		} else {
+			fk()
+		}
+		t2 := time.Now()
+		if first {
+			ours, theirs = ours+t1.Sub(t0), theirs+t2.Sub(t1)
+		} else {
+			ours, theirs = ours+t2.Sub(t1), theirs+t1.Sub(t0)
+		}
+		first = !first
+	}
+	b.ReportMetric(float64(ours.Microseconds())/float64(b.N), "fencekit-us/op")
+	b.ReportMetric(float64(theirs.Microseconds())/float64(b.N), "mutex-us/op")
+	b.ReportMetric(float64(ours)/float64(theirs), "fencekit/mutex")
 }

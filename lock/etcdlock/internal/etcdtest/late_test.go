@@ -257,3 +257,107 @@ func TestLateDeletionSparesReusedSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLateReleaseSparesNextKey loses the reply of a release, whose
+// deletion of its slot's key compares nothing, and lands the deletion
+// after the key's end deleted the key and the next acquisition was
+// granted: the slot of a release whose reply was lost is never used
+// again, so the next grant's key stands.
+func TestLateReleaseSparesNextKey(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	const res = "late-release"
+	ra := req(res, 2*time.Second)
+	ha := mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	var mu sync.Mutex
+	var held string
+	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if held == "" {
+			held = key
+			return nil, errLostOnPurpose
+		}
+		return cli.Delete(ctx, key)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), ha.Hold); !errors.Is(err, lockbackend.ErrReplyLost) || !errors.Is(err, errLostOnPurpose) {
+		t.Fatalf("Release whose reply was lost: %v, want the loss", err)
+	}
+	waitUntracked(t, b, res, ra.Holder)
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	if string(bKey.Key) == string(aKey.Key) {
+		t.Fatalf("the next grant put %q, the slot of a release whose reply was lost", bKey.Key)
+	}
+	if _, err := cli.Delete(ctxFor(t, 5*time.Second), held); err != nil {
+		t.Fatal(err)
+	}
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the next grant's key after the late deletion: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseInFlightKeepsSlot holds a release's deletion back until the
+// key's end has deleted the key and the next acquisition was granted: a
+// slot is not freed while a release of it is in flight, so the next grant
+// is on another slot and its key stands after the deletion lands; the
+// release then reports the lock not held.
+func TestReleaseInFlightKeepsSlot(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	const res = "release-in-flight"
+	ra := req(res, time.Second)
+	ha := mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	started, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(started)
+			<-gate
+		}
+		return cli.Delete(ctx, key)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
+	<-started
+	waitUntracked(t, b, res, ra.Holder)
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	if string(bKey.Key) == string(aKey.Key) {
+		t.Fatalf("the next grant put %q, the slot of a release in flight", bKey.Key)
+	}
+	close(gate)
+	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatalf("Release after the key's end: %v, want ErrNotHeld", err)
+	}
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the next grant's key after the release's deletion: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntracked waits up to 10s for b to forget holder's entry of
+// resource.
+func waitUntracked(t *testing.T, b *backend.Backend, resource, holder string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tracked(resource, holder) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q's entry of %q is still kept after 10s", holder, resource)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
