@@ -28,7 +28,8 @@
 // try, kept alive five times per TTL while keys stand on it, revoked once
 // it has been idle for its TTL. A grant is one transaction that puts the
 // holder's key on that lease and returns the token; a release is one
-// transaction that deletes the key. The key layout, for a resource r under
+// deletion of the key, as concurrency.Mutex's Unlock is (with no compare:
+// the key's name is the Locker's alone until the release's reply). The key layout, for a resource r under
 // the Locker's prefix p:
 //
 //   - "p{r}/h/" followed by a slot name (the Locker's random id, a dot and
