@@ -101,6 +101,11 @@ type Backend struct {
 	// slot's key in place of the client: a test holds it back, makes its
 	// reply lost, and lands it late.
 	SendDelete func(ctx context.Context, key string) (*clientv3.DeleteResponse, error)
+	// KeepSlotOfLostRelease, when set (by tests), makes a broken variant:
+	// the slot of a release whose reply was lost goes back to the free
+	// list once the key's end has deleted the key, though the release's
+	// deletion may still land on the slot's next key.
+	KeepSlotOfLostRelease bool
 	// OneSlot, when set (by tests, before the first Try), makes a broken
 	// variant that the lock model must reject: every acquisition of a
 	// resource takes one slot, whether or not a key stands on it, and a
@@ -542,7 +547,7 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	b.mu.Lock()
 	e.releasing = false
 	if err != nil {
-		if plain {
+		if plain && !b.KeepSlotOfLostRelease {
 			// The deletion may land later, on whatever key the slot
 			// then holds: the slot is never used again.
 			e.retired = true

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,13 +121,96 @@ func etcdFloors() map[string]int {
 	return f
 }
 
+// lateReleases makes about one in every of the releases of the backends
+// that open makes lose its reply, and sends each such deletion late, at
+// the worst time a network that holds a request back could choose: once
+// a later put of the key (the slot taken by a later acquisition of the
+// Locker) holds the lock, or after 3s if none does. landed counts the
+// deletions sent late; the test waits for them before its cluster stops.
+func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, broken bool) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+	// The late deletions' own client, closed after they have all landed.
+	lc := c.Client(t)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	return func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+		b, err := backend.New(cli, s)
+		if err != nil {
+			return nil, err
+		}
+		b.KeepSlotOfLostRelease = broken
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+			mu.Lock()
+			late := rng.IntN(every) == 0
+			mu.Unlock()
+			if !late {
+				return cli.Delete(ctx, key)
+			}
+			// The grant's own put: a later one is created above it.
+			get, err := lc.Get(ctx, key)
+			if err != nil || len(get.Kvs) == 0 {
+				return cli.Delete(ctx, key)
+			}
+			rev := get.Kvs[0].CreateRevision
+			dir := key[:strings.LastIndex(key, "/h/")+len("/h/")]
+			wctx, cancel := context.WithCancel(context.Background())
+			// Every change of the directory after the grant's, from
+			// before the release returns.
+			wch := lc.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithRev(get.Header.Revision+1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer cancel()
+				timeout := time.NewTimer(3 * time.Second)
+				defer timeout.Stop()
+			wait:
+				for {
+					select {
+					case <-stop:
+						break wait
+					case <-timeout.C:
+						break wait
+					case _, ok := <-wch:
+						if !ok {
+							break wait
+						}
+					}
+					first, err := lc.Get(wctx, dir, clientv3.WithFirstCreate()...)
+					if err == nil && len(first.Kvs) > 0 && string(first.Kvs[0].Key) == key && first.Kvs[0].CreateRevision > rev {
+						break
+					}
+				}
+				dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer dcancel()
+				if _, err := lc.Delete(dctx, key); err == nil {
+					landed.Add(1)
+				}
+			}()
+			return nil, errLostOnPurpose
+		}
+		return b, nil
+	}
+}
+
 // TestLockModelEtcd runs the lock model on a three-member cluster, once
-// undisturbed, then while the leader is stopped and started again and
+// undisturbed but for releases whose replies are lost and whose deletions
+// land late, then while the leader is stopped and started again and
 // members are cut off from their clients, and judges every check with its
 // floor.
 func TestLockModelEtcd(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
+	var landed atomic.Int64
+	t.Cleanup(func() { // after lateReleases' own, which waits for them
+		t.Logf("releases whose replies were lost and whose deletions landed late: %d", landed.Load())
+		if landed.Load() == 0 {
+			t.Error("no release's deletion landed late")
+		}
+	})
+	e.open = lateReleases(t, c, 3, &landed, false)
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
@@ -213,6 +298,13 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
+	// A Locker that puts a slot back on the free list after a release
+	// whose reply was lost, once the key's end deleted the key: the late
+	// deletion then deletes the next grant's key on the slot, and the
+	// lock goes to another holder while the first still believes in it.
+	var landed atomic.Int64
+	keep := newLockEtcd(t, c)
+	keep.open = lateReleases(t, c, 2, &landed, true)
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -221,6 +313,10 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
+	}, {
+		Name:     "the slot of a lost release reused",
+		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
+		Install:  func(testing.TB) (lockmodel.Backend, func()) { return keep.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server
