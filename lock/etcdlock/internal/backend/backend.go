@@ -535,7 +535,7 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	// "Slots"), so the deletion needs no compare: the key on it is the
 	// grant's, or none.
 	plain := rev != 0 && !recorded && !b.OneSlot
-	e.releasing = true
+	e.releasing++
 	b.mu.Unlock()
 	var deleted bool
 	var err error
@@ -545,7 +545,7 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 		deleted, err = b.deleteKey(ctx, e, rev, recorded)
 	}
 	b.mu.Lock()
-	e.releasing = false
+	e.releasing--
 	if err != nil {
 		if plain && !b.KeepSlotOfLostRelease {
 			// The deletion may land later, on whatever key the slot
@@ -559,8 +559,8 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", e.resource, err))
 	}
 	if e.gone {
-		// Its end came while the deletion was in flight, and left the
-		// slot to this release.
+		// Its end (or another release) came while the deletion was in
+		// flight, and left the slot to the releases.
 		b.freeLocked(e)
 	}
 	b.untrackLocked(e)

@@ -105,9 +105,9 @@ type entry struct {
 	// trying says a try of the entry is in flight: its slot stays the
 	// try's even if the entry goes meanwhile.
 	trying bool
-	// releasing says a release of the entry is in flight: its slot is
-	// not freed until its reply has come (see Backend.Release).
-	releasing bool
+	// releasing counts the releases of the entry in flight: its slot is
+	// not freed until every one's reply has come (see Backend.Release).
+	releasing int
 	// recorded says a record may have been written through this entry
 	// (PutRecord, or an extension that moved a record): its release
 	// deletes the record with the key.
@@ -400,9 +400,9 @@ func (b *Backend) deleteSlot(ctx context.Context, e *entry) (bool, error) {
 
 // freeLocked puts the slot of e, gone while a release of it was in
 // flight, back on its resource's free list, unless it is retired or a try
-// of it is in flight. Backend.mu is held.
+// or another release of it is in flight. Backend.mu is held.
 func (b *Backend) freeLocked(e *entry) {
-	if !e.gone || e.retired || e.trying || e.releasing || b.OneSlot {
+	if !e.gone || e.retired || e.trying || e.releasing > 0 || b.OneSlot {
 		return
 	}
 	if sl := b.slots[e.resource]; sl != nil {
@@ -435,7 +435,7 @@ func (b *Backend) untrackLocked(e *entry) {
 		e.s.lastUse = time.Now()
 	}
 	if sl := b.slots[e.resource]; sl != nil {
-		if !e.retired && !e.trying && !e.releasing && !b.OneSlot {
+		if !e.retired && !e.trying && e.releasing == 0 && !b.OneSlot {
 			// (A slot whose try or release is in flight passes to it:
 			// see Backend.tried and Backend.Release.)
 			sl.free = append(sl.free, e.slot)

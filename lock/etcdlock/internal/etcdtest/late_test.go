@@ -361,3 +361,51 @@ func waitUntracked(t *testing.T, b *backend.Backend, resource, holder string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestConcurrentReleasesKeepSlot sends two releases of one grant at once
+// and holds the first's deletion back until the second has deleted the key
+// and the next acquisition was granted: the slot is freed only once both
+// replies have come, so the next grant is on another slot and its key
+// stands after the first deletion lands.
+func TestConcurrentReleasesKeepSlot(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	const res = "concurrent-releases"
+	ra := req(res, 10*time.Second)
+	ha := mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	started, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(started)
+			<-gate
+		}
+		return cli.Delete(ctx, key)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
+	<-started
+	if err := b.Release(ctxFor(t, 5*time.Second), ha.Hold); err != nil {
+		t.Fatalf("the second release: %v", err)
+	}
+	rb := req(res, 10*time.Second)
+	hb := mustGrant(t, b, rb)
+	bKey := firstKey(t, cli, b, res)
+	if string(bKey.Key) == string(aKey.Key) {
+		t.Fatalf("the next grant put %q, the slot of a release in flight", bKey.Key)
+	}
+	close(gate)
+	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
+		t.Fatalf("the first release, landing after the second: %v, want ErrNotHeld", err)
+	}
+	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
+		t.Fatalf("the next grant's key after the first release's deletion: %v, want %v", k, bKey)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
+		t.Fatal(err)
+	}
+}
