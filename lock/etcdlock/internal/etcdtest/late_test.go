@@ -286,21 +286,11 @@ func TestLateReleaseSparesNextKey(t *testing.T) {
 		t.Fatalf("Release whose reply was lost: %v, want the loss", err)
 	}
 	waitUntracked(t, b, res, ra.Holder)
-	rb := req(res, 10*time.Second)
-	hb := mustGrant(t, b, rb)
-	bKey := firstKey(t, cli, b, res)
-	if string(bKey.Key) == string(aKey.Key) {
-		t.Fatalf("the next grant put %q, the slot of a release whose reply was lost", bKey.Key)
-	}
+	next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release whose reply was lost")
 	if _, err := cli.Delete(ctxFor(t, 5*time.Second), held); err != nil {
 		t.Fatal(err)
 	}
-	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
-		t.Fatalf("the next grant's key after the late deletion: %v, want %v", k, bKey)
-	}
-	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
-		t.Fatal(err)
-	}
+	next.stands("the late deletion")
 }
 
 // TestReleaseInFlightKeepsSlot holds a release's deletion back until the
@@ -316,50 +306,17 @@ func TestReleaseInFlightKeepsSlot(t *testing.T) {
 	ra := req(res, time.Second)
 	ha := mustGrant(t, b, ra)
 	aKey := firstKey(t, cli, b, res)
-	started, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			close(started)
-			<-gate
-		}
-		return cli.Delete(ctx, key)
-	}
+	started, land := holdFirstDelete(b, cli)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
 	<-started
 	waitUntracked(t, b, res, ra.Holder)
-	rb := req(res, 10*time.Second)
-	hb := mustGrant(t, b, rb)
-	bKey := firstKey(t, cli, b, res)
-	if string(bKey.Key) == string(aKey.Key) {
-		t.Fatalf("the next grant put %q, the slot of a release in flight", bKey.Key)
-	}
-	close(gate)
+	next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release in flight")
+	land()
 	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("Release after the key's end: %v, want ErrNotHeld", err)
 	}
-	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
-		t.Fatalf("the next grant's key after the release's deletion: %v, want %v", k, bKey)
-	}
-	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitUntracked waits up to 10s for b to forget holder's entry of
-// resource.
-func waitUntracked(t *testing.T, b *backend.Backend, resource, holder string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Tracked(resource, holder) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q's entry of %q is still kept after 10s", holder, resource)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	next.stands("the release's deletion")
 }
 
 // TestConcurrentReleasesKeepSlot sends two releases of one grant at once
@@ -375,37 +332,84 @@ func TestConcurrentReleasesKeepSlot(t *testing.T) {
 	ra := req(res, 10*time.Second)
 	ha := mustGrant(t, b, ra)
 	aKey := firstKey(t, cli, b, res)
-	started, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			close(started)
-			<-gate
-		}
-		return cli.Delete(ctx, key)
-	}
+	started, land := holdFirstDelete(b, cli)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
 	<-started
 	if err := b.Release(ctxFor(t, 5*time.Second), ha.Hold); err != nil {
 		t.Fatalf("the second release: %v", err)
 	}
-	rb := req(res, 10*time.Second)
-	hb := mustGrant(t, b, rb)
-	bKey := firstKey(t, cli, b, res)
-	if string(bKey.Key) == string(aKey.Key) {
-		t.Fatalf("the next grant put %q, the slot of a release in flight", bKey.Key)
-	}
-	close(gate)
+	next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release in flight")
+	land()
 	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("the first release, landing after the second: %v, want ErrNotHeld", err)
 	}
-	if k := firstKey(t, cli, b, res); k == nil || string(k.Value) != rb.Holder || k.CreateRevision != bKey.CreateRevision {
-		t.Fatalf("the next grant's key after the first release's deletion: %v, want %v", k, bKey)
+	next.stands("the first release's deletion")
+}
+
+// holdFirstDelete holds b's first release deletion back: started closes
+// when it is sent, and land lets it go on to the cluster.
+func holdFirstDelete(b *backend.Backend, cli *clientv3.Client) (started <-chan struct{}, land func()) {
+	s, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(s)
+			<-gate
+		}
+		return cli.Delete(ctx, key)
 	}
-	if err := b.Release(ctxFor(t, 5*time.Second), hb.Hold); err != nil {
-		t.Fatal(err)
+	return s, func() { close(gate) }
+}
+
+// nextGrant is a grant made while a deletion of an earlier key of the
+// resource was held back.
+type nextGrant struct {
+	t      *testing.T
+	cli    *clientv3.Client
+	b      *backend.Backend
+	res    string
+	holder string
+	key    *mvccpb.KeyValue
+	out    lockbackend.Outcome
+}
+
+// grantOnAnotherSlot grants res to a new holder on b and fails the test if
+// its key is on the slot of was (what says whose slot that is).
+func grantOnAnotherSlot(t *testing.T, cli *clientv3.Client, b *backend.Backend, res string, was *mvccpb.KeyValue, what string) nextGrant {
+	t.Helper()
+	r := req(res, 10*time.Second)
+	out := mustGrant(t, b, r)
+	k := firstKey(t, cli, b, res)
+	if string(k.Key) == string(was.Key) {
+		t.Fatalf("the next grant put %q, %s", k.Key, what)
+	}
+	return nextGrant{t: t, cli: cli, b: b, res: res, holder: r.Holder, key: k, out: out}
+}
+
+// stands fails the test unless g's key still stands after after, and then
+// releases g.
+func (g nextGrant) stands(after string) {
+	g.t.Helper()
+	if k := firstKey(g.t, g.cli, g.b, g.res); k == nil || string(k.Value) != g.holder || k.CreateRevision != g.key.CreateRevision {
+		g.t.Fatalf("the next grant's key after %s: %v, want %v", after, k, g.key)
+	}
+	if err := g.b.Release(ctxFor(g.t, 5*time.Second), g.out.Hold); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// waitUntracked waits up to 10s for b to forget holder's entry of
+// resource.
+func waitUntracked(t *testing.T, b *backend.Backend, resource, holder string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Tracked(resource, holder) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q's entry of %q is still kept after 10s", holder, resource)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
