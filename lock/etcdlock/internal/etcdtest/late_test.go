@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,58 +294,49 @@ func TestLateReleaseSparesNextKey(t *testing.T) {
 	next.stands("the late deletion")
 }
 
-// TestReleaseInFlightKeepsSlot holds a release's deletion back until the
-// key's end has deleted the key and the next acquisition was granted: a
-// slot is not freed while a release of it is in flight, so the next grant
-// is on another slot and its key stands after the deletion lands; the
-// release then reports the lock not held.
+// TestReleaseInFlightKeepsSlot holds a release's deletion back while the
+// key goes another way (its end passes, or a second release of the grant
+// deletes it) and the next acquisition is granted: a slot is not freed
+// while any release of it is in flight, so the next grant is on another
+// slot and its key stands after the held deletion lands; that release
+// then reports the lock not held.
 func TestReleaseInFlightKeepsSlot(t *testing.T) {
-	c := sharedCluster(t)
-	cli := c.Client(t)
-	b := newBackend(t, cli)
-	const res = "release-in-flight"
-	ra := req(res, time.Second)
-	ha := mustGrant(t, b, ra)
-	aKey := firstKey(t, cli, b, res)
-	started, land := holdFirstDelete(b, cli)
-	errc := make(chan error, 1)
-	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
-	<-started
-	waitUntracked(t, b, res, ra.Holder)
-	next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release in flight")
-	land()
-	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
-		t.Fatalf("Release after the key's end: %v, want ErrNotHeld", err)
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		// gone makes the key go while the first release is held.
+		gone func(t *testing.T, b *backend.Backend, r *lockbackend.Request, h lockbackend.Outcome)
+	}{
+		{"key end", time.Second, func(t *testing.T, b *backend.Backend, r *lockbackend.Request, _ lockbackend.Outcome) {
+			waitUntracked(t, b, r.Resource, r.Holder)
+		}},
+		{"second release", 10 * time.Second, func(t *testing.T, b *backend.Backend, _ *lockbackend.Request, h lockbackend.Outcome) {
+			if err := b.Release(ctxFor(t, 5*time.Second), h.Hold); err != nil {
+				t.Fatalf("the second release: %v", err)
+			}
+		}},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			c := sharedCluster(t)
+			cli := c.Client(t)
+			b := newBackend(t, cli)
+			res := "release-in-flight-" + strings.ReplaceAll(tc.name, " ", "-")
+			ra := req(res, tc.ttl)
+			ha := mustGrant(t, b, ra)
+			aKey := firstKey(t, cli, b, res)
+			started, land := holdFirstDelete(b, cli)
+			errc := make(chan error, 1)
+			go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
+			<-started
+			tc.gone(t, b, ra, ha)
+			next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release in flight")
+			land()
+			if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
+				t.Fatalf("the held release, landing after the %s: %v, want ErrNotHeld", tc.name, err)
+			}
+			next.stands("the held release's deletion")
+		})
 	}
-	next.stands("the release's deletion")
-}
-
-// TestConcurrentReleasesKeepSlot sends two releases of one grant at once
-// and holds the first's deletion back until the second has deleted the key
-// and the next acquisition was granted: the slot is freed only once both
-// replies have come, so the next grant is on another slot and its key
-// stands after the first deletion lands.
-func TestConcurrentReleasesKeepSlot(t *testing.T) {
-	c := sharedCluster(t)
-	cli := c.Client(t)
-	b := newBackend(t, cli)
-	const res = "concurrent-releases"
-	ra := req(res, 10*time.Second)
-	ha := mustGrant(t, b, ra)
-	aKey := firstKey(t, cli, b, res)
-	started, land := holdFirstDelete(b, cli)
-	errc := make(chan error, 1)
-	go func() { errc <- b.Release(ctxFor(t, 30*time.Second), ha.Hold) }()
-	<-started
-	if err := b.Release(ctxFor(t, 5*time.Second), ha.Hold); err != nil {
-		t.Fatalf("the second release: %v", err)
-	}
-	next := grantOnAnotherSlot(t, cli, b, res, aKey, "the slot of a release in flight")
-	land()
-	if err := <-errc; !errors.Is(err, lockbackend.ErrNotHeld) {
-		t.Fatalf("the first release, landing after the second: %v, want ErrNotHeld", err)
-	}
-	next.stands("the first release's deletion")
 }
 
 // holdFirstDelete holds b's first release deletion back: started closes
