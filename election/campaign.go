@@ -35,8 +35,8 @@ import (
 // ctx bounds the wait. When it ends, Campaign returns an error matching
 // ctx.Err() and holds nothing: a lock granted meanwhile is released to the
 // next candidate. An invalid argument returns an error matching
-// [fence.ErrInvalid] before anything is sent; other errors come from Redis
-// (see [Run], which retries them).
+// [fence.ErrInvalid] before anything is sent; other errors come from the
+// lock's backend (see [Run], which retries them).
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := checkCtx("Campaign", ctx); err != nil {
 		return nil, err
@@ -212,10 +212,10 @@ func (t *Term) Leading() bool {
 // lock is released, and the release grants it to the candidate that has
 // waited longest. It returns nil when the lock was released or the term
 // had already ended; an error matching ctx.Err() when ctx ended before
-// the release was known to reach Redis (it goes on in the background,
-// bounded, and [lock.Locker.Close] waits for it); or the Redis error, when
-// the lock then runs out its TTL. Resign returns by ctx's end in every
-// case, a term lost to a silent Redis included (its release then goes on
+// the release was known to reach the server (it goes on in the background,
+// bounded, and [lock.Locker.Close] waits for it); or the backend's error,
+// when the lock then runs out its TTL. Resign returns by ctx's end in every
+// case, a term lost to a silent server included (its release then goes on
 // in the background, bounded by the TTL).
 func (t *Term) Resign(ctx context.Context) error {
 	if err := checkCtx("Resign", ctx); err != nil {

@@ -5,20 +5,27 @@
 // by every fencekit store once the new leader has written there.
 //
 // A term is a lease of the [lock.Locker]'s lock on the election's name,
-// renewed automatically while the leader lives and reaches Redis; its
-// [fence.Fence] carries a token above every earlier term's. It works on one
-// Redis server, a Redis Cluster (the election's keys share one hash slot)
-// and Redlock's nodes alike.
+// renewed automatically while the leader lives and reaches the lock's
+// server; its [fence.Fence] carries a token above every earlier term's. It
+// works alike on every backend of package lock (one Redis server, a Redis
+// Cluster, whose election keys share one hash slot, Redlock's nodes,
+// PostgreSQL through lock/pglock, etcd through lock/etcdlock): the term,
+// the record and the step-down are written once above them. What differs
+// is the lock's (what a failover does to leases, how waiters are woken),
+// said in each backend's constructor; [Term.Proclaim] needs a backend that
+// rewrites the record in place (Redis and Redlock) and is refused on the
+// others.
 //
 // # Ways to use it
 //
 //   - [Run] is the loop most services want (as client-go's leaderelection
 //     runs): campaign, run a func(ctx context.Context, f fence.Fence) error
 //     while leading, with a ctx that ends when the term is lost, resign when
-//     it returns, campaign again, until ctx ends. Redis being unreachable is
-//     retried, not returned.
-//   - [Election.Campaign] waits (in arrival order, through the lock's wait
-//     queue) until this candidate leads and returns its [Term]: [Term.Fence]
+//     it returns, campaign again, until ctx ends. A server that cannot be
+//     reached is retried, not returned.
+//   - [Election.Campaign] waits (through the lock's wait queue, in arrival
+//     order on every backend with one; see [lock.Locker.Acquire]) until
+//     this candidate leads and returns its [Term]: [Term.Fence]
 //     for storage, [Term.Done] and [Term.Err] for its end, [Term.Resign] to
 //     hand over at once, as etcd's concurrency.Election does.
 //   - [Election.Leader] says who leads now (the value the leader campaigned
@@ -43,8 +50,8 @@
 // ([lock.Lease.Validity]: the TTL less the time since the last successful
 // renewal was sent, on the local clock) came within the step-down margin
 // ([WithStepDown]; a quarter of the TTL by default, and never less than the
-// clock-drift allowance [Drift], TTL/100 + 2ms, Redlock's allowance). Redis
-// lets the lock go no earlier than a TTL after it received that renewal,
+// clock-drift allowance [Drift], TTL/100 + 2ms, Redlock's allowance). The
+// server lets the lock go no earlier than a TTL after it received that renewal,
 // which is after it was sent, and only then can another candidate be
 // granted the lock; so the old term has ended at least the margin first.
 // The margin is client-go's lease duration less its renew deadline (15s
@@ -54,7 +61,7 @@
 // 7ms: any delay of the old leader's timer past that gave two believers).
 //
 // The assumption is about clocks: the leader's clock must not run slower
-// than the Redis server's by more than the margin over one TTL, and the
+// than the lock server's by more than the margin over one TTL, and the
 // leader's process must get to run (its timer must fire) within that
 // margin. A leader paused past its term breaks the second half; a clock
 // that runs slow breaks the first. That is what the fence is
@@ -75,15 +82,17 @@
 // plus the queue's bound (the head of the queue retries when the lease it
 // saw runs out, and every second in any case). The term's lease is the
 // failure-detection window: client-go's default is 15s, etcd's session TTL
-// 60s; pick the shortest your Redis latency allows (renewals go every third
-// of it).
+// 60s; pick the shortest your server's latency allows (renewals go every
+// third of it).
 //
-// When Redis loses the lock (a restart without persistence, a failover to a
-// replica that had not seen it, FLUSHALL), a candidate can be elected before
-// the old leader's next renewal finds its lease gone, so for that moment two
-// candidates believe they lead. Tokens still increase (they are anchored to
-// the Redis server's clock; see package lock), so the new term's fence wins
-// in storage and the old one's is refused, and observers go on seeing terms
+// When the backend loses the lock (on Redis a restart without persistence,
+// a failover to a replica that had not seen it, FLUSHALL; on PostgreSQL a
+// crash or a failover, which empty its UNLOGGED lease table), a candidate
+// can be elected before the old leader's next renewal finds its lease gone,
+// so for that moment two candidates believe they lead. Tokens still
+// increase (anchored to the server's clock; on etcd they are revisions,
+// which never go back; see package lock), so the new term's fence wins in
+// storage and the old one's is refused, and observers go on seeing terms
 // in order.
 //
 // # What is stored

@@ -24,7 +24,7 @@ const DefaultTTL = 10 * time.Second
 const MaxValueLen = 4096
 
 // MinTTL is the shortest term lease [WithTTL] accepts. Renewal must reach
-// Redis between the renewal's time (a third of the TTL after the last one)
+// the lock's server between the renewal's time (a third of the TTL after the last one)
 // and the step-down (a quarter of the TTL before the lease runs out, by
 // default), a window of 5/12 of the TTL: under 100ms it is shorter than
 // the scheduling and network delays of a loaded machine, and terms end as
@@ -36,8 +36,10 @@ const MaxValueLen = 4096
 // leader's process and network: its 5/12 must cover it.
 const MinTTL = 100 * time.Millisecond
 
-// Election is one named election among candidates that share a Redis
-// deployment through their [lock.Locker]s. It is safe for concurrent use:
+// Election is one named election among candidates that share a lock
+// backend (one Redis deployment, one set of Redlock masters, one PostgreSQL
+// database, one etcd cluster) through their [lock.Locker]s. It is safe for
+// concurrent use:
 // a process may campaign, read the leader and observe at once.
 type Election struct {
 	locker *lock.Locker
@@ -96,7 +98,7 @@ const DefaultStepDown = 4 // the margin is TTL/DefaultStepDown
 // WithStepDown sets the step-down margin: a term ends ([Term.Done] closes,
 // [Run]'s ctx ends) when its lease's validity, on the leader's clock, comes
 // within d, so that the old leader has stopped believing it leads at least
-// d before Redis can grant the lock to another candidate. It is what
+// d before the lock's server can grant the lock to another candidate. It is what
 // client-go's leaderelection calls the lease duration less the renew
 // deadline. default: a quarter of the TTL (TTL/[DefaultStepDown]).
 //
@@ -118,8 +120,9 @@ func WithStepDown(d time.Duration) Option {
 	}
 }
 
-// New returns the election called name among the candidates of l's Redis
-// deployment (one server, a Cluster, or Redlock's nodes). name is the lock
+// New returns the election called name among the candidates whose Lockers
+// share l's backend (any of package lock's: Redis, a Cluster, Redlock's
+// nodes, PostgreSQL, etcd). name is the lock
 // resource the terms are leases of, so their fences carry it: do not lock a
 // resource of the same name for anything else. New sends nothing.
 //

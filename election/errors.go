@@ -19,7 +19,7 @@ var (
 
 	// ErrLost is what [Term.Err] matches once the term ended because its
 	// lease could no longer be known held: a renewal was refused (the lease
-	// expired during a pause, or Redis lost it), or renewals kept failing
+	// expired during a pause, or the server lost it), or renewals kept failing
 	// until the lease's validity came within the step-down margin. Such
 	// an error also matches [lock.ErrNotHeld].
 	ErrLost = errors.New("election: term lost")

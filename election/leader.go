@@ -53,17 +53,18 @@ func (e *Election) leader(ctx context.Context) (Leader, uint64, error) {
 // older than one it has reported, and reports the current leader, if any,
 // first.
 //
-// New leaders are announced on the election's channel ([Election.Channel])
-// by the script that records them, so an observer hears of every term,
+// New leaders are announced by the write that records them (a Redis channel,
+// a PostgreSQL NOTIFY, an etcd watch), so an observer hears of every term,
 // however short, while its subscription is up; it also reads the leader
 // every third of the TTL (at most every second), which finds the current
-// leader after the subscription was down (a Redis restart or failover, a
+// leader after the subscription was down (a server restart or failover, a
 // cut connection). A term that began and ended while the subscription was
 // down and between two reads is the one an observer can miss (and so is a
 // value proclaimed and replaced in such a while); what it reports is still
 // in order. Tokens of
-// terms won after Redis lost its data are still higher (they are anchored
-// to the server's clock; see package lock), so observers go on across it.
+// terms won after the backend lost its leases are still higher (anchored
+// to the server's clock, or etcd revisions; see package lock), so observers
+// go on across it.
 //
 // Read the channel promptly: Observe waits for each send. ctx must not be
 // nil.

@@ -18,7 +18,7 @@ import (
 // it ends before any other candidate can be elected (see [Term.Done]);
 // fn must still present the fence with every write it makes.
 //
-// A campaign that fails because Redis cannot be reached (or any error but
+// A campaign that fails because the lock's server cannot be reached (or any error but
 // those below) is retried with backoff (from 10ms, doubling, to the TTL or
 // a second, whichever is less, with jitter), not returned. Run returns:
 //   - an error matching ctx.Err() once ctx ends;

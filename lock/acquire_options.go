@@ -33,14 +33,15 @@ func newAcquireConfig(opts []AcquireOption) (acquireConfig, error) {
 // when two thirds of the TTL are left, which is after a third of the TTL
 // for a lease just granted or extended and at once for one that starts
 // with less (a grant that reached a waiter late), so the first renewal
-// never comes after the lease ran out in Redis; after a failed renewal,
-// within a third of what is left.
+// never comes after the lease ran out on the server; after a failed
+// renewal, within a third of what is left.
 //
-// A renewal that Redis refuses (the lease was lost: it expired during a
-// pause, was deleted, or Redis lost it) ends the lease at once; renewals that
-// keep failing (Redis unreachable) end it when the last successful one runs
-// out, measured on the local clock from before that renewal was sent, so the
-// lease is never believed held after Redis may have let it go. Either way
+// A renewal that the backend refuses (the lease was lost: it expired during
+// a pause, was deleted, or the server lost it) ends the lease at once;
+// renewals that keep failing (the server unreachable) end it when the last
+// successful one runs out, measured on the local clock from before that
+// renewal was sent, so the lease is never believed held after the server
+// may have let it go. Either way
 // [Lease.Done] closes and [Lease.Err] says why. [Locker.Close] stops every
 // renewal of the Locker's leases, and leases acquired after it are not
 // renewed; they run out their TTL.

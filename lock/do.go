@@ -17,7 +17,7 @@ import (
 //
 // fn runs with a context that is cancelled, with the lease's [Lease.Err] as
 // its cause (see [context.Cause]), as soon as the lease is known to be lost:
-// a renewal refused, or Redis unreachable until the lease ran out. fn must
+// a renewal refused, or the backend unreachable until the lease ran out. fn must
 // still present the fence to storage with every read and write it makes:
 // only storage admission keeps a late write out. If the lease was lost
 // while fn ran, Do returns an error matching [ErrNotHeld] (joined to fn's

@@ -21,7 +21,8 @@
 //     error with the lease's fence, renews the lease while it runs, cancels
 //     its ctx as soon as the lease is lost, and releases.
 //   - [Locker.Acquire] waits for the lock (in arrival order, across
-//     processes, woken by the release rather than by polling);
+//     processes, woken by the release rather than by polling, on every
+//     backend but Redlock, whose waiters poll);
 //     [Locker.TryAcquire] does not wait. Release with [Lease.Release];
 //     [Lease.Extend] or [AutoRenew] keep a lease longer (an extension
 //     never shortens a lock), and [Lease.Done] and [Lease.Err] say when
@@ -39,13 +40,13 @@
 //     backend (Redis, Redlock, PostgreSQL, etcd); leases, renewal, waiting,
 //     [Locker.Do] and telemetry are the same on each. What a backend does
 //     not offer ([Owner] and [Locker.FenceLock] on Redlock, for instance)
-//     is refused with an error matching [fence.ErrInvalid], and the Redis
-//     key getters return "" on a backend without Redis keys.
+//     is refused with an error matching [fence.ErrInvalid], nothing sent;
+//     each constructor's doc says what its backend refuses.
 //
 // # Waiting
 //
-// [Locker.Acquire] waits in the resource's queue, first come, first served
-// across processes: the release that frees the lock grants it to the first
+// On Redis, [Locker.Acquire] waits in the resource's queue, first come, first
+// served across processes: the release that frees the lock grants it to the first
 // live waiter in the same script and publishes the grant, so the waiter
 // holds the lock when the message arrives. A waiting Acquire does not sleep
 // past a holder that vanished: the first waiter of the queue tries when the

@@ -47,9 +47,11 @@ import (
 //
 // A lock key or value that storage would refuse in a fence (see
 // [fence.Fence.Validate]: invalid UTF-8, a NUL byte, too long) returns an
-// error matching [fence.ErrInvalid] and [fence.ErrInvalid] before anything is
-// sent. A key of another type in the way returns [fence.ErrWrongType] and nothing
-// is changed. ctx bounds the round trip.
+// error matching [fence.ErrInvalid] before anything is sent. A key of another
+// type in the way returns [fence.ErrWrongType] and nothing is changed. ctx
+// bounds the round trip. FenceLock is offered by a Locker from [New] only (a
+// foreign lock lives in one Redis deployment's keys); a Locker on any other
+// backend refuses it with an error matching [fence.ErrInvalid], nothing sent.
 func (l *Locker) FenceLock(ctx context.Context, lockKey, value string) (fence.Fence, error) {
 	return l.fenceLock(ctx, "fence", lockKey, value, 0)
 }

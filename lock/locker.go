@@ -19,15 +19,22 @@ import (
 // math.MaxInt64 would silently never expire.
 const MaxTTL = 365 * 24 * time.Hour
 
-// Locker grants leases on named resources, each with a fencing token. It is
-// safe for concurrent use; create one per Redis deployment and share it, and
-// call [Locker.Close] when done with it.
+// Locker grants leases on named resources, each with a fencing token that
+// strictly increases per resource, in the one token space every storage
+// guard compares. It is safe for concurrent use; create one per backend (a
+// Redis deployment, a set of Redlock masters, a PostgreSQL database, an
+// etcd cluster) and share it, and call [Locker.Close] when done with it.
 //
-// A Locker holds its locks on a backend: Redis ([New]), Redlock's
-// independent masters ([NewRedlock]), or PostgreSQL (package lock/pglock).
+// A Locker holds its locks on a backend, chosen by its constructor: Redis,
+// a server or a Cluster ([New]); Redlock's independent masters
+// ([NewRedlock]); PostgreSQL (lock/pglock's New); etcd (lock/etcdlock's
+// New, a module of its own); and the backends of lock's other subpackages.
 // Everything above the backend (the Lease lifecycle, renewal, waiting,
-// Owner holds, Do, telemetry, argument checks) is the same on each; the
-// few methods that mean something on one backend only say so.
+// Owner holds, Do, telemetry, argument checks, the election) is the same
+// code on each. What differs (what a failover does to leases, how waiters
+// are woken, what is not offered) is said once, in the constructor's doc.
+// A call or option a backend does not offer is refused with an error
+// matching [fence.ErrInvalid], with nothing sent.
 type Locker struct {
 	b     lockbackend.Backend
 	info  lockbackend.Info
@@ -67,6 +74,26 @@ type foreignFencer interface {
 // New returns a Locker on client. client may be a *redis.Client, a
 // *redis.ClusterClient, a *redis.Ring or a failover client; every key of one
 // resource carries the same hash tag, so a resource lives in one slot.
+//
+// Waiting ([Locker.Acquire]) on Redis: a waiter subscribes to the
+// resource's release channel, and a try made once the subscription is
+// confirmed that is refused also queues it; the release grants the lock to
+// the first live waiter in its own script and announces the grant on the
+// channel. A queued waiter tries again every second, which keeps its queue
+// entry alive; the first three of the queue also when the current lease's
+// remaining time runs out (a holder that vanished), 20ms apart. The
+// Locker's waiters share one subscription connection (on a cluster, one per
+// hash slot with waiters). If the subscription fails, waiters retry on the
+// timed [Backoff] schedule, never sleeping past the current lease's
+// remaining time, until it is back. The package doc describes the queue's
+// keys and its treatment of waiters that vanish.
+//
+// A restart without persistence, or a failover to a replica that missed the
+// last writes, loses leases (a second holder can then be granted while the
+// first still works); tokens keep rising through the server's clock (see
+// Tokens and lost data in the package doc). A Locker from New offers
+// everything: [Owner] holds, [Locker.FenceLock], [Locker.Advance] and the
+// election's Proclaim; [WithNodeTimeout] is Redlock's and is refused.
 //
 // A Ring moves a resource to another shard while it counts the resource's
 // shard as down (a few missed heartbeats) and back when that shard answers
@@ -291,13 +318,15 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// TryAcquire makes one attempt to lock resource for ttl (at least 1ms; Redis
-// keeps whole milliseconds, so a fraction of one is dropped, from the lease
-// sent and from the lease counted alike). It costs one round trip: the
-// grant and the next token come from one script. When another holder has
-// the lock, or the lock is free but live waiters are queued for it in
-// [Locker.Acquire] (it then goes to the first of them), it returns a
-// [*NotAcquiredError] at once.
+// TryAcquire makes one attempt to lock resource for ttl (at least 1ms; every
+// backend counts leases in whole milliseconds, so a fraction of one is
+// dropped, from the lease sent and from the lease counted alike). The grant
+// and the next token come from one round trip to the backend (a script on
+// Redis, a statement on PostgreSQL, a transaction on etcd; Redlock asks
+// every node at once, then raises their token state, see [NewRedlock]).
+// When another holder has the lock, or the lock is free but live waiters
+// are queued for it in [Locker.Acquire] (it then goes to the first of
+// them), it returns a [*NotAcquiredError] at once.
 //
 // ctx bounds the round trip, and TryAcquire returns by its deadline (see
 // the package doc for a server that does not answer at all). If ctx
@@ -306,10 +335,10 @@ func checkTTL(ttl time.Duration) error {
 // does not know about: within ctx while it lasts, and in the background
 // (bounded by a short timeout of its own, and waited for by
 // [Locker.Close]) once it has ended; the error then matches ctx.Err() when
-// ctx ended. If the client
-// retries the script after a lost reply, the retry returns the grant the
-// first run made rather than refusing it. opts apply to this acquisition
-// (see [AutoRenew] and [Owner]).
+// ctx ended. Where the client sends the attempt again after a lost reply
+// (go-redis's retries, pglock's resend on another connection), the resend
+// returns the grant the first run made rather than refusing it. opts apply
+// to this acquisition (see [AutoRenew] and [Owner]).
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	cfg, ttl, err := l.checkAcquire(ctx, resource, ttl, opts)
 	if err != nil {
@@ -434,24 +463,20 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // Acquire locks resource for ttl, waiting while another holder has it, until
 // it succeeds or ctx ends.
 //
-// By default it waits in the resource's queue: it subscribes to the
-// resource's [Locker.ReleaseChannel], and a try made once the subscription
-// is confirmed that is refused also queues it, so the release that frees
-// the lock grants it to this waiter (first come, first served, across
-// processes) and announces the grant on the channel, from which Acquire
-// returns the lease with no further round trip. The lease's [Lease.Validity]
-// is counted from no later than the grant. Every try respects the queue,
-// including the first, made before the subscription: a free lock with live
-// waiters queued ahead goes to the first of them, and this try is refused.
-// A queued waiter tries again every second, which keeps its queue entry
-// alive; the first three of the queue also when the current lease's
-// remaining time runs out (a holder that vanished), 20ms apart. The
-// Locker's waiters share one subscription connection (on a cluster, one per
-// hash slot with waiters). If the subscription fails, waiters retry on the
-// timed [Backoff] schedule, never sleeping past the current lease's
-// remaining time, until it is back. With [WithWait], Acquire polls on that
-// strategy instead and does not queue. See the package doc for the queue's
-// keys and its treatment of waiters that vanish.
+// On a backend with a queue (Redis and Redis Cluster from [New], PostgreSQL,
+// etcd) it waits in the resource's queue: a refused try queues it, and the
+// release that frees the lock grants it to the first live waiter (first
+// come, first served, across processes) and tells that waiter, so Acquire
+// returns the lease with no further round trip. The lease's
+// [Lease.Validity] is counted from no later than the grant. Every try
+// respects the queue, including the first: a free lock with live waiters
+// queued ahead goes to the first of them, and this try is refused. A waiter
+// that vanished costs those behind it a bounded time (its constructor's doc
+// says how long). On a backend without a queue (Redlock), and with
+// [WithWait] on any backend, Acquire polls on that strategy instead, in no
+// particular order. How each backend tells its waiters (a Redis channel, a
+// PostgreSQL NOTIFY, an etcd watch) is in its constructor's doc; for Redis
+// see [New].
 //
 // ctx bounds the whole wait, and Acquire returns by its deadline. When it
 // ends, Acquire returns an error that matches ctx.Err() and holds no lock:

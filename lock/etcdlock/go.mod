@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/lock/etcdlock
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.1.0
+	github.com/fencekit/fencekit v0.0.0-20261128005915-cc17e0112ee6
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 )
@@ -34,4 +34,3 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-

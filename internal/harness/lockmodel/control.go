@@ -60,6 +60,7 @@ func RunControls(t *testing.T, cs []Control, share time.Duration, cfg Config) {
 					}
 				}
 			}
+			logControl(t, rejected, ControlRuns)
 			if rejected*2 <= ControlRuns {
 				t.Errorf("%s: rejected in %d of %d runs, want most: the model accepted a broken backend", c.Name, rejected, ControlRuns)
 			}
