@@ -233,7 +233,7 @@ func (l *bell) check(conn *sql.Conn) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			resource, holder      string
+			resource, holder     string
 			token, ref, handedAt int64
 		)
 		if err := rows.Scan(&resource, &holder, &token, &ref, &handedAt); err != nil {
