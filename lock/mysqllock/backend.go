@@ -44,6 +44,7 @@ type backend struct {
 	poll       bool
 	background func(ctx context.Context, f func(ctx context.Context))
 	onGrant    func(holder string) // tests: called before each grant is sent
+	noKill     bool                // tests: a control that never kills a session whose reply was lost
 	life       time.Duration       // how long a queue entry lives unrefreshed
 
 	// sessions maps a pooled driver connection to its server-side id, so
@@ -78,10 +79,11 @@ type config struct {
 	poll      bool
 	reclaim   time.Duration       // how often idle rows are reclaimed; 0: never
 	onGrant   func(holder string) // tests
+	noKill    bool                // tests
 }
 
 func newBackend(db *sql.DB, cfg config, background func(ctx context.Context, f func(ctx context.Context))) *backend {
-	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant,
+	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill,
 		life: lockbackend.QueueLife, waiters: make(map[string]map[*waiter]struct{}), stop: make(chan struct{})}
 	if !cfg.poll {
 		b.bell = newBell(b)
@@ -271,7 +273,7 @@ func (b *backend) session(ctx context.Context, conn *sql.Conn) (uint64, error) {
 // is running is rolled back unless it committed, and one still on its way
 // never runs. A session already gone is fine.
 func (b *backend) kill(ctx context.Context, session uint64) {
-	if session == 0 {
+	if session == 0 || b.noKill {
 		return
 	}
 	for attempt := 0; ; attempt++ {

@@ -1,0 +1,283 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// lateProxy forwards connections to a MySQL server and can hold the next
+// request a client sends for a while before it delivers it, even if the
+// client has closed its connection meanwhile, as the network delivers a
+// request already sent: the server then runs a request whose caller gave
+// up long ago.
+type lateProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	hold   time.Duration
+	held   int
+}
+
+func startLateProxy(t testing.TB, target string) *lateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lateProxy{ln: ln, target: target}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+// holdNext holds the next request of any client for d.
+func (p *lateProxy) holdNext(d time.Duration) {
+	p.mu.Lock()
+	p.hold = d
+	p.mu.Unlock()
+}
+
+func (p *lateProxy) take() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.hold
+	if d > 0 {
+		p.hold = 0
+		p.held++
+	}
+	return d
+}
+
+func (p *lateProxy) serve(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	go func() {
+		_, _ = io.Copy(c, s)
+		_ = c.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if d := p.take(); d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	// The server reads what was delivered before it sees the end.
+	time.Sleep(200 * time.Millisecond)
+	_ = s.Close()
+}
+
+// lateGrant runs a TryAcquire whose request is held in the network for
+// 1s, past its caller's 200ms deadline and past the cleanup that
+// follows, then delivered, and reports whether that grant stands (the row
+// names its holder with a live lease) once it has run.
+func lateGrant(t *testing.T, cfg config) (stood bool) {
+	t.Helper()
+	mcfg := migratedConfig(t)
+	db := testenv.OpenMySQL(t, mcfg.Clone())
+	proxy := startLateProxy(t, mcfg.Addr)
+	pcfg := mcfg.Clone()
+	pcfg.Addr = proxy.ln.Addr().String()
+	pdb := testenv.OpenMySQL(t, pcfg)
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := newWith(pdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	warm, err := l.TryAcquire(ctx, "late", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.holdNext(time.Second)
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = l.TryAcquire(tctx, "late", 20*time.Second)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire held in the network = %v, want its deadline", err)
+	}
+	time.Sleep(1800 * time.Millisecond)
+	var holder sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT holder FROM fencekit_lock WHERE resource = 'late'
+        AND expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`).Scan(&holder); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return holder.Valid
+}
+
+// TestLateGrantNeverStands: a grant whose caller gave up while its
+// request was still in the network, delivered after the caller's cleanup,
+// never stands: the cleanup kills the request's session first, so the
+// request can run nothing when it arrives. The control without the kill
+// lets the late grant stand for its whole 20s TTL under a holder nobody
+// has.
+func TestLateGrantNeverStands(t *testing.T) {
+	if lateGrant(t, config{}) {
+		t.Fatal("the grant of a caller that gave up stands")
+	}
+	if !lateGrant(t, config{noKill: true}) {
+		t.Fatal("control: without the kill the late grant did not stand: the test cannot see the defect")
+	}
+}
+
+// TestSessionDefaults: the lock is correct whatever the session's
+// defaults, set through the DSN on the user's own *sql.DB: autocommit off,
+// SERIALIZABLE, a hostile sql_mode, a lock wait timeout of 0 (fail at
+// once) and a statement timeout of 5ms. 8 Lockers x 15 rounds of Acquire,
+// a check that nobody else holds, and Release give no error.
+func TestSessionDefaults(t *testing.T) {
+	for _, params := range []map[string]string{
+		{"autocommit": "0", "tx_isolation": "'SERIALIZABLE'"},
+		{"autocommit": "0", "tx_isolation": "'REPEATABLE-READ'"},
+		{"tx_isolation": "'READ-UNCOMMITTED'", "sql_mode": "'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT,ANSI'"},
+		{"innodb_lock_wait_timeout": "0", "max_statement_time": "0.005"},
+	} {
+		t.Run(fmt.Sprint(params), func(t *testing.T) {
+			cfg := migratedConfig(t)
+			cfg.Params = params
+			db := testenv.OpenMySQL(t, cfg)
+			ctx := ctxFor(t, 120*time.Second)
+			var (
+				wg      sync.WaitGroup
+				inside  atomic.Int32
+				errs    atomic.Int32
+				overlap atomic.Int32
+			)
+			for range 8 {
+				l := newLocker(t, db)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 15 {
+						lease, err := l.Acquire(ctx, "defaults", 10*time.Second)
+						if err != nil {
+							t.Error(err)
+							errs.Add(1)
+							return
+						}
+						if inside.Add(1) != 1 {
+							overlap.Add(1)
+						}
+						inside.Add(-1)
+						if err := lease.Release(ctx); err != nil {
+							t.Error(err)
+							errs.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if errs.Load() != 0 || overlap.Load() != 0 {
+				t.Fatalf("%d errors, %d overlapping holds", errs.Load(), overlap.Load())
+			}
+		})
+	}
+}
+
+// TestKillLockConnection: KILL of the sessions of a Locker (its pool's and
+// its doorbell's) loses no lease and leaves no error behind: the next
+// statement goes out on a new connection, and a waiter still gets the
+// lock handed over.
+func TestKillLockConnection(t *testing.T) {
+	db := migrated(t)
+	ctx := ctxFor(t, 60*time.Second)
+	a, b := newLocker(t, db), newLocker(t, db)
+	lease, err := a.TryAcquire(ctx, "killed", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(ctx, "killed", 20*time.Second)
+		if err == nil {
+			err = lb.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool {
+		var c int
+		_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM fencekit_lock_waiter WHERE resource = 'killed'`).Scan(&c)
+		return c == 1
+	})
+	killAll(t, db)
+	if err := lease.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend after KILL: %v", err)
+	}
+	killAll(t, db)
+	start := time.Now()
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release after KILL: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter was not handed the lock after its doorbell was killed")
+	}
+	t.Logf("hand-over after the doorbell's KILL: %v", time.Since(start))
+}
+
+// killAll kills every session of the test's database but the one that
+// kills.
+func killAll(t testing.TB, db *sql.DB) {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer discard(conn)
+	rows, err := conn.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		_, _ = conn.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+	}
+}
+
+var _ = lock.ErrNotHeld
