@@ -45,6 +45,7 @@ type backend struct {
 	background func(ctx context.Context, f func(ctx context.Context))
 	onGrant    func(holder string) // tests: called before each grant is sent
 	noKill     bool                // tests: a control that never kills a session whose reply was lost
+	onRecord   func()              // tests: called before each record write is sent
 	life       time.Duration       // how long a queue entry lives unrefreshed
 
 	// sessions maps a pooled driver connection to its server-side id, so
@@ -80,10 +81,11 @@ type config struct {
 	reclaim   time.Duration       // how often idle rows are reclaimed; 0: never
 	onGrant   func(holder string) // tests
 	noKill    bool                // tests
+	onRecord  func()              // tests
 }
 
 func newBackend(db *sql.DB, cfg config, background func(ctx context.Context, f func(ctx context.Context))) *backend {
-	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill,
+	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill, onRecord: cfg.onRecord,
 		life: lockbackend.QueueLife, waiters: make(map[string]map[*waiter]struct{}), stop: make(chan struct{})}
 	if !cfg.poll {
 		b.bell = newBell(b)

@@ -39,6 +39,9 @@ func (b *backend) PutRecord(ctx context.Context, f fence.Fence, value string, li
 	if err := checkRecord(ctx, "PutRecord", f, &value); err != nil {
 		return err
 	}
+	if b.onRecord != nil {
+		b.onRecord()
+	}
 	var r sql.NullInt64
 	err := b.call(ctx, callSQL(setRecordProc, f.Resource, f.Holder, int64(f.Token), value, ms(linger)), &r)
 	if err != nil {
