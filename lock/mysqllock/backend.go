@@ -53,6 +53,7 @@ type backend struct {
 	sessions  sync.Map
 	nSessions atomic.Int64
 	mariaDB   atomic.Int32 // 0 unknown, 1 MariaDB, 2 MySQL
+	sent      atomic.Int64 // statements sent, the doorbell's included (benchmarks)
 
 	mu      sync.Mutex
 	waiters map[string]map[*waiter]struct{} // by resource
@@ -221,6 +222,7 @@ func (b *backend) callOnce(ctx context.Context, stmt string, dest ...any) (uint6
 	if b.mariaDB.Load() == 1 {
 		stmt = mariaDBPrefix + stmt
 	}
+	b.sent.Add(1)
 	err = conn.QueryRowContext(ctx, stmt).Scan(dest...)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		if _, isServer := serverError(err); !isServer {
@@ -252,6 +254,7 @@ func (b *backend) session(ctx context.Context, conn *sql.Conn) (uint64, error) {
 		id      uint64
 		version string
 	)
+	b.sent.Add(1)
 	if err := conn.QueryRowContext(ctx, connIDSQL).Scan(&id, &version); err != nil {
 		return 0, err
 	}

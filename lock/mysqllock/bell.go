@@ -200,6 +200,7 @@ func (l *bell) serve(conn *sql.Conn) {
 			return
 		}
 		var slept sql.NullInt64
+		l.b.sent.Add(1)
 		err := conn.QueryRowContext(l.ctx, bellSleepSQL).Scan(&slept)
 		switch {
 		case err == nil && slept.Int64 == 1, interrupted(err):
@@ -226,6 +227,7 @@ func (l *bell) check(conn *sql.Conn) error {
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
+	l.b.sent.Add(1)
 	rows, err := conn.QueryContext(ctx, strings.Replace(handedSQL, "%s", list.String(), 1))
 	if err != nil {
 		return err
