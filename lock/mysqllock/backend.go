@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -46,6 +47,9 @@ type backend struct {
 	onGrant    func(holder string) // tests: called before each grant is sent
 	noKill     bool                // tests: a control that never kills a session whose reply was lost
 	onRecord   func()              // tests: called before each record write is sent
+	noFast     bool                // tests: every grant and release through the procedures
+	fastGrant  string              // fastGrantSQL, or a test's broken variant
+	fastRel    string              // fastReleaseSQL, or a test's broken variant
 	life       time.Duration       // how long a queue entry lives unrefreshed
 
 	// sessions maps a pooled driver connection to its server-side id, so
@@ -83,11 +87,15 @@ type config struct {
 	onGrant   func(holder string) // tests
 	noKill    bool                // tests
 	onRecord  func()              // tests
+	noFast    bool                // tests
+	fastGrant string              // tests: "" for fastGrantSQL
+	fastRel   string              // tests: "" for fastReleaseSQL
 }
 
 func newBackend(db *sql.DB, cfg config, background func(ctx context.Context, f func(ctx context.Context))) *backend {
-	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill, onRecord: cfg.onRecord,
-		life: lockbackend.QueueLife, waiters: make(map[string]map[*waiter]struct{}), stop: make(chan struct{})}
+	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill, onRecord: cfg.onRecord, noFast: cfg.noFast,
+		life: lockbackend.QueueLife, waiters: make(map[string]map[*waiter]struct{}), stop: make(chan struct{}),
+		fastGrant: cmp.Or(cfg.fastGrant, fastGrantSQL), fastRel: cmp.Or(cfg.fastRel, fastReleaseSQL)}
 	if !cfg.poll {
 		b.bell = newBell(b)
 	}
@@ -138,26 +146,55 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 }
 
 // call sends stmt on a connection of the pool and scans its one row into
-// dest. It tries again, while ctx lasts, after a deadlock or a lock wait
-// timeout (the procedure rolled back: nothing happened), and after a
-// broken connection, once the broken connection's session is killed (so
-// that the first request, if it is still on its way, can run nothing).
-// A statement interrupted by a kill or a timeout is tried again too: every
-// procedure answers a repeat of a run that happened as that run did.
+// dest (see do).
+func (b *backend) call(ctx context.Context, stmt string, dest ...any) error {
+	return b.do(ctx, false, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
+		return conn.QueryRowContext(ctx, stmt).Scan(dest...)
+	})
+}
+
+// errNoFastPath says a fast-path UPDATE was not sent: the session's
+// autocommit is off, so the procedure, which commits itself, decides.
+var errNoFastPath = errors.New("mysqllock: the session does not autocommit")
+
+// exec sends the fast path's UPDATE stmt on a connection of the pool that
+// autocommits, and returns the rows it changed and the reply's
+// last-insert-id; errNoFastPath (nothing sent) when the session does not
+// autocommit.
+func (b *backend) exec(ctx context.Context, stmt string) (affected, lastID int64, err error) {
+	err = b.do(ctx, true, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
+		res, err := conn.ExecContext(ctx, stmt)
+		if err != nil {
+			return err
+		}
+		affected, _ = res.RowsAffected()
+		lastID, _ = res.LastInsertId()
+		return nil
+	})
+	return affected, lastID, err
+}
+
+// do runs stmt with run on a connection of the pool. It tries again, while
+// ctx lasts, after a deadlock or a lock wait timeout (the statement or the
+// procedure rolled back: nothing happened), and after a broken connection,
+// once the broken connection's session is killed (so that the first
+// request, if it is still on its way, can run nothing). A statement
+// interrupted by a kill or a timeout is tried again too: every statement
+// answers a repeat of a run that happened as that run did.
 //
 // When no answer came back and the request may have run, the error is a
 // *sentError naming the session it went out on (see mayHaveRun): the
 // caller kills that session before it cleans up.
-func (b *backend) call(ctx context.Context, stmt string, dest ...any) error {
+func (b *backend) do(ctx context.Context, fast bool, stmt string, run func(context.Context, *sql.Conn, string) error) error {
 	var (
 		ran     bool   // an earlier try may have run
 		session uint64 // the session of the last try that may have run
 		broken  int
 	)
 	for attempt := 0; ; attempt++ {
-		session0, err := b.callOnce(ctx, stmt, dest...)
-		if err == nil {
-			return nil
+		session0, err := b.doOnce(ctx, fast, stmt, run)
+		if err == nil || errors.Is(err, errNoFastPath) {
+			return err
 		}
 		var sent *sentError
 		if errors.As(err, &sent) {
@@ -207,34 +244,40 @@ func (b *backend) pause(ctx context.Context, attempt int) bool {
 	}
 }
 
-// callOnce is one try of call; it returns the session id of the
-// connection it used (0 when unknown).
-func (b *backend) callOnce(ctx context.Context, stmt string, dest ...any) (uint64, error) {
+// doOnce is one try of do; it returns the session id of the connection it
+// used (0 when unknown).
+func (b *backend) doOnce(ctx context.Context, fast bool, stmt string, run func(context.Context, *sql.Conn, string) error) (uint64, error) {
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return 0, err // nothing sent
 	}
-	session, err := b.session(ctx, conn)
+	s, err := b.session(ctx, conn)
 	if err != nil {
 		discard(conn)
 		return 0, err // nothing of stmt sent
 	}
-	if b.mariaDB.Load() == 1 {
+	if fast && !s.autocommit {
+		_ = conn.Close()
+		return s.id, errNoFastPath
+	}
+	if !fast && b.mariaDB.Load() == 1 {
+		// A fast-path UPDATE is one autocommitted statement: a timeout
+		// that cuts it rolls it back whole, and it is tried again.
 		stmt = mariaDBPrefix + stmt
 	}
 	b.sent.Add(1)
-	err = conn.QueryRowContext(ctx, stmt).Scan(dest...)
+	err = run(ctx, conn, stmt)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		if _, isServer := serverError(err); !isServer {
 			// The connection broke or ctx ended with the request sent:
 			// it may have run, and a request still on its way may run
 			// later. The connection is not used again.
 			discard(conn)
-			return session, &sentError{err: err, session: session}
+			return s.id, &sentError{err: err, session: s.id}
 		}
 	}
 	_ = conn.Close()
-	return session, err
+	return s.id, err
 }
 
 // discard closes conn and keeps the pool from using it again.
@@ -243,21 +286,29 @@ func discard(conn *sql.Conn) {
 	_ = conn.Close()
 }
 
-// session returns conn's server-side id, read once per connection.
-func (b *backend) session(ctx context.Context, conn *sql.Conn) (uint64, error) {
+// sessionInfo is what the backend knows of a pooled connection's session.
+type sessionInfo struct {
+	id         uint64 // the server's id of the session, which a cleanup KILLs
+	autocommit bool   // the session autocommits: the fast path may run
+}
+
+// session returns what conn's session is, read once per connection.
+func (b *backend) session(ctx context.Context, conn *sql.Conn) (sessionInfo, error) {
 	var key any
 	_ = conn.Raw(func(dc any) error { key = dc; return nil })
 	if v, ok := b.sessions.Load(key); ok {
-		return v.(uint64), nil
+		return v.(sessionInfo), nil
 	}
 	var (
-		id      uint64
-		version string
+		s          sessionInfo
+		version    string
+		autocommit int64
 	)
 	b.sent.Add(1)
-	if err := conn.QueryRowContext(ctx, connIDSQL).Scan(&id, &version); err != nil {
-		return 0, err
+	if err := conn.QueryRowContext(ctx, connIDSQL).Scan(&s.id, &version, &autocommit); err != nil {
+		return sessionInfo{}, err
 	}
+	s.autocommit = autocommit == 1
 	if strings.Contains(strings.ToLower(version), "mariadb") {
 		b.mariaDB.Store(1)
 	} else {
@@ -269,8 +320,8 @@ func (b *backend) session(ctx context.Context, conn *sql.Conn) (uint64, error) {
 		b.sessions.Clear()
 		b.nSessions.Store(1)
 	}
-	b.sessions.Store(key, id)
-	return id, nil
+	b.sessions.Store(key, s)
+	return s, nil
 }
 
 // kill ends session (a connection whose request's reply was lost), so that
@@ -345,19 +396,26 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	if b.onGrant != nil {
 		b.onGrant(req.Holder)
 	}
+	if !b.noFast {
+		stmt := fmt.Sprintf(b.fastGrant, literal(req.Resource), literal(req.Holder), nowSQL, ms(req.TTL), ms(b.retention))
+		n, token, err := b.exec(ctx, stmt)
+		switch {
+		case err == nil && n == 1 && token > 0:
+			return lockbackend.Outcome{
+				Granted: true,
+				Hold:    hold{req.Resource, req.Holder},
+				Token:   fence.Token(token),
+				Holder:  req.Holder,
+				Known:   req.TTL,
+			}, nil
+		case err != nil && !errors.Is(err, errNoFastPath):
+			return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err))
+		}
+	}
 	var kind, token, rem, place, ref sql.NullInt64
 	stmt := callSQL(grantProc, req.Resource, req.Holder, ms(req.TTL), ms(b.retention), life, req.Ordered, bellID)
-	err := b.call(ctx, stmt, &kind, &token, &rem, &place, &ref)
-	if err != nil {
-		err = translate(ctx, "Acquire", req.Resource, err)
-		if ctx.Err() != nil || mayHaveRun(err) {
-			// The grant may have been made: undo it, and the queue entry.
-			b.giveBack(ctx, req.Resource, req.Holder, err)
-			if ctx.Err() == nil {
-				err = fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, err)
-			}
-		}
-		return lockbackend.Outcome{}, err
+	if err := b.call(ctx, stmt, &kind, &token, &rem, &place, &ref); err != nil {
+		return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err))
 	}
 	remaining := time.Duration(rem.Int64) * time.Millisecond
 	switch kind.Int64 {
@@ -390,6 +448,18 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	return lockbackend.Outcome{}, fmt.Errorf("mysqllock: Acquire %q: unknown reply kind %d", req.Resource, kind.Int64)
 }
 
+// tryFailed is Try's error err: when the grant may have been made, it is
+// undone (its session killed, then released, the queue entry with it).
+func (b *backend) tryFailed(ctx context.Context, req *lockbackend.Request, err error) error {
+	if ctx.Err() != nil || mayHaveRun(err) {
+		b.giveBack(ctx, req.Resource, req.Holder, err)
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, err)
+		}
+	}
+	return err
+}
+
 // hold is a grant's record: what Extend, Release and TTL send.
 type hold struct {
 	resource, holder string
@@ -409,6 +479,15 @@ func unknown(ctx context.Context, err error) error {
 func (b *backend) release(ctx context.Context, op, resource, holder string, leaving bool) (bool, error) {
 	if err := checkArgs(ctx, op, resource, holder, 0, false); err != nil {
 		return false, err
+	}
+	if !leaving && !b.noFast {
+		n, _, err := b.exec(ctx, fmt.Sprintf(b.fastRel, literal(resource), literal(holder), nowSQL, ms(b.retention)))
+		switch {
+		case err == nil && n == 1:
+			return true, nil
+		case err != nil && !errors.Is(err, errNoFastPath):
+			return false, translate(ctx, op, resource, err)
+		}
 	}
 	var held sql.NullInt64
 	if err := b.call(ctx, callSQL(releaseProc, resource, holder, ms(b.retention), leaving), &held); err != nil {

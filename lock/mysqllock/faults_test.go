@@ -154,7 +154,8 @@ func TestLateGrantNeverStands(t *testing.T) {
 }
 
 // TestSessionDefaults: the lock is correct whatever the session's
-// defaults, set through the DSN on the user's own *sql.DB: autocommit off,
+// defaults, set through the DSN on the user's own *sql.DB: autocommit off
+// (every grant through the procedures), SIMULTANEOUS_ASSIGNMENT,
 // SERIALIZABLE, a hostile sql_mode, a lock wait timeout of 0 (fail at
 // once) and a statement timeout of 5ms. 8 Lockers x 15 rounds of Acquire,
 // a check that nobody else holds, and Release give no error.
@@ -162,7 +163,7 @@ func TestSessionDefaults(t *testing.T) {
 	for _, params := range []map[string]string{
 		{"autocommit": "0", "tx_isolation": "'SERIALIZABLE'"},
 		{"autocommit": "0", "tx_isolation": "'REPEATABLE-READ'"},
-		{"tx_isolation": "'READ-UNCOMMITTED'", "sql_mode": "'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT,ANSI'"},
+		{"tx_isolation": "'READ-UNCOMMITTED'", "sql_mode": "'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT,ANSI,SIMULTANEOUS_ASSIGNMENT'"},
 		{"innodb_lock_wait_timeout": "0", "max_statement_time": "0.005"},
 	} {
 		t.Run(fmt.Sprint(params), func(t *testing.T) {

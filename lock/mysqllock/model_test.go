@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/hex"
@@ -212,7 +213,7 @@ func TestLockModelMySQL(t *testing.T) {
 	testenv.Slow(t)
 	m, _ := newMyModel(t)
 	floors := modelFloors()
-	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors})
+	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)
 	r.Check(t, floors)
 }
@@ -251,7 +252,7 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	floors[lockmodel.WaiterAhead] = 0
 	floors[lockmodel.Queue] = 0
 	floors[lockmodel.Release] = 3
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors})
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)
 	r.Check(t, floors)
 	if f := proxy.Faults(); f.Lost == 0 {
@@ -271,7 +272,9 @@ type modelControl struct {
 	caughtBy []string
 }
 
-// modelEdit replaces old with new, once, in a procedure's definition.
+// modelEdit replaces old with new, once, in a procedure's definition, or
+// in the fast path's statements (procedure "fastGrantSQL",
+// "fastReleaseSQL").
 type modelEdit struct{ procedure, old, new string }
 
 var modelControls = []modelControl{
@@ -312,6 +315,28 @@ var modelControls = []modelControl{
 		},
 		caughtBy: []string{lockmodel.Queue, lockmodel.Release},
 	},
+	// The fast path's UPDATEs broken alone, the procedures left right:
+	// the uncontended phase makes the grants and releases they serve.
+	{
+		name:     "token not raised (fast path)",
+		edits:    []modelEdit{{"fastGrantSQL", "token = LAST_INSERT_ID(GREATEST(token + 1, %[3]s))", "token = LAST_INSERT_ID(token + 0 * %[3]s)"}},
+		caughtBy: []string{lockmodel.Tokens, lockmodel.Anchor},
+	},
+	{
+		name:     "expiry ignored (fast path)",
+		edits:    []modelEdit{{"fastGrantSQL", "AND (holder IS NULL OR expires_us <= %[3]s)", "AND (holder IS NULL OR 0 * %[3]s = 0)"}},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		name:     "release without the holder check (fast path)",
+		edits:    []modelEdit{{"fastReleaseSQL", "AND holder = %[2]s AND", "AND (holder = %[2]s OR holder IS NOT NULL) AND"}},
+		caughtBy: []string{lockmodel.Promise, lockmodel.Release},
+	},
+	{
+		name:     "release that keeps the lock (fast path)",
+		edits:    []modelEdit{{"fastReleaseSQL", "holder = NULL, expires_us = NULL,", "holder = holder, expires_us = expires_us,"}},
+		caughtBy: []string{lockmodel.Release},
+	},
 }
 
 // TestLockModelMySQLControls installs each broken variant in the test's
@@ -326,10 +351,44 @@ func TestLockModelMySQLControls(t *testing.T) {
 	var cs []lockmodel.Control
 	for _, c := range modelControls {
 		cs = append(cs, lockmodel.Control{Name: c.name, CaughtBy: c.caughtBy, Install: func(t testing.TB) (lockmodel.Backend, func()) {
-			return m.backend(config{}), installControl(t, admin, c.name, c.edits)
+			cfg, procs := fastEdits(t, c.name, c.edits)
+			return m.backend(cfg), installControl(t, admin, c.name, procs)
 		}})
 	}
-	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{})
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{Uncontended: uncontended(t)})
+}
+
+// uncontended is the phase of a run in which nobody queues (so that the
+// fast path serves the grants and releases): a third of the budget.
+func uncontended(t testing.TB) time.Duration { return lockmodel.Budget(t) / 3 }
+
+// fastEdits applies the edits of the fast path's statements to a config,
+// and returns it with the edits of procedures.
+func fastEdits(t testing.TB, name string, edits []modelEdit) (config, []modelEdit) {
+	t.Helper()
+	var (
+		cfg   config
+		procs []modelEdit
+	)
+	for _, e := range edits {
+		var stmt *string
+		switch e.procedure {
+		case "fastGrantSQL":
+			cfg.fastGrant = cmp.Or(cfg.fastGrant, fastGrantSQL)
+			stmt = &cfg.fastGrant
+		case "fastReleaseSQL":
+			cfg.fastRel = cmp.Or(cfg.fastRel, fastReleaseSQL)
+			stmt = &cfg.fastRel
+		default:
+			procs = append(procs, e)
+			continue
+		}
+		if strings.Count(*stmt, e.old) != 1 {
+			t.Fatalf("%s: the line %q is not in %s once: update the control", name, e.old, e.procedure)
+		}
+		*stmt = strings.Replace(*stmt, e.old, e.new, 1)
+	}
+	return cfg, procs
 }
 
 // installControl replaces, in db's database, each procedure edits name

@@ -39,8 +39,8 @@ const (
 	mariaDBPrefix = "SET STATEMENT max_statement_time=0 FOR "
 
 	// connIDSQL reads a connection's server-side id, which a cleanup
-	// KILLs, and the server's flavour.
-	connIDSQL = "SELECT CONNECTION_ID(), VERSION()"
+	// KILLs, the server's flavour and whether the session autocommits.
+	connIDSQL = "SELECT CONNECTION_ID(), VERSION(), @@autocommit"
 
 	// killSQL ends a session whose statement's reply was lost, so that it
 	// can run nothing more (a request still in the network included).
@@ -105,4 +105,44 @@ func writeLiteral(sb *strings.Builder, a any) {
 	default:
 		panic("mysqllock: no literal for a value of this type")
 	}
+}
+
+// The fast path: an uncontended grant or release is one UPDATE of the
+// resource's row, autocommitted, when the row exists, has no queue entries
+// (waiting is false) and, for a grant, is free or its lease has ended on
+// the server's clock. The grant's token comes back in the reply's
+// last-insert-id (LAST_INSERT_ID(expr)), which MySQL 8 and MariaDB both
+// send in the OK packet of an UPDATE: one round trip, without RETURNING
+// (MariaDB has none on UPDATE, MySQL none at all). An UPDATE that matches
+// no row changes nothing and the procedure decides, a second round trip:
+// a contended resource, a new one, a retry of a grant whose reply was
+// lost. A session whose autocommit is off always takes the procedures,
+// which commit themselves.
+//
+// retain_until_us is assigned before token so that it reads the old token
+// whether the session evaluates assignments left to right (the default)
+// or all at once (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+const (
+	fastGrantSQL = `UPDATE fencekit_lock SET
+    retain_until_us = GREATEST(%[3]s + %[4]d * 1000, token + 1) + %[5]d * 1000,
+    holder = %[2]s, expires_us = %[3]s + %[4]d * 1000, handed_ref = NULL, handed_us = NULL,
+    token = LAST_INSERT_ID(GREATEST(token + 1, %[3]s))
+WHERE resource = %[1]s AND NOT waiting AND (holder IS NULL OR expires_us <= %[3]s)
+  AND GREATEST(token + 1, %[3]s) <= 9007199254740991`
+
+	fastReleaseSQL = `UPDATE fencekit_lock SET
+    retain_until_us = GREATEST(%[3]s, token) + %[4]d * 1000,
+    holder = NULL, expires_us = NULL, handed_ref = NULL, handed_us = NULL
+WHERE resource = %[1]s AND holder = %[2]s AND expires_us > %[3]s AND NOT waiting`
+
+	// nowSQL is the server's clock in µs since the epoch, in UTC whatever
+	// the session's time zone, constant within a statement.
+	nowSQL = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+)
+
+// literal is a as an SQL literal (see writeLiteral).
+func literal(a any) string {
+	var sb strings.Builder
+	writeLiteral(&sb, a)
+	return sb.String()
 }

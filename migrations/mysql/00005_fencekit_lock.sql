@@ -11,6 +11,10 @@
 -- of the Redis and PostgreSQL locks, so a resource moved from them is
 -- admitted, and once a row is gone (reclaimed, or the table restored from
 -- an older backup) the clock alone issues tokens above every earlier one.
+-- waiting is set while the resource may have queue entries: a grant or a
+-- release of a row without it is one UPDATE (package mysqllock's fast
+-- path), and any other goes to the procedures, which keep it right.
+--
 -- A row is reclaimed only after retain_until_us, which is never before
 -- the lease's end plus the retention, nor before the clock has passed the
 -- row's counter.
@@ -30,6 +34,7 @@ CREATE TABLE IF NOT EXISTS fencekit_lock (
     record_token    BIGINT          NULL,
     record_holder   VARBINARY(255)  NULL,
     record_seq      BIGINT          NOT NULL DEFAULT 0,
+    waiting         BOOLEAN         NOT NULL DEFAULT FALSE,
     PRIMARY KEY (resource),
     KEY fencekit_lock_retain (retain_until_us)
 ) ENGINE = InnoDB ROW_FORMAT = DYNAMIC;
@@ -148,9 +153,15 @@ BEGIN
     DECLARE r_holder, granted VARBINARY(255);
     DECLARE r_token, r_expires, t_now, my_id, ahead, ring, k, tok, rem, pl, rf BIGINT;
     DECLARE found_row, fresh BOOLEAN;
+    DECLARE missing BOOLEAN DEFAULT FALSE;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET missing = TRUE;
     START TRANSACTION;
-    CALL fencekit_lock_row(p_resource, r_holder, r_token, r_expires, found_row);
+    SELECT holder, token, expires_us INTO r_holder, r_token, r_expires
+    FROM fencekit_lock WHERE resource = p_resource FOR UPDATE;
+    IF missing THEN
+        CALL fencekit_lock_row(p_resource, r_holder, r_token, r_expires, found_row);
+    END IF;
     SET t_now = TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6));
     decide: BEGIN
         IF r_holder IS NOT NULL AND r_expires > t_now THEN
@@ -210,8 +221,12 @@ BEGIN
           AND w.id < me.id AND w.refreshed_us + w.life_ms * 1000 >= t_now;
         SET rf = t_now;
     END IF;
+    UPDATE fencekit_lock SET waiting = EXISTS (SELECT 1 FROM fencekit_lock_waiter WHERE resource = p_resource)
+    WHERE resource = p_resource;
     COMMIT;
-    CALL fencekit_lock_ring(ring);
+    IF ring IS NOT NULL THEN
+        CALL fencekit_lock_ring(ring);
+    END IF;
     SELECT k, tok, rem, pl, rf;
 END
 -- +goose StatementEnd
@@ -249,9 +264,15 @@ BEGIN
                 WHERE resource = p_resource;
             END IF;
         END IF;
+        IF NOT done THEN
+            UPDATE fencekit_lock SET waiting = EXISTS (SELECT 1 FROM fencekit_lock_waiter WHERE resource = p_resource)
+            WHERE resource = p_resource;
+        END IF;
         COMMIT;
     END;
-    CALL fencekit_lock_ring(ring);
+    IF ring IS NOT NULL THEN
+        CALL fencekit_lock_ring(ring);
+    END IF;
     SELECT held;
 END
 -- +goose StatementEnd
