@@ -153,8 +153,8 @@ func (b *backend) call(ctx context.Context, stmt string, dest ...any) error {
 	})
 }
 
-// errNoFastPath says a fast-path UPDATE was not sent: the session's
-// autocommit is off, so the procedure, which commits itself, decides.
+// errNoFastPath says a fast-path UPDATE did not run: the session's
+// autocommit is off, or a timeout cut it, so the procedure decides.
 var errNoFastPath = errors.New("mysqllock: the session does not autocommit")
 
 // exec sends the fast path's UPDATE stmt on a connection of the pool that
@@ -206,6 +206,11 @@ func (b *backend) do(ctx context.Context, fast bool, stmt string, run func(conte
 			if b.pause(ctx, attempt) {
 				continue
 			}
+		case interrupted(err) && fast:
+			// A timeout of the session's (or a KILL QUERY) cut the
+			// autocommitted UPDATE, which rolled back whole: the
+			// procedure, which lifts the timeout, decides.
+			return errNoFastPath
 		case interrupted(err):
 			ran, session = true, session0
 			if b.pause(ctx, attempt) {
