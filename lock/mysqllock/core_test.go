@@ -44,6 +44,52 @@ func TestTokensIncrease(t *testing.T) {
 	}
 }
 
+// TestTokensAfterRestore: after the lock's table is put back to an older
+// state (a restore of an older backup: an older counter, the old holder's
+// lease), the next grant's token is still above every token issued, and
+// the restored lease ends by its expiry on the server's clock.
+func TestTokensAfterRestore(t *testing.T) {
+	db := migrated(t)
+	ctx := ctxFor(t, 30*time.Second)
+	l := newLocker(t, db)
+	first, err := l.TryAcquire(ctx, "restored", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE backup AS SELECT * FROM fencekit_lock`); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := first.Fence().Token
+	for range 10 {
+		ls, err := l.TryAcquire(ctx, "restored", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = max(last, ls.Fence().Token)
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{`DELETE FROM fencekit_lock`, `INSERT INTO fencekit_lock SELECT * FROM backup`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ls *lock.Lease
+	waitFor(t, func() bool {
+		ls, err = l.TryAcquire(ctx, "restored", time.Second)
+		return err == nil
+	})
+	t.Logf("first %d last %d after %d", first.Fence().Token, last, ls.Fence().Token)
+	if ls.Fence().Token <= last {
+		t.Fatalf("token %d after the restore, not above %d issued before", ls.Fence().Token, last)
+	}
+	_ = ls.Release(ctx)
+}
+
 // TestLeaseOnServerClock: the server ends a lease at its TTL on its own
 // clock: another Locker is refused before, granted after, and the first
 // holder's Extend and Release then answer ErrNotHeld.
@@ -197,6 +243,15 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 	if _, err := New(db, lock.WithPrefix("x:")); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New with a prefix = %v, want fence.ErrInvalid", err)
+	}
+	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("worker-1")); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("TryAcquire with an Owner = %v, want fence.ErrInvalid", err)
+	}
+	if _, err := l.FenceLock(ctx, "some:lock", "value"); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("FenceLock = %v, want fence.ErrInvalid", err)
+	}
+	if k := l.LockKey("r"); k != "" {
+		t.Errorf("LockKey = %q, want \"\"", k)
 	}
 	var rows, waiters int
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM fencekit_lock), (SELECT COUNT(*) FROM fencekit_lock_waiter)`).Scan(&rows, &waiters); err != nil {
