@@ -160,7 +160,7 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 				}
 				killed := false
 				b.sessions.Range(func(_, v any) bool {
-					if _, err := admin.ExecContext(ctx, "KILL "+strconv.FormatUint(v.(uint64), 10)); err == nil {
+					if _, err := admin.ExecContext(ctx, "KILL "+strconv.FormatUint(v.(sessionInfo).id, 10)); err == nil {
 						killed = true
 					}
 					return true
