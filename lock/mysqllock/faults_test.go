@@ -145,6 +145,7 @@ func lateGrant(t *testing.T, cfg config) (stood bool) {
 // lets the late grant stand for its whole 20s TTL under a holder nobody
 // has.
 func TestLateGrantNeverStands(t *testing.T) {
+	t.Parallel() // mostly waits for the held request
 	if lateGrant(t, config{}) {
 		t.Fatal("the grant of a caller that gave up stands")
 	}
@@ -282,3 +283,42 @@ func killAll(t testing.TB, db *sql.DB) {
 }
 
 var _ = lock.ErrNotHeld
+
+// TestCallsEndByContext: against a server that stopped answering (the
+// proxy holds every byte), every call returns by its context's deadline,
+// with an error matching it.
+func TestCallsEndByContext(t *testing.T) {
+	cfg := migratedConfig(t)
+	proxy := testenv.StartProxy(t, cfg.Addr)
+	pcfg := cfg.Clone()
+	pcfg.Addr = proxy.Addr()
+	db := testenv.OpenMySQL(t, pcfg)
+	l := newLocker(t, db)
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := l.TryAcquire(ctx, "silent", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	defer proxy.Unblock()
+	calls := map[string]func(context.Context) error{
+		"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "silent-2", time.Second); return err },
+		"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, "silent", time.Second); return err },
+		"Extend":     func(ctx context.Context) error { return lease.Extend(ctx, 20*time.Second) },
+		"TTL":        func(ctx context.Context) error { _, err := lease.TTL(ctx); return err },
+		"Release":    func(ctx context.Context) error { return lease.Release(ctx) },
+	}
+	for name, call := range calls {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		err := call(cctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s against a silent server = %v, want its deadline", name, err)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s returned %v after its 300ms deadline", name, took)
+		}
+	}
+}

@@ -123,6 +123,7 @@ func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpda
 // loses no acknowledged increment, while the same workload under the same
 // lock without the guard loses some (the negative control).
 func TestNoLostUpdateOnMySQLAlone(t *testing.T) {
+	t.Parallel() // mostly pauses past the lease
 	db := migrated(t)
 	fenced := runIncrements(t, db, "fenced_counter", true)
 	plain := runIncrements(t, db, "plain_counter", false)
