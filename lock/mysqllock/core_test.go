@@ -241,6 +241,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New(nil) = %v, want fence.ErrInvalid", err)
 	}
+	one := migrated(t)
+	one.SetMaxOpenConns(1)
+	if _, err := New(one); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("New on a *sql.DB of one connection = %v, want fence.ErrInvalid", err)
+	}
 	if _, err := New(db, lock.WithPrefix("x:")); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New with a prefix = %v, want fence.ErrInvalid", err)
 	}

@@ -31,7 +31,8 @@ import (
 // with an error matching [fence.ErrInvalid].
 //
 // While it has waiters, a Locker from New takes one connection out of
-// db's pool for its doorbell (see the package doc); call
+// db's pool for its doorbell (see the package doc), so db must allow two
+// or more unless the Locker polls (lock.WithWait); call
 // [lock.Locker.Close] when done with it. It never closes db.
 func New(db *sql.DB, opts ...lock.Option) (*lock.Locker, error) {
 	return newWith(db, config{}, opts...)
@@ -57,6 +58,10 @@ func newWith(db *sql.DB, extra config, opts ...lock.Option) (*lock.Locker, error
 			return nil, invalid("a node timeout is Redlock's; a MySQL lock has one server, bounded by each call's context")
 		case s.Retention < 0:
 			return nil, invalid("token retention %v is negative", s.Retention)
+		case !s.Poll && db.Stats().MaxOpenConnections == 1:
+			// The doorbell would hold the only connection while a waiter
+			// waits, and every other call would wait for it.
+			return nil, invalid("a *sql.DB limited to one connection: a waiting Locker's doorbell takes one; allow two or more, or give lock.WithWait")
 		}
 		cfg := extra
 		cfg.retention, cfg.poll, cfg.reclaim = s.Retention, s.Poll, reclaimEvery(s.Retention)
