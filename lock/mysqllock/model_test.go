@@ -219,8 +219,8 @@ func TestLockModelMySQL(t *testing.T) {
 }
 
 // TestLockModelMySQLFaults runs the lock model under faults: KILL of every
-// session of the actors (pools and doorbells), and replies lost on their
-// way through a proxy (the actors connect through it). No check may fail;
+// session of the actors (pools and doorbells), and replies stalled or lost
+// on their way through a proxy (the actors connect through it). No check may fail;
 // the faults must have happened.
 func TestLockModelMySQLFaults(t *testing.T) {
 	testenv.Slow(t)
@@ -230,6 +230,18 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	b := m.backend(config{})
 	b.Faults = []lockmodel.Fault{
 		{Name: "KILL", Inject: m.kill},
+		{Name: "stalled reply", Inject: func(ctx context.Context) error {
+			// A reply held past most callers' deadlines, then delivered
+			// (or dropped with its connection, once its caller gave up).
+			held := make(chan struct{})
+			proxy.HoldNextReply(300*time.Millisecond, func() { close(held) })
+			select {
+			case <-held:
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			return nil
+		}},
 		{Name: "lost reply", Inject: func(ctx context.Context) error {
 			lost := make(chan struct{})
 			proxy.LoseNextReply(func() { close(lost) })
