@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/migrations"
 )
 
 // lateProxy forwards connections to a MySQL server and can hold the next
@@ -282,8 +283,6 @@ func killAll(t testing.TB, db *sql.DB) {
 	}
 }
 
-var _ = lock.ErrNotHeld
-
 // TestCallsEndByContext: against a server that stopped answering (the
 // proxy holds every byte), every call returns by its context's deadline,
 // with an error matching it.
@@ -321,4 +320,43 @@ func TestCallsEndByContext(t *testing.T) {
 			t.Errorf("%s returned %v after its 300ms deadline", name, took)
 		}
 	}
+}
+
+// TestCrashKeepsLeases: the tables are InnoDB, so a lease granted before
+// the server is killed (SIGKILL) stands after its crash recovery: another
+// Locker is refused, the holder extends and releases it on new
+// connections, and the next token is above it.
+func TestCrashKeepsLeases(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel() // a private server of its own
+	srv := testenv.StartMySQL(t)
+	db := testenv.OpenMySQL(t, srv.Config())
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := migrations.UpMySQL(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newLocker(t, db), newLocker(t, db)
+	lease, err := a.TryAcquire(ctx, "crash", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	var na *lock.NotAcquiredError
+	if _, err := b.TryAcquire(ctx, "crash", time.Second); !errors.As(err, &na) {
+		t.Fatalf("TryAcquire after the crash = %v, want the lease granted before it to stand", err)
+	}
+	if err := lease.Extend(ctx, 30*time.Second); err != nil {
+		t.Fatalf("Extend after the crash: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release after the crash: %v", err)
+	}
+	next, err := b.TryAcquire(ctx, "crash", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Fence().Token <= lease.Fence().Token {
+		t.Fatalf("token %d after the crash, not above %d", next.Fence().Token, lease.Fence().Token)
+	}
+	_ = next.Release(ctx)
 }
