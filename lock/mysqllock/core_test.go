@@ -2,6 +2,7 @@ package mysqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -299,4 +300,44 @@ func TestCancelledLeavesNothing(t *testing.T) {
 		t.Fatalf("the resource is not free after a cancelled call: %v", err)
 	}
 	_ = lease.Release(context.Background())
+}
+
+// TestTokensExhausted: a grant whose token would pass 2^53-1 is refused
+// with ErrTokensExhausted, on the fast path and in the procedure, and the
+// lock stays free; Advance raises the counter and never lowers it.
+func TestTokensExhausted(t *testing.T) {
+	db := migrated(t)
+	ctx := ctxFor(t, 30*time.Second)
+	l := newLocker(t, db)
+	if err := l.Advance(ctx, "r", fence.MaxToken-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Advance(ctx, "r", 5); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(ctx, "r", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Fence().Token != fence.MaxToken {
+		t.Fatalf("token %d after Advance to MaxToken-1, want %d", lease.Fence().Token, fence.MaxToken)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fast", "procedure"} {
+		if name == "procedure" {
+			// A queue entry sends the grant to the procedure.
+			if _, err := db.ExecContext(ctx, `UPDATE fencekit_lock SET waiting = TRUE WHERE resource = 'r'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := l.TryAcquire(ctx, "r", time.Second); !errors.Is(err, lock.ErrTokensExhausted) {
+			t.Fatalf("%s: grant past 2^53-1 = %v, want ErrTokensExhausted", name, err)
+		}
+		var holder sql.NullString
+		if err := db.QueryRowContext(ctx, `SELECT holder FROM fencekit_lock WHERE resource = 'r'`).Scan(&holder); err != nil || holder.Valid {
+			t.Fatalf("%s: after the refusal the lock is held by %v (%v), want free", name, holder, err)
+		}
+	}
 }
