@@ -7,7 +7,8 @@
 //
 // Each instance takes the lock "lottery:<day>" with a short lease (the
 // Redis lock, or with -lock postgres the PostgreSQL lock of lock/pglock,
-// in the same database: no Redis at all),
+// in the same database: no Redis at all; or with -store mysql -lock mysql
+// the MySQL lock of lock/mysqllock, MariaDB or MySQL alone),
 // looks up the day's completion record (LookupOnce) and, if there is none,
 // draws through Once: the guard, a completion record for the key
 // "lottery-draw:<day>", the choice of winners and their rows commit in one

@@ -46,8 +46,12 @@ func (r *race) closeOthers() { r.closeOnce.Do(func() { close(r.othersDone) }) }
 
 // locker is an instance's own lock, as a separate process would have: a
 // Redis client's, or (Lock "postgres") a pool's of the PostgreSQL
-// database. done closes it.
+// database, or (Lock "mysql") a *sql.DB's of the MySQL database. done
+// closes it.
 func (r *race) locker(ctx context.Context) (l *lock.Locker, done func(), err error) {
+	if r.cfg.Lock == lockMySQL {
+		return mysqlLocker(r.cfg.MySQLDSN)
+	}
 	if r.cfg.Lock == lockPostgres {
 		pool, err := pgxpool.New(ctx, r.cfg.PostgresURL)
 		if err != nil {

@@ -27,9 +27,11 @@ type Config struct {
 	// for Store "mysql".
 	MySQLDSN string
 	// Lock names where the instances take their lock: "redis" (the Redis
-	// lock, at Redis) or "postgres" (lock/pglock, in the PostgreSQL
+	// lock, at Redis), "postgres" (lock/pglock, in the PostgreSQL
 	// database at PostgresURL: no Redis at all; Store "postgres" or
-	// "pgsql"). default: "redis".
+	// "pgsql") or "mysql" (lock/mysqllock, in the MySQL or MariaDB
+	// database at MySQLDSN: no Redis at all; Store "mysql"). default:
+	// "redis".
 	Lock string
 	// Redis is where the instances take their lock, with Lock "redis". Each
 	// instance opens its own client with these options.
@@ -181,10 +183,12 @@ func (c Config) normalised() (Config, error) {
 		return c, fmt.Errorf("%w: empty PostgreSQL URL", errConfig)
 	case c.Store == storeMySQL && c.MySQLDSN == "":
 		return c, fmt.Errorf("%w: empty MySQL DSN", errConfig)
-	case c.Lock != lockRedis && c.Lock != lockPostgres:
-		return c, fmt.Errorf("%w: lock %q, want %q or %q", errConfig, c.Lock, lockRedis, lockPostgres)
+	case c.Lock != lockRedis && c.Lock != lockPostgres && c.Lock != lockMySQL:
+		return c, fmt.Errorf("%w: lock %q, want %q, %q or %q", errConfig, c.Lock, lockRedis, lockPostgres, lockMySQL)
 	case c.Lock == lockPostgres && c.Store == storeMySQL:
 		return c, fmt.Errorf("%w: the PostgreSQL lock needs a PostgreSQL store (-store postgres or pgsql)", errConfig)
+	case c.Lock == lockMySQL && c.Store != storeMySQL:
+		return c, fmt.Errorf("%w: the MySQL lock needs the MySQL store (-store mysql)", errConfig)
 	case c.Lock == lockRedis && c.Redis.Addr == "":
 		return c, fmt.Errorf("%w: empty Redis address", errConfig)
 	case c.Day.IsZero():
@@ -277,6 +281,7 @@ const (
 
 	lockRedis    = "redis"
 	lockPostgres = "postgres"
+	lockMySQL    = "mysql"
 )
 
 // store is the database a run records its draw in.

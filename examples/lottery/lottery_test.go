@@ -42,6 +42,7 @@ var testStores = []testStore{
 	{"pgsql", testPgsqlConfig, storedPostgres},
 	{"mysql", testMySQLConfig, storedMySQL},
 	{"postgres-only", testPostgresOnlyConfig, storedPostgres},
+	{"mysql-only", testMySQLOnlyConfig, storedMySQL},
 }
 
 // testPostgresOnlyConfig is testConfig with the lock in PostgreSQL too:

@@ -26,7 +26,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	storeName := fs.String("store", storePostgres, "database to record the draw in: postgres (pgx), pgsql (PostgreSQL through database/sql) or mysql")
 	pgURL := fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (with -store postgres or pgsql)")
 	myDSN := fs.String("mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL or MariaDB DSN, user:password@tcp(host:port)/dbname (with -store mysql)")
-	lockName := fs.String("lock", lockRedis, "where to take the lock: redis, or postgres (in the -postgres database, no Redis; -store postgres or pgsql)")
+	lockName := fs.String("lock", lockRedis, "where to take the lock: redis, postgres (in the -postgres database, no Redis; -store postgres or pgsql) or mysql (in the -mysql database, no Redis; -store mysql)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address host:port (with -lock redis)")
 	instances := fs.Int("instances", 3, "instances racing for the draw")
 	day := fs.String("day", time.Now().Format(dayLayout), "day to draw, YYYY-MM-DD")

@@ -11,6 +11,8 @@ import (
 	drv "github.com/go-sql-driver/mysql"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/lock/mysqllock"
 	"github.com/fencekit/fencekit/migrations"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
@@ -214,4 +216,24 @@ func (m myInstance) draw(ctx context.Context, cfg Config, f fence.Fence) (ran bo
 	}
 	err = tx.Commit()
 	return err == nil, chosen, err
+}
+
+// mysqlLocker is an instance's lock on MySQL or MariaDB alone
+// (lock/mysqllock), on a *sql.DB of its own, as a separate process would
+// have; its tables come from the same migrations.UpMySQL as the guard's.
+func mysqlLocker(dsn string) (*lock.Locker, func(), error) {
+	cfg, err := drv.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: MySQL DSN: %w", errConfig, err)
+	}
+	db, err := openMySQL(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := mysqllock.New(db)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); db.Close() }, nil
 }

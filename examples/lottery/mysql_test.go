@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/storage/mysql"
 )
@@ -27,6 +29,15 @@ func testMySQLConfig(t *testing.T) Config {
 		TTL:        200 * time.Millisecond,
 		Pause:      true,
 	}
+}
+
+// testMySQLOnlyConfig is testMySQLConfig with the lock in MySQL too
+// (lock/mysqllock): no Redis at all.
+func testMySQLOnlyConfig(t *testing.T) Config {
+	t.Helper()
+	cfg := testMySQLConfig(t)
+	cfg.Lock, cfg.Redis, cfg.LockPrefix = lockMySQL, redis.Options{}, ""
+	return cfg
 }
 
 // storedMySQL counts what the day holds, as storedPostgres does.
@@ -68,6 +79,17 @@ func TestMySQLCommandLine(t *testing.T) {
 	}
 	if out := stdout.String(); !strings.Contains(out, "refused as stale") || !strings.Contains(out, "completion record lottery-draw:2032-05-01") || strings.Contains(out, "corrupt") {
 		t.Fatalf("output does not show one clean draw with the paused instance refused:\n%s", out)
+	}
+	// MariaDB alone: the lock too (no -redis; the Redis address given is
+	// not reachable, so a run that touched Redis would fail).
+	stdout.Reset()
+	stderr.Reset()
+	args = []string{"-store", "mysql", "-lock", "mysql", "-mysql", cfg.MySQLDSN, "-redis", "127.0.0.1:1", "-pause", "-ttl", "200ms", "-day", "2032-05-02"}
+	if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("MySQL alone: exit %d, stderr %q", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "refused as stale") || !strings.Contains(out, "completion record lottery-draw:2032-05-02") || strings.Contains(out, "corrupt") {
+		t.Fatalf("MySQL alone: output does not show one clean draw with the paused instance refused:\n%s", out)
 	}
 	stderr.Reset()
 	code := run(t.Context(), []string{"-store", "mysql", "-mysql", "root@tcp(127.0.0.1:1)/test"}, &bytes.Buffer{}, &stderr)

@@ -1,0 +1,454 @@
+package mysqllock
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// The lock model (internal/harness/lockmodel) on MariaDB: a run in a
+// database of its own, a run under faults (KILL of the actors' sessions,
+// replies lost through a proxy), and the negative controls, broken
+// variants of the migration's procedures installed in the test's database,
+// which the model must reject.
+
+// nowUS is the server's clock in µs, constant within a statement.
+const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
+// modelObserveSQL reads a resource in one statement (one read view), on
+// the server's clock: the holder of a lease not ended and its token, the
+// queue in order with how long each entry stays live unrefreshed (hex
+// holder ':' ms, comma separated), and the clock at the statement's start,
+// below every token granted after the reply. %s is the database.
+const modelObserveSQL = `SELECT
+    COALESCE((SELECT holder FROM %[1]s.fencekit_lock WHERE resource = ? AND expires_us > ` + nowUS + `), ''),
+    COALESCE((SELECT token FROM %[1]s.fencekit_lock WHERE resource = ? AND expires_us > ` + nowUS + `), 0),
+    COALESCE((SELECT GROUP_CONCAT(CONCAT(HEX(waiter), ':', FLOOR((refreshed_us + life_ms * 1000 - ` + nowUS + `) / 1000))
+        ORDER BY id SEPARATOR ',') FROM %[1]s.fencekit_lock_waiter WHERE resource = ?), ''),
+    ` + nowUS
+
+// modelGrantLog keeps a log of every grant the server makes (a holder or
+// a token set on a lock row), for the queue check: a waiter can be handed
+// the lock without ever learning it.
+var modelGrantLog = []string{
+	`CREATE TABLE lmodel_grant (resource VARBINARY(1024) NOT NULL, holder VARBINARY(255) NOT NULL, token BIGINT NOT NULL)`,
+	`CREATE TRIGGER lmodel_grant_ins AFTER INSERT ON fencekit_lock FOR EACH ROW
+     BEGIN IF NEW.holder IS NOT NULL THEN INSERT INTO lmodel_grant VALUES (NEW.resource, NEW.holder, NEW.token); END IF; END`,
+	`CREATE TRIGGER lmodel_grant_upd AFTER UPDATE ON fencekit_lock FOR EACH ROW
+     BEGIN IF NEW.holder IS NOT NULL AND (NOT (OLD.holder <=> NEW.holder) OR OLD.token <> NEW.token) THEN
+         INSERT INTO lmodel_grant VALUES (NEW.resource, NEW.holder, NEW.token); END IF; END`,
+}
+
+// myModel is the model's MySQL backend for one run: the actors' *sql.DBs
+// (closed by done), opened with actorsCfg, and the observer's, whose
+// sessions use another database, so that a fault kills the actors'
+// sessions by their database alone.
+type myModel struct {
+	t         *testing.T
+	observer  *sql.DB
+	dbName    string
+	actorsCfg *mysql.Config
+
+	mu  sync.Mutex
+	dbs []*sql.DB
+}
+
+func newMyModel(t *testing.T) (*myModel, *mysql.Config) {
+	t.Helper()
+	cfg := migratedConfig(t)
+	db := testenv.OpenMySQL(t, cfg.Clone())
+	ctx := ctxFor(t, 30*time.Second)
+	for _, s := range modelGrantLog {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("grant log: %v", err)
+		}
+	}
+	ocfg := cfg.Clone()
+	base, err := mysql.ParseDSN(testenv.MySQLBaseDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg.DBName = base.DBName
+	observer := testenv.OpenMySQL(t, ocfg)
+	observer.SetMaxOpenConns(2)
+	return &myModel{t: t, observer: observer, dbName: cfg.DBName, actorsCfg: cfg.Clone()}, cfg
+}
+
+// backend is the model's view of the lock on this database, with the
+// procedures' test hook noKill when asked.
+func (m *myModel) backend(extra config) lockmodel.Backend {
+	return lockmodel.Backend{
+		Name: "mysql",
+		Locker: func(_ int, seen func(string)) (*lock.Locker, error) {
+			conn, err := mysql.NewConnector(m.actorsCfg.Clone())
+			if err != nil {
+				return nil, err
+			}
+			db := sql.OpenDB(conn)
+			db.SetMaxOpenConns(4)
+			m.mu.Lock()
+			m.dbs = append(m.dbs, db)
+			m.mu.Unlock()
+			cfg := extra
+			cfg.onGrant = seen
+			return newWith(db, cfg)
+		},
+		Observe: m.observe,
+		Grants:  m.grants,
+		Close:   m.done,
+	}
+}
+
+func (m *myModel) done() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, db := range m.dbs {
+		_ = db.Close()
+	}
+	m.dbs = nil
+}
+
+func (m *myModel) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
+	var (
+		o       lockmodel.Observation
+		token   int64
+		holder  []byte
+		waiters string
+		floor   int64
+	)
+	q := fmt.Sprintf(modelObserveSQL, "`"+m.dbName+"`")
+	if err := m.observer.QueryRowContext(ctx, q, resource, resource, resource).Scan(&holder, &token, &waiters, &floor); err != nil {
+		return o, err
+	}
+	o.Holder, o.Token, o.Floor = string(holder), fence.Token(token), fence.Token(floor)
+	if waiters == "" {
+		return o, nil
+	}
+	for _, w := range strings.Split(waiters, ",") {
+		h, life, ok := strings.Cut(w, ":")
+		if !ok {
+			return o, fmt.Errorf("observe: queue entry %q", w)
+		}
+		name, err := hex.DecodeString(h)
+		if err != nil {
+			return o, err
+		}
+		ms, err := strconv.ParseInt(life, 10, 64)
+		if err != nil {
+			return o, err
+		}
+		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: string(name), Life: time.Duration(ms) * time.Millisecond})
+	}
+	return o, nil
+}
+
+func (m *myModel) grants(ctx context.Context, resource string) (map[string]fence.Token, error) {
+	rows, err := m.observer.QueryContext(ctx, "SELECT holder, MIN(token) FROM `"+m.dbName+"`.lmodel_grant WHERE resource = ? GROUP BY holder", resource)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]fence.Token{}
+	for rows.Next() {
+		var h []byte
+		var tok int64
+		if err := rows.Scan(&h, &tok); err != nil {
+			return nil, err
+		}
+		out[string(h)] = fence.Token(tok)
+	}
+	return out, rows.Err()
+}
+
+// kill ends every session of the actors' Lockers (their pools' and their
+// doorbells') with KILL.
+func (m *myModel) kill(ctx context.Context) error {
+	rows, err := m.observer.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?`, m.dbName)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if len(ids) == 0 {
+		return fmt.Errorf("no session of the actors to kill")
+	}
+	for _, id := range ids {
+		_, _ = m.observer.ExecContext(ctx, "KILL "+strconv.FormatInt(id, 10))
+	}
+	return nil
+}
+
+// modelFloors are the model's floors on MySQL: the default ones.
+func modelFloors() map[string]int {
+	floors := lockmodel.DefaultFloors()
+	floors[lockmodel.Release] = 10
+	return floors
+}
+
+// TestLockModelMySQL runs the lock model on the shared server, in a
+// database of its own, and judges every check with its floor.
+func TestLockModelMySQL(t *testing.T) {
+	testenv.Slow(t)
+	m, _ := newMyModel(t)
+	floors := modelFloors()
+	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
+	r.Report(t)
+	r.Check(t, floors)
+}
+
+// TestLockModelMySQLFaults runs the lock model under faults: KILL of every
+// session of the actors (pools and doorbells), and replies stalled or lost
+// on their way through a proxy (the actors connect through it). No check may fail;
+// the faults must have happened.
+func TestLockModelMySQLFaults(t *testing.T) {
+	testenv.Slow(t)
+	m, cfg := newMyModel(t)
+	proxy := testenv.StartProxy(t, cfg.Addr)
+	m.actorsCfg.Addr = proxy.Addr()
+	b := m.backend(config{})
+	b.Faults = []lockmodel.Fault{
+		{Name: "KILL", Inject: m.kill},
+		{Name: "stalled reply", Inject: func(ctx context.Context) error {
+			// A reply held past most callers' deadlines, then delivered
+			// (or dropped with its connection, once its caller gave up).
+			held := make(chan struct{})
+			proxy.HoldNextReply(300*time.Millisecond, func() { close(held) })
+			select {
+			case <-held:
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			return nil
+		}},
+		{Name: "lost reply", Inject: func(ctx context.Context) error {
+			lost := make(chan struct{})
+			proxy.LoseNextReply(func() { close(lost) })
+			select {
+			case <-lost:
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			return nil
+		}},
+	}
+	floors := lockmodel.DefaultFloors()
+	// Faults take much of a short run: fewer states to judge.
+	floors[lockmodel.Tokens] = 10
+	floors[lockmodel.Anchor] = 3
+	floors[lockmodel.Promise] = 10
+	floors[lockmodel.Renewal] = 0
+	floors[lockmodel.LateReleaseMet] = 0
+	floors[lockmodel.FreeWithWaiter] = 0
+	floors[lockmodel.WaiterAhead] = 0
+	floors[lockmodel.Queue] = 0
+	floors[lockmodel.Release] = 3
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t)})
+	r.Report(t)
+	r.Check(t, floors)
+	if f := proxy.Faults(); f.Lost == 0 {
+		t.Errorf("no reply was lost through the proxy (%+v)", f)
+	}
+	if r.Count("faults: KILL") == 0 {
+		t.Errorf("KILL: not injected in this run")
+	}
+}
+
+// modelControl is a broken variant of the lock: the migration's
+// procedures with one line each replaced, and the checks that must reject
+// it.
+type modelControl struct {
+	name     string
+	edits    []modelEdit
+	caughtBy []string
+}
+
+// modelEdit replaces old with new, once, in a procedure's definition, or
+// in the fast path's statements (procedure "fastGrantSQL",
+// "fastReleaseSQL").
+type modelEdit struct{ procedure, old, new string }
+
+var modelControls = []modelControl{
+	{
+		// Every grant, the try's own and the hand-over's to a waiter,
+		// reuses the resource's previous token.
+		name: "token not raised",
+		edits: []modelEdit{
+			{"fencekit_lock_grant", "SET tok = GREATEST(r_token + 1, t_now);", "SET tok = IF(r_token > 0, r_token, t_now);"},
+			{"fencekit_lock_hand_over", "SET t = GREATEST(p_token + 1, t_now);", "SET t = IF(p_token > 0, p_token, t_now);"},
+		},
+		caughtBy: []string{lockmodel.Tokens, lockmodel.Anchor},
+	},
+	{
+		// The lease's end counted on a client's clock, 400ms behind the
+		// server's, as if the client passed its own time.
+		name: "expiry on the client clock",
+		edits: []modelEdit{
+			{"fencekit_lock_grant", "expires_us = t_now + p_lease_ms * 1000,", "expires_us = t_now - 400000 + p_lease_ms * 1000,"},
+			{"fencekit_lock_hand_over", "expires_us = t_now + w_lease * 1000,", "expires_us = t_now - 400000 + w_lease * 1000,"},
+		},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		name: "release without the holder check",
+		edits: []modelEdit{
+			{"fencekit_lock_release", "r_holder = p_holder AND r_expires > t_now", "r_holder IS NOT NULL AND r_expires > t_now"},
+		},
+		caughtBy: []string{lockmodel.Promise, lockmodel.Release},
+	},
+	{
+		// A try that finds the lock free takes it, though live waiters
+		// are queued ahead of it.
+		name: "queue not respected",
+		edits: []modelEdit{
+			{"fencekit_lock_grant", "IF p_ordered AND ahead < COALESCE(my_id, 9223372036854775807) THEN",
+				"IF FALSE AND ahead < COALESCE(my_id, 9223372036854775807) THEN"},
+		},
+		caughtBy: []string{lockmodel.Queue, lockmodel.Release},
+	},
+	// The fast path's UPDATEs broken alone, the procedures left right:
+	// the uncontended phase makes the grants and releases they serve.
+	{
+		name:     "token not raised (fast path)",
+		edits:    []modelEdit{{"fastGrantSQL", "token = LAST_INSERT_ID(GREATEST(token + 1, %[3]s))", "token = LAST_INSERT_ID(token + 0 * %[3]s)"}},
+		caughtBy: []string{lockmodel.Tokens, lockmodel.Anchor},
+	},
+	{
+		name:     "expiry ignored (fast path)",
+		edits:    []modelEdit{{"fastGrantSQL", "AND (holder IS NULL OR expires_us <= %[3]s)", "AND (holder IS NULL OR 0 * %[3]s = 0)"}},
+		caughtBy: []string{lockmodel.Promise},
+	},
+	{
+		name:     "release without the holder check (fast path)",
+		edits:    []modelEdit{{"fastReleaseSQL", "AND holder = %[2]s AND", "AND (holder = %[2]s OR holder IS NOT NULL) AND"}},
+		caughtBy: []string{lockmodel.Promise, lockmodel.Release},
+	},
+	{
+		name:     "release that keeps the lock (fast path)",
+		edits:    []modelEdit{{"fastReleaseSQL", "holder = NULL, expires_us = NULL,", "holder = holder, expires_us = expires_us,"}},
+		caughtBy: []string{lockmodel.Release},
+	},
+}
+
+// TestLockModelMySQLControls installs each broken variant in the test's
+// database and runs the model on it with three seeds (a run goes on until
+// its variant has gone wrong, for at most four times a third of the
+// model's budget): each must be rejected, by the checks that should catch
+// it, in most of them.
+func TestLockModelMySQLControls(t *testing.T) {
+	testenv.Slow(t)
+	m, cfg := newMyModel(t)
+	admin := testenv.OpenMySQL(t, cfg.Clone())
+	var cs []lockmodel.Control
+	for _, c := range modelControls {
+		cs = append(cs, lockmodel.Control{Name: c.name, CaughtBy: c.caughtBy, Install: func(t testing.TB) (lockmodel.Backend, func()) {
+			cfg, procs := fastEdits(t, c.name, c.edits)
+			return m.backend(cfg), installControl(t, admin, c.name, procs)
+		}})
+	}
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t)/lockmodel.ControlRuns, lockmodel.Config{Uncontended: uncontended(t)})
+}
+
+// uncontended is the phase of a run in which nobody queues (so that the
+// fast path serves the grants and releases): a third of the budget.
+func uncontended(t testing.TB) time.Duration { return lockmodel.Budget(t) / 3 }
+
+// fastEdits applies the edits of the fast path's statements to a config,
+// and returns it with the edits of procedures.
+func fastEdits(t testing.TB, name string, edits []modelEdit) (config, []modelEdit) {
+	t.Helper()
+	var (
+		cfg   config
+		procs []modelEdit
+	)
+	for _, e := range edits {
+		var stmt *string
+		switch e.procedure {
+		case "fastGrantSQL":
+			cfg.fastGrant = cmp.Or(cfg.fastGrant, fastGrantSQL)
+			stmt = &cfg.fastGrant
+		case "fastReleaseSQL":
+			cfg.fastRel = cmp.Or(cfg.fastRel, fastReleaseSQL)
+			stmt = &cfg.fastRel
+		default:
+			procs = append(procs, e)
+			continue
+		}
+		if strings.Count(*stmt, e.old) != 1 {
+			t.Fatalf("%s: the line %q is not in %s once: update the control", name, e.old, e.procedure)
+		}
+		*stmt = strings.Replace(*stmt, e.old, e.new, 1)
+	}
+	return cfg, procs
+}
+
+// installControl replaces, in db's database, each procedure edits name
+// with its edited definition, and returns what puts the originals back.
+func installControl(t testing.TB, db *sql.DB, name string, edits []modelEdit) (undo func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type def struct{ proc, src string }
+	var defs []def
+	replace := func(ctx context.Context, proc, src string) error {
+		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+proc); err != nil {
+			return err
+		}
+		_, err := db.ExecContext(ctx, src)
+		return err
+	}
+	undo = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := len(defs) - 1; i >= 0; i-- {
+			if err := replace(ctx, defs[i].proc, defs[i].src); err != nil {
+				t.Errorf("restore after %s: %v", name, err)
+			}
+		}
+	}
+	for _, e := range edits {
+		src := procedureSource(t, db, e.procedure)
+		if strings.Count(src, e.old) != 1 {
+			undo()
+			t.Fatalf("%s: the line %q is not in %s once: update the control", name, e.old, e.procedure)
+		}
+		if err := replace(ctx, e.procedure, strings.Replace(src, e.old, e.new, 1)); err != nil {
+			undo()
+			t.Fatalf("install %s: %v", name, err)
+		}
+		defs = append(defs, def{e.procedure, src})
+	}
+	return undo
+}
+
+// procedureSource is proc's CREATE PROCEDURE statement as the server
+// keeps it.
+func procedureSource(t testing.TB, db *sql.DB, proc string) string {
+	t.Helper()
+	var name, mode, src, cs, coll, dbColl sql.NullString
+	if err := db.QueryRow("SHOW CREATE PROCEDURE "+proc).Scan(&name, &mode, &src, &cs, &coll, &dbColl); err != nil {
+		t.Fatal(err)
+	}
+	return src.String
+}
