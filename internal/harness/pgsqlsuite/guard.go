@@ -220,6 +220,7 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 		if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
 			t.Fatal(err)
 		}
+		p1 := pid(t, e.ctx, tx1)
 		started := make(chan struct{})
 		done := make(chan error, 1)
 		fn := func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") }
@@ -233,7 +234,7 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 			done <- err
 		}()
 		<-started
-		e.waitGuardWaiter()
+		e.waitBlockedBy(p1)
 		if err := tx1.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -250,12 +251,13 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 	if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
 		t.Fatal(err)
 	}
+	p1 := pid(t, e.ctx, tx1)
 	done := make(chan error, 1)
 	go func() {
 		done <- pgsql.InTx(e.ctx, e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, older,
 			func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") })
 	}()
-	e.waitGuardWaiter()
+	e.waitBlockedBy(p1)
 	if err := tx1.Commit(); err != nil {
 		t.Fatal(err)
 	}
