@@ -202,8 +202,7 @@ func testStaleGuardHoldsRowLock(t *testing.T, d Driver) {
 }
 
 // testInTxAndOnceLose is testMarkHolderLosesToTheRaiseItWaitedFor for the
-// raising guard of InTx and Once: the fence that holds the mark (which InTx
-// and Once admit without a write) meets a newer holder that raised the
+// raising guard of InTx and Once: the fence that holds the mark meets a newer holder that raised the
 // mark and has not committed: InTx waits for it, then judges the row
 // version it locked, not its statement's snapshot, which still shows its
 // own fence as the mark. At READ COMMITTED a guard that judged the
