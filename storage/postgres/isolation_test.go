@@ -10,8 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/migrations"
 	"github.com/fencekit/fencekit/storage/postgres"
 )
 
@@ -81,8 +84,60 @@ func TestNewerHolderSeesTheMarkHoldersLastCommit(t *testing.T) {
 	}
 }
 
+// TestNewerHolderSeesTheMarkHoldersLastCommitAtTheDatabaseDefault is the
+// same case with both transactions at the level the database's
+// default_transaction_isolation gives (TxOptions left zero), on a database
+// of the test's own set to REPEATABLE READ and to SERIALIZABLE: the guard
+// cannot learn the level from its caller.
+func TestNewerHolderSeesTheMarkHoldersLastCommitAtTheDatabaseDefault(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable"} {
+		for _, path := range isoPaths {
+			t.Run(path.name+"/"+level, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_isodefault_")
+				t.Cleanup(drop)
+				conn, err := pgx.Connect(ctx, u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var name string
+				if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+					t.Fatal(err)
+				}
+				_, err = conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_isolation = '`+level+`'`)
+				_ = conn.Close(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool, err := pgxpool.New(ctx, u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close) // registered after drop, so it runs first
+				db := stdlib.OpenDBFromPool(pool)
+				err = migrations.Up(ctx, db)
+				_ = db.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got string
+				if err := pool.QueryRow(ctx, `SHOW default_transaction_isolation`).Scan(&got); err != nil || got != level {
+					t.Fatalf("default_transaction_isolation = %q (%v), want %q", got, err, level)
+				}
+				newerHolderOn(t, ctx, pool, path.run, "", "")
+			})
+		}
+	}
+}
+
 func newerHolderCase(t *testing.T, run func(context.Context, *pgxpool.Pool, pgx.TxIsoLevel, fence.Fence, postgres.TxFunc) error, older, newer pgx.TxIsoLevel) {
 	ctx, pool := setup(t)
+	newerHolderOn(t, ctx, pool, run, older, newer)
+}
+
+// newerHolderOn is newerHolderCase on pool, a migrated database.
+func newerHolderOn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, run func(context.Context, *pgxpool.Pool, pgx.TxIsoLevel, fence.Fence, postgres.TxFunc) error, older, newer pgx.TxIsoLevel) {
 	mustExec(t, ctx, pool, `CREATE TABLE ledger (id serial PRIMARY KEY, amount bigint NOT NULL)`)
 	mustExec(t, ctx, pool, `INSERT INTO ledger (amount) VALUES (150)`)
 	old, nu := fenceOf("acct", 5, "old"), fenceOf("acct", 6, "new")
