@@ -72,6 +72,7 @@ type sqlRun struct {
 	levelMu  sync.Mutex
 	levelRng *rand.Rand                       // draws each transaction's isolation level
 	atLevel  map[pgx.TxIsoLevel]*atomic.Int64 // txrmw and txread calls answered at each level
+	dbLevel  pgx.TxIsoLevel                   // the database's default_transaction_isolation
 
 	mu   sync.Mutex
 	errs map[string]int
@@ -79,7 +80,7 @@ type sqlRun struct {
 
 // sqlLevels are pgLevels as database/sql names them.
 var sqlLevels = map[pgx.TxIsoLevel]sql.IsolationLevel{
-	pgx.ReadCommitted: sql.LevelReadCommitted, pgx.RepeatableRead: sql.LevelRepeatableRead, pgx.Serializable: sql.LevelSerializable,
+	"": sql.LevelDefault, pgx.ReadCommitted: sql.LevelReadCommitted, pgx.RepeatableRead: sql.LevelRepeatableRead, pgx.Serializable: sql.LevelSerializable,
 }
 
 // rrShape reports a run of the REPEATABLE READ shape (pgRRShape,
@@ -93,12 +94,18 @@ func (r *sqlRun) level() pgx.TxIsoLevel {
 	}
 	r.levelMu.Lock()
 	defer r.levelMu.Unlock()
+	if r.levelRng.IntN(4) == 0 {
+		return "" // the database's default
+	}
 	return pgLevels[r.levelRng.IntN(len(pgLevels))]
 }
 
 // judgedAt counts a transaction at level whose answer the checker judges,
 // as pgRun's does.
 func (r *sqlRun) judgedAt(level pgx.TxIsoLevel, err error) {
+	if level == "" {
+		level = r.dbLevel
+	}
 	var stale *fence.StaleError
 	if err == nil || errors.As(err, &stale) || errors.Is(err, pgsql.ErrRetryable) {
 		r.atLevel[level].Add(1)
@@ -209,7 +216,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	pgSlot <- struct{}{}
 	defer func() { <-pgSlot }()
 	ctx := context.Background()
-	base := testenv.PostgresURL(t)
+	base, dbLevel := pgRunURL(t, b, variant)
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +250,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
 	r := &sqlRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
 		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{},
-		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}}
+		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}, dbLevel: dbLevel}
 	for _, l := range pgLevels {
 		r.atLevel[l] = new(atomic.Int64)
 	}

@@ -182,6 +182,7 @@ type pgRun struct {
 	levelMu  sync.Mutex
 	levelRng *rand.Rand                       // draws each transaction's isolation level
 	atLevel  map[pgx.TxIsoLevel]*atomic.Int64 // txrmw and txread calls answered at each level
+	dbLevel  pgx.TxIsoLevel                   // the database's default_transaction_isolation
 
 	mu   sync.Mutex
 	errs map[string]int
@@ -244,7 +245,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	pgSlot <- struct{}{}
 	defer func() { <-pgSlot }()
 	ctx := context.Background()
-	url := testenv.PostgresURL(t)
+	url, dbLevel := pgRunURL(t, b, variant)
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +274,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
 	r := &pgRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
 		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{},
-		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}}
+		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}, dbLevel: dbLevel}
 	for _, l := range pgLevels {
 		r.atLevel[l] = new(atomic.Int64)
 	}
@@ -792,6 +793,39 @@ type pgCall struct {
 // pgLockOnly).
 func (r *pgRun) rrShape() bool { return r.variant == pgLockOnly || r.variant == pgRRShape }
 
+// pgRunURL is the URL a PostgreSQL checker's run works on: a schema of its
+// own, whose database defaults to READ COMMITTED, in a third of the sound
+// runs (by seed); in the others a database of its own whose
+// default_transaction_isolation is REPEATABLE READ or SERIALIZABLE, so that
+// the calls that take the default (Exec, Query, Once, Table, and the
+// transactions drawn at the default) run at it. It returns that default.
+func pgRunURL(t testing.TB, b Budget, variant pgVariant) (string, pgx.TxIsoLevel) {
+	t.Helper()
+	defaults := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+	level := defaults[b.Seed%3]
+	if variant != pgSound || level == pgx.ReadCommitted {
+		return testenv.PostgresURL(t), pgx.ReadCommitted
+	}
+	u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_history_")
+	t.Cleanup(drop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var name string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_isolation = '`+string(level)+`'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("postgres: the run's database defaults to %s", level)
+	return u, level
+}
+
 // level draws the isolation level of a transaction: REPEATABLE READ for
 // the lock-only control, any of pgLevels otherwise.
 func (r *pgRun) level() pgx.TxIsoLevel {
@@ -800,6 +834,9 @@ func (r *pgRun) level() pgx.TxIsoLevel {
 	}
 	r.levelMu.Lock()
 	defer r.levelMu.Unlock()
+	if r.levelRng.IntN(4) == 0 {
+		return "" // the database's default
+	}
 	return pgLevels[r.levelRng.IntN(len(pgLevels))]
 }
 
@@ -807,6 +844,9 @@ func (r *pgRun) level() pgx.TxIsoLevel {
 // admitted, refused, or rolled back (a serialization failure counts as a
 // refusal, never as a lost write).
 func (r *pgRun) judgedAt(level pgx.TxIsoLevel, err error) {
+	if level == "" {
+		level = r.dbLevel
+	}
 	var stale *fence.StaleError
 	if err == nil || errors.As(err, &stale) || errors.Is(err, postgres.ErrRetryable) {
 		r.atLevel[level].Add(1)
