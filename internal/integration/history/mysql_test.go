@@ -156,6 +156,10 @@ var myLevels = []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sq
 // level draws the isolation level of a transaction, and the level it runs
 // at.
 func (r *myRun) level() (opts *sql.TxOptions, at sql.IsolationLevel) {
+	if r.variant != mySound {
+		// The controls keep the transactions they were tuned on.
+		return nil, r.sessionLevel
+	}
 	r.levelMu.Lock()
 	l := myLevels[r.levelRng.IntN(len(myLevels))]
 	r.levelMu.Unlock()
@@ -263,12 +267,15 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 		r.atLevel[l.String()] = new(atomic.Int64)
 	}
 	// The sessions' default: InnoDB's (REPEATABLE READ) in a third of the
-	// runs, changed to READ COMMITTED or SERIALIZABLE in the others.
+	// sound runs, changed to READ COMMITTED or SERIALIZABLE in the others.
 	sessionDefaults := []struct {
 		level sql.IsolationLevel
 		value string
 	}{{sql.LevelRepeatableRead, ""}, {sql.LevelReadCommitted, "'READ-COMMITTED'"}, {sql.LevelSerializable, "'SERIALIZABLE'"}}
 	sd := sessionDefaults[b.Seed%3]
+	if variant != mySound {
+		sd = sessionDefaults[0] // the controls keep the sessions they were tuned on
+	}
 	r.sessionLevel = sd.level
 	t.Logf("mysql: the workers' sessions default to %s", sd.level)
 	for range myWorkers {
