@@ -24,6 +24,7 @@ import (
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
 	fkredis "github.com/fencekit/fencekit/storage/redis"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
@@ -77,6 +78,65 @@ func redisStorage() storage {
 func postgresStorage() storage {
 	return storage{name: "postgres", make: func(t *testing.T) workload.Counter {
 		return &workload.PostgresCounter{Pool: migratedPool(t, "")}
+	}}
+}
+
+// postgresLevelsStorage is postgresStorage on a database of the test's own
+// whose default_transaction_isolation is REPEATABLE READ (so the pipelined
+// fenced writes run at it), with each fenced read at READ COMMITTED,
+// REPEATABLE READ or SERIALIZABLE, drawn per read: a guard that admits a
+// newer holder with a snapshot older than the older holder's last commit
+// loses updates here.
+func postgresLevelsStorage() storage {
+	return storage{name: "postgres at every isolation level", make: func(t *testing.T) workload.Counter {
+		ctx := context.Background()
+		u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_iso_")
+		t.Cleanup(drop)
+		admin, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(ctx)
+		var name string
+		if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_isolation = 'repeatable read'`); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("pgx", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := migrations.Up(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.New(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close) // registered after drop, so it runs first
+		return &workload.PostgresCounter{Pool: pool, Levels: []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}}
+	}}
+}
+
+// mysqlLevelsStorage is mysqlStorage with its sessions defaulting to
+// SERIALIZABLE (a session setting on the test's own connections) and each
+// fenced read at the session's default, READ COMMITTED, REPEATABLE READ or
+// SERIALIZABLE.
+func mysqlLevelsStorage() storage {
+	return storage{name: "mysql at every isolation level", make: func(t *testing.T) workload.Counter {
+		cfg := testenv.MySQLConfig(t)
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["tx_isolation"] = "'SERIALIZABLE'"
+		db := testenv.OpenMySQL(t, cfg)
+		if err := migrations.UpMySQL(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		return &workload.MySQLCounter{DB: db, Levels: []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}}
 	}}
 }
 
@@ -163,7 +223,7 @@ func requireSafe(t *testing.T, res workload.Result) {
 // does not lose Redis data.
 func TestFencedNoLostUpdates(t *testing.T) {
 	t.Parallel()
-	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage()} {
+	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage(), postgresLevelsStorage(), mysqlLevelsStorage()} {
 		t.Run(st.name+"/pause past the lease", func(t *testing.T) {
 			requireSafe(t, run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced}))
 		})

@@ -1,60 +1,78 @@
 package pgcore
 
-// The guard table, its function and the completion table are created by
+// The guard table, its functions and the completion table are created by
 // the migrations package and found through the connection's search_path.
+//
+// Every guard that admits a fence writes a new version of the guard row,
+// even when the fence already holds the mark (every write of a lease after
+// its first): admission comes before the snapshot only if the next holder's
+// guard conflicts with that version (DESIGN.md, 4f). At READ COMMITTED the
+// next holder waits for the row and its later statements take new
+// snapshots, which see this transaction's commit. At REPEATABLE READ and
+// SERIALIZABLE its snapshot was taken by its first statement, before its
+// guard's wait ended; a row version committed after that snapshot makes its
+// guard fail with a serialization failure (40001, a retryable refusal),
+// whatever the isolation level of the transaction that wrote it. A guard
+// that only locks the row (what migrations 00005 and 00009's functions do
+// for the fence that holds the mark) leaves nothing that conflicts, and
+// the newer holder was admitted with a snapshot older than the older
+// holder's last commit.
+//
+// The admission is one upsert (guardUpsert): ON CONFLICT DO UPDATE locks the
+// newest version of the row, waiting for a holder's transaction, and judges
+// the admission rule on that version, never on the statement's snapshot (at
+// READ COMMITTED it follows a version committed while it waited; at
+// REPEATABLE READ and above such a version fails it with 40001). It locks
+// the row even when the rule refuses, so a refused caller holds the row
+// lock too and the mark it then reads is the one it lost to. Only a refusal
+// calls a function of the migrations, which tells the mark in the form each
+// caller needs.
+const guardUpsert = `INSERT INTO fencekit_guard AS g (resource, token, holder)
+	VALUES ($1, $2, $3)
+	ON CONFLICT (resource) DO UPDATE
+		SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
+		WHERE EXCLUDED.token > g.token
+		   OR (EXCLUDED.token = g.token AND EXCLUDED.holder = g.holder)`
+
 const (
-	// GuardSQL admits (resource, token, holder) and raises the mark, or
-	// returns no row when the fence is stale, without aborting the
-	// transaction. It always takes the guard row's lock, and writes a new
-	// row version only when the mark changes: a transaction that presents
-	// the fence that already holds the mark (every write of a lease after
-	// its first) locks the row and writes nothing.
-	//
-	// The rule runs in fencekit_guard_try (migration 00005), whose
-	// statements the server plans once per session: drivers that do not
-	// prepare statements (lib/pq, pgx's simple protocol) plan only this
-	// call each time. The function locks the row with FOR UPDATE, which at
-	// READ COMMITTED waits for a holder's transaction and then returns the
-	// row version it locked, not the one in the statement's snapshot:
-	// judging the mark from the snapshot would admit a fence that a newer
-	// holder, committed while it waited, has made stale. When the locked
-	// row holds this very fence, it admits from it; otherwise its upsert
-	// judges by the admission rule against the row it locks (ON CONFLICT DO
-	// UPDATE locks the conflicting row even when its WHERE is false, so a
-	// stale caller holds the row lock too and the mark it then reads is the
-	// one it lost to), and waits for and judges a row that another
-	// transaction inserted meanwhile.
-	GuardSQL = `SELECT true WHERE fencekit_guard_try($1, $2, $3)`
+	// GuardSQL admits (resource, token, holder), writing the guard row as
+	// the package comment says, and returns a row when it admitted and none
+	// when the fence is stale, without aborting the transaction; the row
+	// stays locked by the transaction either way.
+	GuardSQL = guardUpsert + `
+	RETURNING true`
 
 	// GuardJudgeSQL is GuardSQL for a guard in the caller's own
 	// transaction that also returns, in the same statement, whether the
 	// guard row is held at the top level of the transaction (TopLevelSQL's
-	// judgment) and the mark after the call: the fence when admitted, the
-	// mark that refused it otherwise (fencekit_guard_judge, migration
-	// 00009). Guard needs no statement more for either.
-	GuardJudgeSQL = `SELECT admitted, top_level, mark_token, mark_holder FROM fencekit_guard_judge($1, $2, $3)`
+	// judgment: the version the upsert wrote carries the top-level
+	// transaction id, never a savepoint's) and the mark after the call:
+	// the fence when admitted, the mark that refused it otherwise (then read
+	// by fencekit_guard_judge, migration 00009, on the row the upsert
+	// locked). Guard needs no statement more for either.
+	GuardJudgeSQL = `WITH u AS (` + guardUpsert + `
+	RETURNING g.token, g.holder, g.xmin::text::bigint = txid_current() % 4294967296 AS top_level)
+SELECT true, u.top_level, u.token, u.holder FROM u
+UNION ALL
+SELECT j.admitted, j.top_level, j.mark_token, j.mark_holder
+FROM fencekit_guard_judge($1, $2, $3) AS j WHERE NOT EXISTS (SELECT FROM u)`
 
 	// HighWaterSQL reads a resource's mark.
 	HighWaterSQL = `SELECT token, holder FROM fencekit_guard WHERE resource = $1`
 
-	// GuardAdmitSQL is the raising form of GuardSQL, for pipelined batches:
-	// a stale fence fails with SQLSTATE CodeStale and aborts the transaction.
-	GuardAdmitSQL = `SELECT fencekit_guard_admit($1, $2, $3)`
+	// GuardAdmitSQL is the raising form of GuardSQL, for pipelined batches
+	// and the transactions InTx and Once begin: a stale fence fails with
+	// SQLSTATE CodeStale (raised by fencekit_guard_admit, called only on a
+	// refusal, which judges the row the upsert left locked and puts the mark
+	// in DETAIL) and aborts the transaction. It returns no row.
+	GuardAdmitSQL = `WITH u AS (` + guardUpsert + `
+	RETURNING true)
+SELECT fencekit_guard_admit($1, $2, $3) WHERE NOT EXISTS (SELECT FROM u)`
 
-	// GuardAdmitLockedSQL is GuardAdmitSQL that admits the fence holding
-	// the mark (every write of a lease after its first) without calling the
-	// function, for drivers that prepare it once per connection: the plain
-	// statement's plan is kept, and it skips the function's call (PL/pgSQL's
-	// frame and its statements' own executor runs).
-	// Its EXISTS locks the guard row with FOR UPDATE, which at READ
-	// COMMITTED waits for a holder's transaction, locks the newest row
-	// version and checks the row's mark against the fence again on that
-	// version (EvalPlanQual), never on the snapshot's: it answers true only
-	// when the locked version holds this very fence, and leaves the row
-	// locked either way. Any other case (a rise, a refusal, a row the
-	// snapshot does not see) goes to fencekit_guard_admit, whose statements
-	// judge the row they lock as GuardSQL says.
-	GuardAdmitLockedSQL = `SELECT CASE WHEN EXISTS (SELECT FROM fencekit_guard WHERE resource = $1 AND token = $2 AND holder = $3 FOR UPDATE) THEN NULL ELSE fencekit_guard_admit($1, $2, $3) END`
+	// GuardAdmitLockedSQL was GuardAdmitSQL without the function's call for
+	// the fence holding the mark, which only locked the row; every
+	// admission now writes it, so it is GuardAdmitSQL.
+	GuardAdmitLockedSQL = GuardAdmitSQL
 
 	// OnceClaimSQL writes key's completion record unless one exists, and
 	// returns a row only when it wrote one. Against a record that another

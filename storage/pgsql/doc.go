@@ -70,22 +70,27 @@
 // sends each in one (3, 4, 1 and 1): set it. The guard's arguments are
 // always sent as arguments, never written into its text. pgx's stdlib
 // prepares a statement on a connection's first use of it (one more round
-// trip, once); with its statement cache (its default) InTx's guard admits
-// the fence that holds the mark in a plain statement, without calling the
-// guard function. A refused fence costs nothing more: the statement that
-// refuses it carries the mark it lost to. The guard locks the guard row
-// every time but writes it only when the mark changes: a transaction under
-// the fence that holds the mark (every one of a lease after its first)
-// writes the rows of its own statements and no other.
+// trip, once). The guard admits in a plain upsert, without calling a
+// function; a refused fence costs nothing more: the statement that refuses
+// it carries the mark it lost to. Every admitted guard writes one new
+// version of the guard row, the fence that holds the mark included (see
+// "Isolation levels and retries" for why).
 //
 // # Isolation levels and retries
 //
-// The guard is correct at every isolation level: at READ COMMITTED a holder
-// that waited for the guard row sees the mark its rival committed; at
-// REPEATABLE READ and SERIALIZABLE, PostgreSQL instead aborts a transaction
-// whose guard row was raised after its snapshot (SQLSTATE 40001), which
-// returns an error matching [ErrRetryable]. Run the whole transaction again,
-// for example with [Retry].
+// The guard is correct at READ COMMITTED, REPEATABLE READ and
+// SERIALIZABLE, and for every pair of levels an older and a newer holder
+// run at, whether the level comes from TxOptions or from the database's or
+// role's default. Every admitted guard writes a new version of the guard
+// row, the fence that already holds the mark included. At READ COMMITTED a
+// holder that waited for the guard row sees the mark and the writes its
+// rival committed, since each later statement takes a new snapshot. At
+// REPEATABLE READ and SERIALIZABLE the snapshot was taken by the guard's
+// own statement, before its wait ended; PostgreSQL then aborts the
+// transaction whose guard meets a row version committed after that
+// snapshot (SQLSTATE 40001), which returns an error matching
+// [ErrRetryable]. Run the whole transaction again, for example with
+// [Retry].
 //
 // # When the outcome is unknown
 //

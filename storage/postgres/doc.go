@@ -80,11 +80,17 @@
 //
 // # Isolation levels and retries
 //
-// The guard is correct at READ COMMITTED, where a holder that waited for the
-// guard row sees the mark its rival committed. At REPEATABLE READ and
-// SERIALIZABLE, PostgreSQL instead aborts a transaction whose guard row was
-// raised after its snapshot; such serialization failures (SQLSTATE 40001),
-// like deadlocks (40P01), return an error matching [ErrRetryable] that wraps
+// The guard is correct at READ COMMITTED, REPEATABLE READ and
+// SERIALIZABLE, and for every pair of levels an older and a newer holder
+// run at, whether the level comes from TxOptions or from the database's or
+// role's default. Every admitted guard writes a new version of the guard
+// row, the fence that already holds the mark included. At READ COMMITTED a
+// holder that waited for the guard row sees the mark and the writes its
+// rival committed. At REPEATABLE READ and SERIALIZABLE the snapshot was
+// taken by the guard's own statement, before its wait ended; PostgreSQL
+// then aborts the transaction whose guard meets a row version committed
+// after that snapshot; such serialization failures (SQLSTATE 40001), like
+// deadlocks (40P01), return an error matching [ErrRetryable] that wraps
 // the *pgconn.PgError. Run the whole transaction again, for example with
 // [Retry].
 //

@@ -15,9 +15,8 @@ import (
 // found through the connection's search_path. The statements are
 // storage/pgsql's too, so both packages keep one mark per resource.
 const (
-	// guardSQL admits (resource, token, holder) and raises the mark, or
-	// returns no row when the fence is stale, through fencekit_guard_try;
-	// see pgcore.GuardSQL.
+	// guardSQL admits (resource, token, holder) and writes the mark, or
+	// returns no row when the fence is stale; see pgcore.GuardSQL.
 	guardSQL = pgcore.GuardSQL
 
 	// highWaterSQL reads a resource's mark.
@@ -29,8 +28,9 @@ const (
 )
 
 // Guard admits f inside tx by the rule of [fence.Admits], as one statement on
-// the guard table (a call of fencekit_guard_try, from migration 00005:
-// without it, an error matching [ErrNotMigrated] that names the migration). On success the resource's high-water mark is
+// the guard table (an upsert that writes the guard row on every admission,
+// so that a newer holder at REPEATABLE READ or SERIALIZABLE conflicts with
+// this transaction's commit; see the package doc). On success the resource's high-water mark is
 // (f.Token, f.Holder) and its guard row stays locked until tx ends, so that
 // other holders of the resource wait for tx and then see its mark: call Guard
 // before reading or writing what the resource protects, and those reads and

@@ -27,6 +27,8 @@ import (
 //   - InTx: InTx of one UPDATE under the fence that holds the mark (every
 //     write of a lease after its first), beside BEGIN, UPDATE, COMMIT;
 //     InTxFirst: under a new token each time (a lease's first write);
+//     InTxRepeatableRead: InTx beside the plain transaction, both at
+//     REPEATABLE READ;
 //   - TableUpdate, TableUpdateFirst: Table.Update of a row, beside one
 //     autocommit UPDATE of it;
 //   - TableUpdateSQL: the statement Table.Update sends, sent by hand,
@@ -88,8 +90,8 @@ func BenchmarkGuardCost(b *testing.B) {
 	tbl := postgres.Table{Name: pgx.Identifier{"accounts"}, Key: "id"}
 	token := fence.Token(0)
 	next := func() fence.Fence { token++; return fence.Fence{Resource: "bench", Token: token, Holder: "h"} }
-	plainTx := func() error {
-		tx, err := pool.Begin(ctx)
+	plainTxAt := func(opts pgx.TxOptions) error {
+		tx, err := pool.BeginTx(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -99,12 +101,14 @@ func BenchmarkGuardCost(b *testing.B) {
 		}
 		return tx.Commit(ctx)
 	}
-	inTx := func(f fence.Fence) error {
-		return postgres.InTx(ctx, pool, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+	plainTx := func() error { return plainTxAt(pgx.TxOptions{}) }
+	inTxAt := func(opts pgx.TxOptions, f fence.Fence) error {
+		return postgres.InTx(ctx, pool, opts, f, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, update)
 			return err
 		})
 	}
+	inTx := func(f fence.Fence) error { return inTxAt(pgx.TxOptions{}, f) }
 	var n int64
 	plainUpdate := func() error {
 		n++
@@ -134,6 +138,10 @@ func BenchmarkGuardCost(b *testing.B) {
 	})
 	b.Run("InTxFirst", func(b *testing.B) {
 		pgsqlsuite.Paired(b, rows, plainTx, func() error { return inTx(next()) })
+	})
+	b.Run("InTxRepeatableRead", func(b *testing.B) {
+		f, rr := next(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+		pgsqlsuite.Paired(b, rows, func() error { return plainTxAt(rr) }, func() error { return inTxAt(rr, f) })
 	})
 	b.Run("TableUpdate", func(b *testing.B) {
 		f := next()

@@ -68,7 +68,8 @@ func TestGuardInSavepointRefused(t *testing.T) {
 		}
 		_ = old.Rollback(ctx)
 		// The fence that already holds the mark, again: the guard then
-		// only locks the row, inside the savepoint all the same.
+		// rewrites the row with the same mark, inside the savepoint all
+		// the same.
 		same := fenceOf(resource+"-same", 1, "old")
 		raise(t, ctx, pool, same)
 		if name == "GuardAll of two" {

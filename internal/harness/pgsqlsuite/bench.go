@@ -22,7 +22,8 @@ import (
 //   - InTx: pgsql.InTx of one UPDATE under the fence that holds the mark
 //     (every write of a lease after its first), beside BEGIN, UPDATE,
 //     COMMIT; InTxFirst: under a new token each time (a lease's first
-//     write, which raises the mark);
+//     write, which raises the mark); InTxRepeatableRead: InTx beside the
+//     plain transaction, both at REPEATABLE READ;
 //   - TableUpdate: Table.Update of a row under the fence holding the row's
 //     mark, beside one autocommit UPDATE of the row; TableUpdateFirst: under
 //     a new token each time;
@@ -80,8 +81,8 @@ func Bench(b *testing.B, d Driver) {
 	tbl := pgsql.Table{Name: "accounts", Key: "id"}
 	token := fence.Token(0)
 	next := func() fence.Fence { token++; return fence.Fence{Resource: "bench", Token: token, Holder: "h"} }
-	plainTx := func() error {
-		tx, err := db.BeginTx(ctx, nil)
+	plainTxAt := func(opts *sql.TxOptions) error {
+		tx, err := db.BeginTx(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -91,12 +92,14 @@ func Bench(b *testing.B, d Driver) {
 		}
 		return tx.Commit()
 	}
-	inTx := func(f fence.Fence) error {
-		return pgsql.InTx(ctx, db, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+	plainTx := func() error { return plainTxAt(nil) }
+	inTxAt := func(opts *sql.TxOptions, f fence.Fence) error {
+		return pgsql.InTx(ctx, db, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, update)
 			return err
 		})
 	}
+	inTx := func(f fence.Fence) error { return inTxAt(nil, f) }
 	var n int64
 	plainUpdate := func() error {
 		n++
@@ -129,6 +132,10 @@ func Bench(b *testing.B, d Driver) {
 	})
 	b.Run("InTxFirst", func(b *testing.B) {
 		Paired(b, rows, plainTx, func() error { return inTx(next()) })
+	})
+	b.Run("InTxRepeatableRead", func(b *testing.B) {
+		f, rr := next(), &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+		Paired(b, rows, func() error { return plainTxAt(rr) }, func() error { return inTxAt(rr, f) })
 	})
 	// InTxFloor: the plain transaction with the cheapest statement a guard
 	// could be added by hand, a locking read of the guard row by its key:

@@ -202,8 +202,7 @@ func testStaleGuardHoldsRowLock(t *testing.T, d Driver) {
 }
 
 // testInTxAndOnceLose is testMarkHolderLosesToTheRaiseItWaitedFor for the
-// raising guard of InTx and Once: the fence that holds the mark (which InTx
-// and Once admit without a write) meets a newer holder that raised the
+// raising guard of InTx and Once: the fence that holds the mark meets a newer holder that raised the
 // mark and has not committed: InTx waits for it, then judges the row
 // version it locked, not its statement's snapshot, which still shows its
 // own fence as the mark. At READ COMMITTED a guard that judged the
@@ -220,6 +219,7 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 		if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
 			t.Fatal(err)
 		}
+		p1 := pid(t, e.ctx, tx1)
 		started := make(chan struct{})
 		done := make(chan error, 1)
 		fn := func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") }
@@ -233,7 +233,7 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 			done <- err
 		}()
 		<-started
-		e.waitGuardWaiter()
+		e.waitBlockedBy(p1)
 		if err := tx1.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -250,12 +250,13 @@ func testInTxAndOnceLose(t *testing.T, d Driver) {
 	if err := pgsql.Guard(e.ctx, tx1, newer); err != nil {
 		t.Fatal(err)
 	}
+	p1 := pid(t, e.ctx, tx1)
 	done := make(chan error, 1)
 	go func() {
 		done <- pgsql.InTx(e.ctx, e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, older,
 			func(context.Context, *sql.Tx) error { return errors.New("fn ran under a fence the mark had passed") })
 	}()
-	e.waitGuardWaiter()
+	e.waitBlockedBy(p1)
 	if err := tx1.Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -43,17 +43,26 @@ func testGuardFirstEveryLevel(t *testing.T, d Driver) {
 		t.Run(level.String(), func(t *testing.T) {
 			e := setup(t, d)
 			opts := &sql.TxOptions{Isolation: level}
-			inA := make(chan struct{})
+			inA := make(chan int64, 1)
 			release := make(chan struct{})
 			aDone := make(chan error, 1)
 			go func() {
 				aDone <- pgsql.InTx(e.ctx, e.db, opts, fenceOf("r", 1, "a"), func(ctx context.Context, tx *sql.Tx) error {
-					close(inA)
+					var p int64
+					if err := tx.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+						return err
+					}
+					inA <- p
 					<-release // B arrives now
 					return increment(ctx, tx)
 				})
 			}()
-			<-inA
+			var aPID int64
+			select {
+			case aPID = <-inA:
+			case err := <-aDone:
+				t.Fatalf("A: %v", err)
+			}
 			var attempts atomic.Int32
 			bDone := make(chan error, 1)
 			go func() {
@@ -62,7 +71,7 @@ func testGuardFirstEveryLevel(t *testing.T, d Driver) {
 					return pgsql.InTx(ctx, e.db, opts, fenceOf("r", 2, "b"), increment)
 				})
 			}()
-			e.waitGuardWaiter()
+			e.waitBlockedBy(aPID)
 			close(release)
 			if err := <-aDone; err != nil {
 				t.Fatalf("A: %v", err)
@@ -75,27 +84,6 @@ func testGuardFirstEveryLevel(t *testing.T, d Driver) {
 			}
 			t.Logf("%s: B ran %d time(s)", level, attempts.Load())
 		})
-	}
-}
-
-// waitGuardWaiter polls until some backend waits for a lock on the guard
-// table's row.
-func (e *env) waitGuardWaiter() {
-	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var n int
-		err := e.db.QueryRowContext(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%fencekit_guard%' AND datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatal("no guard ever waited for the row lock")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

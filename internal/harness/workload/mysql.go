@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/mysql"
@@ -26,6 +27,9 @@ const (
 // transaction.
 type MySQLCounter struct {
 	DB *sql.DB
+	// Levels, when set, are the isolation levels a fenced read runs at,
+	// one drawn for each; sql.LevelDefault (or none) is the session's.
+	Levels []sql.IsolationLevel
 }
 
 // Name names the storage.
@@ -52,7 +56,13 @@ func (c *MySQLCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resou
 		err := c.DB.QueryRowContext(ctx, mySelect, resource).Scan(&s.N, &s.Last)
 		return s, err
 	}
-	err := mysql.InTx(ctx, c.DB, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+	var opts *sql.TxOptions
+	if len(c.Levels) > 0 {
+		if l := c.Levels[rand.IntN(len(c.Levels))]; l != sql.LevelDefault {
+			opts = &sql.TxOptions{Isolation: l}
+		}
+	}
+	err := mysql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, mySelect, resource).Scan(&s.N, &s.Last)
 	})
 	return s, err

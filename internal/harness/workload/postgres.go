@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/postgres"
@@ -27,6 +28,9 @@ const (
 // pipelined batch.
 type PostgresCounter struct {
 	Pool *pgxpool.Pool
+	// Levels, when set, are the isolation levels a fenced read runs at,
+	// one drawn for each; empty means the database's default.
+	Levels []pgx.TxIsoLevel
 }
 
 // Name names the storage.
@@ -53,7 +57,11 @@ func (c *PostgresCounter) Read(ctx context.Context, mode Mode, f fence.Fence, re
 		err := c.Pool.QueryRow(ctx, pgSelect, resource).Scan(&s.N, &s.Last)
 		return s, err
 	}
-	err := postgres.InTx(ctx, c.Pool, pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+	var opts pgx.TxOptions
+	if len(c.Levels) > 0 {
+		opts.IsoLevel = c.Levels[rand.IntN(len(c.Levels))]
+	}
+	err := postgres.InTx(ctx, c.Pool, opts, f, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, pgSelect, resource).Scan(&s.N, &s.Last)
 	})
 	return s, err

@@ -38,6 +38,11 @@ func TestPostgresControlReadOutside(t *testing.T) {
 func pgBrokenControl(t *testing.T, name string, variant pgVariant) {
 	budgetedOnly(t)
 	t.Parallel()
+	pgRejectsMost(t, name, variant)
+}
+
+// pgRejectsMost is pgBrokenControl's check, in the caller's test.
+func pgRejectsMost(t *testing.T, name string, variant pgVariant) {
 	rejectsMostIn(t, name, pgControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPostgres(t, b, variant)
 		reportPostgres(t, res)
@@ -74,4 +79,35 @@ func TestPostgresControlOnceAfter(t *testing.T) {
 // guard and in the batch guard's function.
 func TestPostgresControlSnapshot(t *testing.T) {
 	pgBrokenControl(t, "guards judging from their snapshot", pgSnapshot)
+}
+
+// TestPostgresControlLockOnly: the guard that only locks its row under the
+// fence that holds the mark (the guards' code before every admission wrote
+// the row), in the REPEATABLE READ shape (pgRRShape), which the guards as
+// shipped must pass first: so the control's rejections are the variant's.
+func TestPostgresControlLockOnly(t *testing.T) {
+	budgetedOnly(t)
+	t.Parallel()
+	b := controlBudget(t)
+	b.Duration = max(b.Duration/time.Duration(controlRuns(t)), pgControlLeast)
+	res := runPostgres(t, b, pgRRShape)
+	reportPostgres(t, res)
+	if res.verdict.Result != porcupine.Ok {
+		t.Fatalf("the guards as shipped, in the REPEATABLE READ shape, were rejected (seed %d): %s, %s", b.Seed, res.verdict.File, res.verdict.Text)
+	}
+	pgRejectsMost(t, "guards that only lock the row under the holding fence, at REPEATABLE READ", pgLockOnly)
+}
+
+// TestPgsqlControlLockOnly is TestPostgresControlLockOnly for storage/pgsql.
+func TestPgsqlControlLockOnly(t *testing.T) {
+	budgetedOnly(t)
+	t.Parallel()
+	b := controlBudget(t)
+	b.Duration = max(b.Duration/time.Duration(controlRuns(t)), pgsqlControlLeast)
+	res := runPgsql(t, b, pgRRShape)
+	reportPgsql(t, res)
+	if res.verdict.Result != porcupine.Ok {
+		t.Fatalf("the pgsql guards as shipped, in the REPEATABLE READ shape, were rejected (seed %d): %s, %s", b.Seed, res.verdict.File, res.verdict.Text)
+	}
+	pgsqlRejectsMost(t, "pgsql: guards that only lock the row under the holding fence, at REPEATABLE READ", pgLockOnly)
 }

@@ -138,8 +138,45 @@ type myRun struct {
 	follows  atomic.Int64
 	resolved atomic.Int64
 
+	levelMu      sync.Mutex
+	levelRng     *rand.Rand               // draws each transaction's isolation level
+	atLevel      map[string]*atomic.Int64 // txrmw and txread calls answered at each level
+	sessionLevel sql.IsolationLevel       // the workers' sessions' default (tx_isolation)
+
 	mu   sync.Mutex
 	errs map[string]int
+}
+
+// myLevels are the isolation levels a transaction of the MySQL workload
+// runs at, one drawn for each; LevelDefault is the session's default,
+// which some runs change (myRun.sessionLevel, set on the workers'
+// connections only: the server's global setting is not the test's).
+var myLevels = []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+
+// level draws the isolation level of a transaction, and the level it runs
+// at.
+func (r *myRun) level() (opts *sql.TxOptions, at sql.IsolationLevel) {
+	if r.variant != mySound {
+		// The controls keep the transactions they were tuned on.
+		return nil, r.sessionLevel
+	}
+	r.levelMu.Lock()
+	l := myLevels[r.levelRng.IntN(len(myLevels))]
+	r.levelMu.Unlock()
+	if l == sql.LevelDefault {
+		return nil, r.sessionLevel
+	}
+	return &sql.TxOptions{Isolation: l}, l
+}
+
+// judgedAt counts a transaction at level whose answer the checker judges:
+// admitted, refused, or rolled back (a deadlock or serialization failure
+// counts as a refusal, never as a lost write).
+func (r *myRun) judgedAt(level sql.IsolationLevel, err error) {
+	var stale *fence.StaleError
+	if err == nil || errors.As(err, &stale) || errors.Is(err, mysql.ErrRetryable) {
+		r.atLevel[level.String()].Add(1)
+	}
 }
 
 type myResult struct {
@@ -159,6 +196,7 @@ type myResult struct {
 // (see PgKinds) per second: a third or less of what a two-core machine
 // makes under a load of 40.
 var myRates = Rates{
+	"tx at Read Committed": 0.05, "tx at Repeatable Read": 0.05, "tx at Serializable": 0.05,
 	PgRead: 0.5, PgTxRMW: 0.5, PgTxRead: 0.1, PgRowUpd: 0.3, PgRowMark: 0.1, PgUV: 0.5, PgOnce: 0.5,
 	"stale refused": 0.2, "conflict": 0.1, "open placed": 0.2, "once ran": 0.05, "once done already": 0.05, "once unknown resolved": 0.05,
 	"attack " + AttackOtherHolder: 0.05, "attack " + AttackOlderToken: 0.05, "attack " + AttackStolen: 0.05, "attack " + AttackRacing: 0.1,
@@ -223,9 +261,31 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	t.Cleanup(locker.Close)
 
 	r := &myRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, dbName: cfg.DBName,
-		keys: newKeyRing(myKeySlots, myKeyOps, myKeyOpen), errs: map[string]int{}}
+		keys: newKeyRing(myKeySlots, myKeyOps, myKeyOpen), errs: map[string]int{},
+		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[string]*atomic.Int64{}}
+	for _, l := range myLevels[1:] {
+		r.atLevel[l.String()] = new(atomic.Int64)
+	}
+	// The sessions' default: InnoDB's (REPEATABLE READ) in a third of the
+	// sound runs, changed to READ COMMITTED or SERIALIZABLE in the others.
+	sessionDefaults := []struct {
+		level sql.IsolationLevel
+		value string
+	}{{sql.LevelRepeatableRead, ""}, {sql.LevelReadCommitted, "'READ-COMMITTED'"}, {sql.LevelSerializable, "'SERIALIZABLE'"}}
+	sd := sessionDefaults[b.Seed%3]
+	if variant != mySound {
+		sd = sessionDefaults[0] // the controls keep the sessions they were tuned on
+	}
+	r.sessionLevel = sd.level
+	t.Logf("mysql: the workers' sessions default to %s", sd.level)
 	for range myWorkers {
 		wcfg := cfg.Clone()
+		if sd.value != "" {
+			if wcfg.Params == nil {
+				wcfg.Params = map[string]string{}
+			}
+			wcfg.Params["tx_isolation"] = sd.value
+		}
 		p := testenv.StartProxy(t, cfg.Addr)
 		wcfg.Addr = p.Addr()
 		wcfg.Timeout = 2 * time.Second
@@ -270,6 +330,11 @@ func runMySQL(t testing.TB, b Budget, variant myVariant) myResult {
 	}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
+	for _, l := range myLevels[1:] {
+		res.judged["tx at "+l.String()] = r.atLevel[l.String()].Load()
+	}
+	t.Logf("mysql: transactions judged by isolation level: %s %d, %s %d, %s %d", myLevels[1], r.atLevel[myLevels[1].String()].Load(),
+		myLevels[2], r.atLevel[myLevels[2].String()].Load(), myLevels[3], r.atLevel[myLevels[3].String()].Load())
 	if _, ok := myBreaks[variant]; ok || variant == myNoRowLock || variant == mySnapshot {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
@@ -436,13 +501,15 @@ func (r *myRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d, 
 	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: attack}
 	c := r.invoke(w, in)
 	var old PgOut
-	err := mysql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+	opts, level := r.level()
+	err := mysql.InTx(ctx, r.dbs[w], opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, myLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, myWriteSQL, d, key)
 		return err
 	})
+	r.judgedAt(level, err)
 	out := r.outcome(in, err)
 	if out.Status == Ok {
 		out.Data, out.Version = old.Data, old.Version
@@ -491,9 +558,11 @@ func (r *myRun) txRead(ctx context.Context, w int, key string, f fence.Fence) Pg
 	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
 	c := r.invoke(w, in)
 	var got PgOut
-	err := mysql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+	opts, level := r.level()
+	err := mysql.InTx(ctx, r.dbs[w], opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, mySharedReadSQL, key).Scan(&got.Data, &got.Version)
 	})
+	r.judgedAt(level, err)
 	out := r.outcome(in, err)
 	if out.Status == Ok {
 		out.Data, out.Version = got.Data, got.Version

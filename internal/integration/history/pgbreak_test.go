@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/storage/postgres"
 )
 
@@ -129,9 +130,9 @@ func (t breakingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	return t.Tx.SendBatch(ctx, b)
 }
 
-// pgAdmitPrefix starts the raising guard statement (pgcore.GuardAdmitSQL),
+// pgAdmitPrefix is the raising guard statement (pgcore.GuardAdmitSQL),
 // which InTx and Once send in one batch after BEGIN.
-const pgAdmitPrefix = "SELECT fencekit_guard_admit($1, $2, $3)"
+const pgAdmitPrefix = pgcore.GuardAdmitSQL
 
 // beginsGuarded reports whether b is InTx's opening batch: BEGIN, then the
 // raising guard.
@@ -201,9 +202,9 @@ func (b *brokenBatch) Close() error {
 
 func (b *brokenBatch) Tx() pgx.Tx { return b.tx }
 
-// pgGuardPrefix starts the guard statement (pgcore.GuardSQL, which
-// storage/postgres and storage/pgsql send): its call of fencekit_guard_try.
-const pgGuardPrefix = "SELECT true WHERE fencekit_guard_try($1, $2, $3)"
+// pgGuardPrefix is the guard statement of storage/postgres's Guard and of
+// its InTx on a transaction (pgcore.GuardSQL).
+const pgGuardPrefix = pgcore.GuardSQL
 
 // unlockedGuard is the broken guard of the row-lock control: it reads the
 // mark without locking it, decides by the fence rule in the client, and

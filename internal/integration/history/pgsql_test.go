@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
 
@@ -68,14 +69,54 @@ type sqlRun struct {
 	swapped  atomic.Int64 // SQL-changing variants: statements sent broken
 	resolved atomic.Int64 // Once calls whose outcome was unknown, then told by a retry
 
+	levelMu  sync.Mutex
+	levelRng *rand.Rand                       // draws each transaction's isolation level
+	atLevel  map[pgx.TxIsoLevel]*atomic.Int64 // txrmw and txread calls answered at each level
+	dbLevel  pgx.TxIsoLevel                   // the database's default_transaction_isolation
+
 	mu   sync.Mutex
 	errs map[string]int
+}
+
+// sqlLevels are pgLevels as database/sql names them.
+var sqlLevels = map[pgx.TxIsoLevel]sql.IsolationLevel{
+	"": sql.LevelDefault, pgx.ReadCommitted: sql.LevelReadCommitted, pgx.RepeatableRead: sql.LevelRepeatableRead, pgx.Serializable: sql.LevelSerializable,
+}
+
+// rrShape reports a run of the REPEATABLE READ shape (pgRRShape,
+// pgLockOnly).
+func (r *sqlRun) rrShape() bool { return r.variant == pgLockOnly || r.variant == pgRRShape }
+
+// level draws the isolation level of a transaction, as pgRun's does.
+func (r *sqlRun) level() pgx.TxIsoLevel {
+	if r.rrShape() {
+		return pgx.RepeatableRead
+	}
+	r.levelMu.Lock()
+	defer r.levelMu.Unlock()
+	if r.levelRng.IntN(4) == 0 {
+		return "" // the database's default
+	}
+	return pgLevels[r.levelRng.IntN(len(pgLevels))]
+}
+
+// judgedAt counts a transaction at level whose answer the checker judges,
+// as pgRun's does.
+func (r *sqlRun) judgedAt(level pgx.TxIsoLevel, err error) {
+	if level == "" {
+		level = r.dbLevel
+	}
+	var stale *fence.StaleError
+	if err == nil || errors.As(err, &stale) || errors.Is(err, pgsql.ErrRetryable) {
+		r.atLevel[level].Add(1)
+	}
 }
 
 // pgsqlRates is the least a run of the pgsql checker must judge of each
 // kind (see PgKinds) per second: about a third of what a two-core machine
 // makes under load.
 var pgsqlRates = Rates{
+	"tx at " + string(pgx.ReadCommitted): 0.05, "tx at " + string(pgx.RepeatableRead): 0.05, "tx at " + string(pgx.Serializable): 0.05,
 	PgRead: 0.25, PgTxRMW: 0.3, PgTxRead: 0.05, PgRowUpd: 0.2, PgRowMark: 0.05, PgUV: 0.25, PgOnce: 0.3,
 	"stale refused": 0.1, "conflict": 0.05, "open placed": 0.1, "once ran": 0.03, "once done already": 0.03, "once unknown resolved": 0.03,
 	"attack " + AttackOtherHolder: 0.03, "attack " + AttackOlderToken: 0.03, "attack " + AttackStolen: 0.03, "attack " + AttackRacing: 0.05,
@@ -121,6 +162,11 @@ const pgsqlControlLeast = 3 * time.Second
 func pgsqlBrokenControl(t *testing.T, name string, variant pgVariant) {
 	budgetedOnly(t)
 	t.Parallel()
+	pgsqlRejectsMost(t, name, variant)
+}
+
+// pgsqlRejectsMost is pgsqlBrokenControl's check, in the caller's test.
+func pgsqlRejectsMost(t *testing.T, name string, variant pgVariant) {
 	rejectsMostIn(t, name, pgsqlControlLeast, func(t *testing.T, b Budget) controlRun {
 		res := runPgsql(t, b, variant)
 		reportPgsql(t, res)
@@ -170,7 +216,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	pgSlot <- struct{}{}
 	defer func() { <-pgSlot }()
 	ctx := context.Background()
-	base := testenv.PostgresURL(t)
+	base, dbLevel := pgRunURL(t, b, variant)
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +225,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	if err := migrations.Up(ctx, admin); err != nil {
 		t.Fatalf("migrations: %v", err)
 	}
-	if br, ok := pgBreaks[variant]; ok {
+	if br, ok := pgBreaks[variant]; ok && variant != pgLockOnly {
 		// The guard's rule runs in fencekit_guard_try: break it there.
 		for _, fn := range brokenGuardFunctions(t, br[:1]) {
 			if _, err := admin.ExecContext(ctx, fn); err != nil {
@@ -203,7 +249,11 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
 	r := &sqlRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
-		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
+		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{},
+		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}, dbLevel: dbLevel}
+	for _, l := range pgLevels {
+		r.atLevel[l] = new(atomic.Int64)
+	}
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +282,7 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	}
 
 	var exposed *atomic.Int64
-	if variant != pgSound {
+	if variant != pgSound && variant != pgRRShape { // pgRRShape runs sound: for its budget
 		exposed = &r.exposed
 	}
 	start := time.Now()
@@ -250,6 +300,11 @@ func runPgsql(t testing.TB, b Budget, variant pgVariant) pgResult {
 	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
+	for _, l := range pgLevels {
+		res.judged["tx at "+string(l)] = r.atLevel[l].Load()
+	}
+	t.Logf("pgsql: transactions judged by isolation level: %s %d, %s %d, %s %d",
+		pgLevels[0], r.atLevel[pgLevels[0]].Load(), pgLevels[1], r.atLevel[pgLevels[1]].Load(), pgLevels[2], r.atLevel[pgLevels[2]].Load())
 	if _, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
@@ -311,7 +366,7 @@ func (r *sqlRun) worker(ctx context.Context, w int) {
 				lastVersion[key] = out.Version
 			}
 		}
-		if rng.IntN(3) != 0 {
+		if rng.IntN(3) != 0 && !r.rrShape() {
 			in := PgIn{Key: key, Op: PgUV, Expected: lastVersion[key], Data: data()}
 			c := r.invoke(w, in)
 			v, err := sqlTable.UpdateVersion(cctx, r.dbs[w], key, in.Expected, pgsql.Set("val", in.Data))
@@ -340,10 +395,25 @@ func (r *sqlRun) session(ctx context.Context, w int, rng *rand.Rand, key string,
 		cancel()
 	}()
 	f := lease.Fence()
-	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, func(ctx context.Context, p fence.Fence, d string) {
+	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, r.rrShape(), func(ctx context.Context, p fence.Fence, d string) {
 		r.txRMW(ctx, w, key, p, d, AttackRacing)
 	}).Wait()
+	// The lock-only control races every older grant with a read at
+	// REPEATABLE READ sent a little after it: the shape that variant gets
+	// wrong (the newer guard waits on the older holder's row lock).
+	lockOnlyRead := r.rrShape()
 	for range 1 + rng.IntN(4) {
+		if lockOnlyRead {
+			lockOnlyRead = false
+			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+			cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+			out := r.txRead(cctx, w, key, f)
+			cancel()
+			if out.Status == Stale {
+				return
+			}
+			continue
+		}
 		if rng.IntN(5) == 0 {
 			r.pauses.Add(1)
 			time.Sleep(ttl + time.Duration(rng.IntN(30))*time.Millisecond)
@@ -356,6 +426,8 @@ func (r *sqlRun) session(ctx context.Context, w int, rng *rand.Rand, key string,
 			out = r.txRMW(cctx, w, key, f, data(), "")
 		case n < 40:
 			out = r.txRead(cctx, w, key, f)
+		case r.rrShape() && n < 66:
+			out = r.txRMW(cctx, w, key, f, data(), "") // no unfenced writer in this shape
 		case n < 58:
 			out, row = r.rowUpdate(cctx, w, key, f, data(), ""), true
 		case n < 66:
@@ -473,13 +545,15 @@ func (r *sqlRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d,
 			r.exposed.Add(1)
 		}
 	} else {
-		err = pgsql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
+		level := r.level()
+		err = pgsql.InTx(ctx, r.dbs[w], &sql.TxOptions{Isolation: sqlLevels[level]}, f, func(ctx context.Context, tx *sql.Tx) error {
 			if err := tx.QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
 			return err
 		})
+		r.judgedAt(level, err)
 	}
 	out := r.outcome(in, err)
 	if out.Status == Ok {
@@ -492,9 +566,20 @@ func (r *sqlRun) txRead(ctx context.Context, w int, key string, f fence.Fence) P
 	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
 	c := r.invoke(w, in)
 	var got PgOut
-	err := pgsql.InTx(ctx, r.dbs[w], nil, f, func(ctx context.Context, tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, pgSharedReadSQL, key).Scan(&got.Data, &got.Version)
+	level := r.level()
+	read := pgTxSharedReadSQL // a plain read above READ COMMITTED, as pgRun's txRead
+	if r.rrShape() {
+		read = pgPlainReadSQL
+	}
+	err := pgsql.InTx(ctx, r.dbs[w], &sql.TxOptions{Isolation: sqlLevels[level]}, f, func(ctx context.Context, tx *sql.Tx) error {
+		var superseded bool
+		err := tx.QueryRowContext(ctx, read, key).Scan(&got.Data, &got.Version, &superseded)
+		if superseded && r.variant == pgLockOnly {
+			r.exposed.Add(1)
+		}
+		return err
 	})
+	r.judgedAt(level, err)
 	out := r.outcome(in, err)
 	if out.Status == Ok {
 		out.Data, out.Version = got.Data, got.Version

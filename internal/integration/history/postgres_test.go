@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/internal/pgcore"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/migrations"
 	"github.com/fencekit/fencekit/storage/postgres"
@@ -56,7 +57,39 @@ const (
 	// the mark without FOR UPDATE. A holder whose mark a newer holder
 	// raised while it waited is admitted.
 	pgSnapshot
+	// pgLockOnly is the guard before it wrote its row on every admission:
+	// the fence that holds the mark only locks the row (migration 00005's
+	// functions, called as the guards called them then), and every
+	// transaction runs at REPEATABLE READ. A newer holder whose guard waited
+	// on that lock is admitted with a snapshot older than the older
+	// holder's commit, and its plain read returns the value before it.
+	pgLockOnly
+	// pgRRShape is the guards as shipped, run in pgLockOnly's shape: every
+	// transaction at REPEATABLE READ, txread a plain read (which returns
+	// the transaction's snapshot) and the first call of every session,
+	// every session raced by the previous grant's holder, and no unfenced
+	// writer (UpdateVersion, Table.Update): a plain read at REPEATABLE READ
+	// misses an unfenced write committed after its snapshot, which the
+	// model cannot tell from a lost fence. The sound guards must pass it.
+	pgRRShape
 )
+
+// pgLockOnlySQL is what the guards sent before they wrote their row on
+// every admission: the calls of the functions of migrations 00005 and
+// 00009, which only lock the row under the fence that holds the mark.
+var pgLockOnlySQL = []sqlBreak{
+	{pgcore.GuardAdmitSQL, "SELECT fencekit_guard_admit($1, $2, $3)"},
+	{pgcore.GuardJudgeSQL, "SELECT admitted, top_level, mark_token, mark_holder FROM fencekit_guard_judge($1, $2, $3)"},
+	{pgcore.GuardSQL, "SELECT true WHERE fencekit_guard_try($1, $2, $3)"},
+}
+
+// pgLevels are the isolation levels a transaction of the workload runs at,
+// one drawn for each (pgRRShape and pgLockOnly run every one at
+// REPEATABLE READ). txread reads with FOR SHARE here, which at REPEATABLE
+// READ and above fails (40001) on a row written after the snapshot. Every run counts what it judged at each ("tx at <level>": txrmw
+// and txread calls answered, refusals and serialization failures
+// included) and fails one that judged too few of a level.
+var pgLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
 
 // pgBreaks is the statement changes of each SQL-changing variant: the
 // first is made in the guard functions of migration 00005 (the batch's and
@@ -76,6 +109,7 @@ var pgBreaks = map[pgVariant][]sqlBreak{
 	pgSnapshot: {
 		{"WHERE g.resource = p_resource FOR UPDATE;", "WHERE g.resource = p_resource;"},
 	},
+	pgLockOnly: pgLockOnlySQL,
 }
 
 // pgDB is what the workers' guarded calls take: a pool, or a pool that
@@ -102,7 +136,15 @@ const (
 FROM kv k LEFT JOIN fencekit_guard g ON g.resource = $2 WHERE k.key = $1`
 	pgLockedReadSQL = `SELECT val, version FROM kv WHERE key = $1 FOR UPDATE`
 	pgSharedReadSQL = `SELECT val, version FROM kv WHERE key = $1 FOR SHARE`
-	pgWriteSQL      = `UPDATE kv SET val = $2, version = version + 1 WHERE key = $1`
+	// pgTxSharedReadSQL is pgSharedReadSQL in pgPlainReadSQL's columns.
+	pgTxSharedReadSQL = `SELECT val, version, false FROM kv WHERE key = $1 FOR SHARE`
+	// pgPlainReadSQL also says whether the version read was already
+	// superseded by a committed write when read (its xmax set): a read
+	// from a snapshot that missed it, counted as the lock-only control
+	// going wrong (a legitimate concurrent row write can do the same, so it
+	// only sets how long the control runs).
+	pgPlainReadSQL = `SELECT val, version, xmax::text <> '0' FROM kv WHERE key = $1`
+	pgWriteSQL     = `UPDATE kv SET val = $2, version = version + 1 WHERE key = $1`
 )
 
 var pgTable = postgres.Table{Name: pgx.Identifier{"kv"}, Key: "key"}
@@ -137,6 +179,11 @@ type pgRun struct {
 	swapped  atomic.Int64 // SQL-changing variants: statements sent broken
 	resolved atomic.Int64 // Once calls whose outcome was unknown, then told by a retry
 
+	levelMu  sync.Mutex
+	levelRng *rand.Rand                       // draws each transaction's isolation level
+	atLevel  map[pgx.TxIsoLevel]*atomic.Int64 // txrmw and txread calls answered at each level
+	dbLevel  pgx.TxIsoLevel                   // the database's default_transaction_isolation
+
 	mu   sync.Mutex
 	errs map[string]int
 }
@@ -158,6 +205,7 @@ type pgResult struct {
 // kind (see PgKinds) per second: a third or less of what a two-core machine
 // makes under a load of 40 (about eight calls a second).
 var pgRates = Rates{
+	"tx at " + string(pgx.ReadCommitted): 0.05, "tx at " + string(pgx.RepeatableRead): 0.05, "tx at " + string(pgx.Serializable): 0.05,
 	PgRead: 0.25, PgTxRMW: 0.3, PgTxRead: 0.05, PgQuery: 0.05, PgExec: 0.2, PgRowUpd: 0.2, PgRowMark: 0.05, PgUV: 0.25, PgOnce: 0.3,
 	"stale refused": 0.1, "conflict": 0.05, "open placed": 0.1, "once ran": 0.03, "once done already": 0.03, "once unknown resolved": 0.03,
 	"attack " + AttackOtherHolder: 0.03, "attack " + AttackOlderToken: 0.03, "attack " + AttackStolen: 0.03, "attack " + AttackRacing: 0.05,
@@ -197,7 +245,7 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	pgSlot <- struct{}{}
 	defer func() { <-pgSlot }()
 	ctx := context.Background()
-	url := testenv.PostgresURL(t)
+	url, dbLevel := pgRunURL(t, b, variant)
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +273,11 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 
 	app := "fkcheck-" + strconv.FormatUint(rand.Uint64(), 36)
 	r := &pgRun{t: t, b: b, variant: variant, rec: NewRecorder(), locker: locker, admin: admin, oncePrefix: app,
-		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{}}
+		keys: newKeyRing(pgKeySlots, pgKeyOps, pgKeyOpen), errs: map[string]int{},
+		levelRng: rand.New(rand.NewPCG(b.Seed, 1<<34)), atLevel: map[pgx.TxIsoLevel]*atomic.Int64{}, dbLevel: dbLevel}
+	for _, l := range pgLevels {
+		r.atLevel[l] = new(atomic.Int64)
+	}
 	for range pgWorkers {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
@@ -245,17 +297,17 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 		t.Cleanup(pool.Close)
 		r.proxies, r.pools = append(r.proxies, p), append(r.pools, pool)
 		if br, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
-			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot, functions: ok, swapped: &r.swapped, exposed: &r.exposed})
+			r.dbs = append(r.dbs, breakingDB{Pool: pool, breaks: br, unlocked: variant == pgNoRowLock, snapshot: variant == pgSnapshot, functions: ok && variant != pgLockOnly, swapped: &r.swapped, exposed: &r.exposed})
 		} else {
 			r.dbs = append(r.dbs, pool)
 		}
 	}
-	if br, ok := pgBreaks[variant]; ok {
+	if br, ok := pgBreaks[variant]; ok && variant != pgLockOnly {
 		breakAdmitFunction(t, admin, br[:1])
 	}
 
 	var exposed *atomic.Int64
-	if variant != pgSound {
+	if variant != pgSound && variant != pgRRShape { // pgRRShape runs sound: for its budget
 		exposed = &r.exposed
 	}
 	start := time.Now()
@@ -273,6 +325,11 @@ func runPostgres(t testing.TB, b Budget, variant pgVariant) pgResult {
 	res := pgResult{ops: r.rec.Operations(), kills: r.kills.Load(), keys: r.keys.used(), exposed: r.exposed.Load(), took: took}
 	res.judged = Tally(res.ops, PgKinds)
 	res.judged["once unknown resolved"] = r.resolved.Load()
+	for _, l := range pgLevels {
+		res.judged["tx at "+string(l)] = r.atLevel[l].Load()
+	}
+	t.Logf("postgres: transactions judged by isolation level: %s %d, %s %d, %s %d",
+		pgLevels[0], r.atLevel[pgLevels[0]].Load(), pgLevels[1], r.atLevel[pgLevels[1]].Load(), pgLevels[2], r.atLevel[pgLevels[2]].Load())
 	if _, ok := pgBreaks[variant]; ok || variant == pgNoRowLock {
 		brokenRan(t, r.swapped.Load(), res.judged[PgTxRMW]+res.judged[PgTxRead]+res.judged[PgOnce])
 	}
@@ -336,7 +393,7 @@ func (r *pgRun) worker(ctx context.Context, w int) {
 				lastVersion[key] = out.Version
 			}
 		}
-		if rng.IntN(3) != 0 {
+		if rng.IntN(3) != 0 && !r.rrShape() {
 			in := PgIn{Key: key, Op: PgUV, Expected: lastVersion[key], Data: data()}
 			c := r.invoke(w, in)
 			v, err := pgTable.UpdateVersion(cctx, r.pools[w], key, in.Expected, postgres.Set("val", in.Data))
@@ -365,10 +422,25 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 		cancel()
 	}()
 	f := lease.Fence()
-	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, func(ctx context.Context, p fence.Fence, d string) {
+	defer raceOlder(rng, &r.fences, &r.holders, key, f, data, r.rrShape(), func(ctx context.Context, p fence.Fence, d string) {
 		r.txRMW(ctx, w, key, p, d, AttackRacing)
 	}).Wait()
+	// The lock-only control races every older grant with a read at
+	// REPEATABLE READ sent a little after it: the shape that variant gets
+	// wrong (the newer guard waits on the older holder's row lock).
+	lockOnlyRead := r.rrShape()
 	for range 1 + rng.IntN(4) {
+		if lockOnlyRead {
+			lockOnlyRead = false
+			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+			cctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
+			out := r.txRead(cctx, w, key, f)
+			cancel()
+			if out.Status == Stale {
+				return
+			}
+			continue
+		}
 		if rng.IntN(5) == 0 {
 			r.pauses.Add(1)
 			time.Sleep(ttl + time.Duration(rng.IntN(30))*time.Millisecond)
@@ -385,6 +457,8 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 			out = r.query(cctx, w, key, f)
 		case n < 50:
 			out = r.exec(cctx, w, key, f, data(), "")
+		case r.rrShape() && n < 74:
+			out = r.txRMW(cctx, w, key, f, data(), "") // no unfenced writer in this shape
 		case n < 66:
 			out, row = r.rowUpdate(cctx, w, key, f, data(), ""), true
 		case n < 74:
@@ -403,16 +477,17 @@ func (r *pgRun) session(ctx context.Context, w int, rng *rand.Rand, key string, 
 }
 
 // raceOlder records f as the latest grant of key (fences: key -> fence,
-// holders: key -> holder) and, in one session in four, starts the holder of
+// holders: key -> holder) and, in one session in four (in every one when
+// always is set), starts the holder of
 // the previous grant, woken late, on a read-modify-write under its fence
 // (rmw, with data d), racing the session's first call. The guard must order
 // them: one of the two is refused, or the older runs wholly first. The
 // session waits for the race it returns before it ends.
-func raceOlder(rng *rand.Rand, fences, holders *sync.Map, key string, f fence.Fence, data func() string, rmw func(ctx context.Context, p fence.Fence, d string)) *sync.WaitGroup {
+func raceOlder(rng *rand.Rand, fences, holders *sync.Map, key string, f fence.Fence, data func() string, always bool, rmw func(ctx context.Context, p fence.Fence, d string)) *sync.WaitGroup {
 	prev, _ := fences.Swap(key, f)
 	holders.Store(key, f.Holder)
 	race := new(sync.WaitGroup)
-	if p, ok := prev.(fence.Fence); ok && rng.IntN(4) == 0 {
+	if p, ok := prev.(fence.Fence); ok && (always || rng.IntN(4) == 0) {
 		d := data()
 		race.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), pgCallLimit)
@@ -621,13 +696,15 @@ func (r *pgRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d, 
 			r.exposed.Add(1)
 		}
 	} else {
-		err = postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
+		level := r.level()
+		err = postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{IsoLevel: level}, f, func(ctx context.Context, tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, pgWriteSQL, key, d)
 			return err
 		})
+		defer r.judgedAt(level, err)
 	}
 	out := r.outcome(in, err)
 	if out.Status == Ok {
@@ -640,9 +717,23 @@ func (r *pgRun) txRead(ctx context.Context, w int, key string, f fence.Fence) Pg
 	in := PgIn{Key: key, Op: PgTxRead, Fence: markOf(f)}
 	c := r.invoke(w, in)
 	var got PgOut
-	err := postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{}, f, func(ctx context.Context, tx pgx.Tx) error {
-		return tx.QueryRow(ctx, pgSharedReadSQL, key).Scan(&got.Data, &got.Version)
+	level := r.level()
+	// A locking read, or in the REPEATABLE READ shape a plain read, which
+	// returns the transaction's snapshot: what the guard must have made
+	// newer than every older holder's commit.
+	read := pgTxSharedReadSQL
+	if r.rrShape() {
+		read = pgPlainReadSQL
+	}
+	err := postgres.InTx(ctx, r.dbs[w], pgx.TxOptions{IsoLevel: level}, f, func(ctx context.Context, tx pgx.Tx) error {
+		var superseded bool
+		err := tx.QueryRow(ctx, read, key).Scan(&got.Data, &got.Version, &superseded)
+		if superseded && r.variant == pgLockOnly {
+			r.exposed.Add(1)
+		}
+		return err
 	})
+	r.judgedAt(level, err)
 	out := r.outcome(in, err)
 	if out.Status == Ok {
 		out.Data, out.Version = got.Data, got.Version
@@ -696,6 +787,70 @@ func (r *pgRun) exec(ctx context.Context, w int, key string, f fence.Fence, d, a
 type pgCall struct {
 	c   Call
 	key string
+}
+
+// rrShape reports a run of the REPEATABLE READ shape (pgRRShape,
+// pgLockOnly).
+func (r *pgRun) rrShape() bool { return r.variant == pgLockOnly || r.variant == pgRRShape }
+
+// pgRunURL is the URL a PostgreSQL checker's run works on: a schema of its
+// own, whose database defaults to READ COMMITTED, in a third of the sound
+// runs (by seed); in the others a database of its own whose
+// default_transaction_isolation is REPEATABLE READ or SERIALIZABLE, so that
+// the calls that take the default (Exec, Query, Once, Table, and the
+// transactions drawn at the default) run at it. It returns that default.
+func pgRunURL(t testing.TB, b Budget, variant pgVariant) (string, pgx.TxIsoLevel) {
+	t.Helper()
+	defaults := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+	level := defaults[b.Seed%3]
+	if variant != pgSound || level == pgx.ReadCommitted {
+		return testenv.PostgresURL(t), pgx.ReadCommitted
+	}
+	u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_history_")
+	t.Cleanup(drop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var name string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_isolation = '`+string(level)+`'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("postgres: the run's database defaults to %s", level)
+	return u, level
+}
+
+// level draws the isolation level of a transaction: REPEATABLE READ for
+// the lock-only control, any of pgLevels otherwise.
+func (r *pgRun) level() pgx.TxIsoLevel {
+	if r.rrShape() {
+		return pgx.RepeatableRead
+	}
+	r.levelMu.Lock()
+	defer r.levelMu.Unlock()
+	if r.levelRng.IntN(4) == 0 {
+		return "" // the database's default
+	}
+	return pgLevels[r.levelRng.IntN(len(pgLevels))]
+}
+
+// judgedAt counts a transaction at level whose answer the checker judges:
+// admitted, refused, or rolled back (a serialization failure counts as a
+// refusal, never as a lost write).
+func (r *pgRun) judgedAt(level pgx.TxIsoLevel, err error) {
+	if level == "" {
+		level = r.dbLevel
+	}
+	var stale *fence.StaleError
+	if err == nil || errors.As(err, &stale) || errors.Is(err, postgres.ErrRetryable) {
+		r.atLevel[level].Add(1)
+	}
 }
 
 func (r *pgRun) invoke(w int, in PgIn) pgCall {
