@@ -1133,3 +1133,122 @@ func scriptCalls(names []string) int {
 	}
 	return n
 }
+
+// abandonHook loses the reply of a waiter's first Abandon (the release
+// script run with the waiter's "gave up" flag) without sending it, so that
+// the Abandon goes on in the background, and holds that background run
+// until hold is closed.
+type abandonHook struct {
+	n     atomic.Int32
+	first chan struct{} // closed when the first Abandon was lost
+	hold  chan struct{} // the background Abandon waits for it
+	done  chan struct{} // closed when the background Abandon has run
+}
+
+func (h *abandonHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *abandonHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *abandonHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		name := cmd.Name()
+		if (name != "evalsha" && name != "eval") || len(args) != 12 || args[len(args)-1] != "1" {
+			return next(ctx, cmd)
+		}
+		switch h.n.Add(1) {
+		case 1:
+			err := errors.New("test: connection reset before the reply")
+			cmd.SetErr(err)
+			close(h.first)
+			return err
+		case 2:
+			<-h.hold
+			err := next(ctx, cmd)
+			close(h.done)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A closing Locker's waiter whose leaving the queue lost its reply (so the
+// Abandon goes on in the background) while a release hands it the lock:
+// the waiter's later tries must not take for theirs a grant that the
+// Abandon still on its way gives back. Either the hand-over is given back
+// and goes on (here: the lock is free, and the waiter's next try takes it
+// under a holder of its own), or it stays the waiter's; never both.
+func TestClosingWaiterAndAHandOverRacingItsAbandon(t *testing.T) {
+	const resource = "closingrace"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hook := &abandonHook{first: make(chan struct{}), hold: make(chan struct{}), done: make(chan struct{})}
+	wc := testenv.Redis(t)
+	wc.AddHook(hook)
+	prefix := testenv.Prefix(t)
+	wl, err := lock.New(wc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	hc := testenv.Redis(t)
+	hl, err := lock.New(hc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hl.Close)
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	const waiterTTL = 5 * time.Second
+	startWaiter(ctx, wl, "w", resource, waiterTTL, got)
+	waitQueued(t, hc, hl, resource, 1)
+
+	// Close waits for the calls the Locker left running, the background
+	// Abandon among them, which the hook holds.
+	go wl.Close()
+	select {
+	case <-hook.first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the closing waiter did not leave the queue within 10s")
+	}
+	// The Abandon's reply was lost: its entry is still queued when the
+	// holder releases, so the release hands the lock to it.
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var early *acquired
+	select {
+	case a := <-got:
+		early = &a
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(hook.hold)
+	select {
+	case <-hook.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background Abandon did not run within 10s")
+	}
+	a := early
+	if a == nil {
+		r := receive(t, got, 10*time.Second)
+		a = &r
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	// The Abandon has landed: a lease the waiter still believes in must be
+	// the one Redis holds.
+	if a.lease.Validity() <= 0 {
+		t.Fatalf("the waiter's lease (ttl %v) already ended", waiterTTL)
+	}
+	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || v != a.lease.Fence().Holder {
+		t.Fatalf("the waiter believes it holds the lock (holder %s, token %d, validity %v), but the lock key holds %q (%v): the Abandon on its way gave back the grant its try took",
+			a.lease.Fence().Holder, a.lease.Fence().Token, a.lease.Validity(), v, err)
+	}
+	if a.lease.Fence().Token <= holder.Fence().Token {
+		t.Fatalf("token %d after %d", a.lease.Fence().Token, holder.Fence().Token)
+	}
+	_ = a.lease.Release(ctx)
+}

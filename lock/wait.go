@@ -109,6 +109,14 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 				}
 				l.cleanup(ctx, resource, a.holder, acq)
 				a.ref, a.place, a.head = 0, -1, false
+				// The tries from here on go under a holder of their own: a
+				// release may have handed the lock to the queued one, and
+				// the cleanup gives that grant back, maybe later, in the
+				// background, when its reply was lost. Under the same
+				// holder a try could take that grant for its own just
+				// before the cleanup gives it back, and believe it holds a
+				// lock that is free or handed on.
+				a.holder = fence.NewHolder()
 			}
 		}
 		var ready, lost <-chan struct{}
