@@ -53,7 +53,7 @@ func (e *Election) leader(ctx context.Context) (Leader, uint64, error) {
 // older than one it has reported, and reports the current leader, if any,
 // first.
 //
-// New leaders are announced on the election's channel ([Election.Channel])
+// New leaders are announced on the election's channel ([RedisNames.Channel])
 // by the script that records them, so an observer hears of every term,
 // however short, while its subscription is up; it also reads the leader
 // every third of the TTL (at most every second), which finds the current

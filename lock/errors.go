@@ -30,6 +30,15 @@ var (
 	// the token state was advanced to the top of the token space. No lock
 	// was taken and nothing was changed; tokens are never repeated.
 	ErrTokensExhausted = lockbackend.ErrTokensExhausted
+
+	// ErrUnsupported means the Locker's backend does not offer what was
+	// asked: [Owner] and [Locker.FenceLock] on Redlock, [Locker.Advance] or
+	// an option that means nothing on a backend (a node timeout on one
+	// Redis, a token retention on etcd), [RedisNames.FenceKey] on Redlock,
+	// a Proclaim on a backend whose record keeps no proclaimed values.
+	// Nothing was sent. It matches [errors.ErrUnsupported], and
+	// [fence.ErrInvalid] as every refused argument does.
+	ErrUnsupported = lockbackend.ErrUnsupported
 )
 
 // This package's own messages for the module-wide sentinels: callers match

@@ -26,7 +26,7 @@ import (
 //
 // Tokens follow the rule of [Locker.TryAcquire]: a new grant's token is
 // above the previous one and not below the Redis server's clock in
-// microseconds. They live in the record [Locker.FenceKey] names. Each call
+// microseconds. They live in the record [RedisNames.FenceKey] names. Each call
 // keeps that record for the lock's remaining lease, as Redis reports it at
 // that moment, plus the token retention ([WithTokenRetention]): FenceLock
 // cannot see the lock being extended later by its own library. So a grant
@@ -92,22 +92,6 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 		return fence.Fence{}, err
 	}
 	return ff.fenceLock(ctx, op, lockKey, value, floor)
-}
-
-// FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
-// newest token and the value of its current grant: the Locker's prefix, a
-// hash tag and lockKey. It expires the token retention after the lock's
-// lease as of the last FenceLock call. It sits in lockKey's Redis
-// Cluster slot whatever braces lockKey contains, so the one script that reads
-// both is legal on a cluster, and distinct lock keys get distinct records.
-//
-// On a Locker that does not fence foreign locks (Redlock, PostgreSQL) it
-// returns "".
-func (l *Locker) FenceKey(lockKey string) string {
-	if ff, ok := l.b.(foreignFencer); ok {
-		return ff.fenceKey(lockKey)
-	}
-	return ""
 }
 
 // slotTag returns a string without '}' that Redis Cluster hashes to key's

@@ -139,7 +139,8 @@ func FuzzFenceKey(f *testing.F) {
 	f.Add("a}b", "}")
 	f.Add("{}x", "x{}")
 	f.Add("{{a}}", "{a}")
-	l := &Locker{b: &redisBackend{prefix: DefaultPrefix}}
+	b := &redisBackend{prefix: DefaultPrefix}
+	l := &Locker{b: b, names: b}
 	f.Fuzz(func(t *testing.T, key, other string) {
 		if key == "" {
 			return // FenceLock refuses an empty lock key
@@ -148,11 +149,11 @@ func FuzzFenceKey(f *testing.F) {
 		if strings.Contains(tag, "}") {
 			t.Fatalf("slotTag(%q) = %q holds a brace", key, tag)
 		}
-		fk := l.FenceKey(key)
+		fk := fenceKey(l, key)
 		if got, want := keySlot(hashed(fk)), keySlot(hashed(key)); got != want {
 			t.Fatalf("FenceKey(%q) = %q is in slot %d, the key in %d", key, fk, got, want)
 		}
-		if key != other && fk == l.FenceKey(other) {
+		if key != other && fk == fenceKey(l, other) {
 			t.Fatalf("keys %q and %q share fence record %q", key, other, fk)
 		}
 	})
@@ -211,7 +212,7 @@ func FuzzTokenState(f *testing.F) {
 		resource := "r" + strconv.Itoa(seq)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		tokenKey, lockKey := l.TokenKey(resource), l.LockKey(resource)
+		tokenKey, lockKey := keysOf(l).TokenKey(resource), keysOf(l).LockKey(resource)
 		defer c.Del(context.Background(), tokenKey, lockKey)
 		if state != "" {
 			if err := c.Set(ctx, tokenKey, state, time.Minute).Err(); err != nil {

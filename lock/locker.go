@@ -205,53 +205,6 @@ func isNil(c redis.UniversalClient) bool {
 	return false
 }
 
-// LockKey returns the Redis key that holds resource's lock: the prefix, the
-// resource as a hash tag, and ":lock".
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) LockKey(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.lockKey(resource)
-}
-
-// TokenKey returns the Redis key of resource's token state: the newest token
-// issued and the current grant's token and holder. It shares the lock key's
-// slot, release keeps it, and it expires the token retention (see
-// [WithTokenRetention]) after the last lease ends.
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) TokenKey(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.tokenKey(resource)
-}
-
-// ReleaseChannel returns the pub/sub channel on which the waiters of
-// resource's lock hear of a release, in the same script that deletes the
-// lock or hands it on: the prefix, the resource as a hash tag, and
-// ":released". On a *redis.ClusterClient it is a sharded channel
-// (SPUBLISH), in the slot of the resource's keys.
-//
-// A release publishes only when waiters are queued in [Locker.Acquire]:
-// the grant to the first live one, or an empty message when none of them
-// is live any more. A release with nobody queued publishes nothing, since
-// no waiter needs the message (a lock made by [NewRedlock] publishes every
-// release).
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) ReleaseChannel(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.channel(resource)
-}
-
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
 func checkCall(ctx context.Context, op, resource string) error {
@@ -435,7 +388,7 @@ func (l *Locker) cleanup(ctx context.Context, resource, holder, acq string) {
 // it succeeds or ctx ends.
 //
 // By default it waits in the resource's queue: it subscribes to the
-// resource's [Locker.ReleaseChannel], and a try made once the subscription
+// resource's [RedisNames.ReleaseChannel], and a try made once the subscription
 // is confirmed that is refused also queues it, so the release that frees
 // the lock grants it to this waiter (first come, first served, across
 // processes) and announces the grant on the channel, from which Acquire
@@ -497,8 +450,3 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	}
 	return adv.Advance(ctx, resource, atLeast)
 }
-
-// Quorum returns how many nodes must agree for a lease to be held: 1 for a
-// Locker made by [New] (or on any single-server backend), len(clients)/2+1
-// for one made by [NewRedlock].
-func (l *Locker) Quorum() int { return l.info.Quorum }

@@ -40,7 +40,7 @@ type redisBackend struct {
 
 func newRedis(client redis.UniversalClient, s lockbackend.Settings) (*redisBackend, error) {
 	if s.Given&lockbackend.GivenNodeTimeout != 0 {
-		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", errInvalid)
+		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrUnsupported)
 	}
 	b := &redisBackend{client: client, prefix: s.Prefix, retentionMS: s.Retention.Milliseconds(),
 		calls: rediscall.New(client), background: s.Background}

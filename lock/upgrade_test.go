@@ -90,7 +90,7 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 		t.Cleanup(l.Close)
 		ls = append(ls, l)
 	}
-	sub := testenv.Redis(t).Subscribe(ctx, ls[0].ReleaseChannel(resource))
+	sub := testenv.Redis(t).Subscribe(ctx, keysOf(ls[0]).ReleaseChannel(resource))
 	t.Cleanup(func() { _ = sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil { // the confirmation
 		t.Fatal(err)
