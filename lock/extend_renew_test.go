@@ -62,7 +62,7 @@ func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
 // with the earlier, shorter ttl.
 func lateExtension(t *testing.T, c redis.Scripter, l *lock.Locker, resource, holder string, ttl time.Duration) {
 	t.Helper()
-	src, err := os.ReadFile("extend.lua")
+	src, err := os.ReadFile("internal/redisbackend/extend.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,3 @@ func keysOf(l *Locker) RedisNames {
 	}
 	return n
 }
-
-// fenceKey is keysOf(l).FenceKey(lockKey), on a Locker that has one.
-func fenceKey(l *Locker, lockKey string) string {
-	k, err := keysOf(l).FenceKey(lockKey)
-	if err != nil {
-		panic(err)
-	}
-	return k
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/lock/internal/redisbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -52,16 +53,16 @@ type Locker struct {
 // redisNames is implemented by the backends whose state lives in Redis
 // keys, for the key getters.
 type redisNames interface {
-	lockKey(resource string) string
-	tokenKey(resource string) string
-	channel(resource string) string
+	LockKey(resource string) string
+	TokenKey(resource string) string
+	Channel(resource string) string
 }
 
 // foreignFencer is implemented by the backend that fences foreign locks
 // (FenceLock): a single Redis deployment.
 type foreignFencer interface {
-	fenceKey(lockKey string) string
-	fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error)
+	FenceKey(lockKey string) string
+	FenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error)
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -79,7 +80,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", errInvalid)
 	}
-	return open(opts, func(s lockbackend.Settings) (lockbackend.Backend, error) { return newRedis(client, s) })
+	return open(opts, func(s lockbackend.Settings) (lockbackend.Backend, error) { return redisbackend.New(client, s) })
 }
 
 // open reads opts, makes the backend from them and returns a Locker on it:
@@ -191,19 +192,7 @@ func (l *Locker) Close() {
 	})
 }
 
-func isNil(c redis.UniversalClient) bool {
-	switch v := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
-	case *redis.Ring:
-		return v == nil
-	}
-	return false
-}
+func isNil(c redis.UniversalClient) bool { return redisbackend.IsNil(c) }
 
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.

@@ -37,13 +37,13 @@ func (l *Locker) As(target any) bool {
 
 // LockKey returns the Redis key that holds resource's lock: the prefix, the
 // resource as a hash tag, and ":lock" (on Redlock, on every node).
-func (n RedisNames) LockKey(resource string) string { return n.n.lockKey(resource) }
+func (n RedisNames) LockKey(resource string) string { return n.n.LockKey(resource) }
 
 // TokenKey returns the Redis key of resource's token state: the newest token
 // issued and the current grant's token and holder. It shares the lock key's
 // slot, release keeps it, and it expires the token retention (see
 // [WithTokenRetention]) after the last lease ends.
-func (n RedisNames) TokenKey(resource string) string { return n.n.tokenKey(resource) }
+func (n RedisNames) TokenKey(resource string) string { return n.n.TokenKey(resource) }
 
 // ReleaseChannel returns the pub/sub channel on which the waiters of
 // resource's lock hear of a release, in the same script that deletes the
@@ -56,7 +56,7 @@ func (n RedisNames) TokenKey(resource string) string { return n.n.tokenKey(resou
 // is live any more. A release with nobody queued publishes nothing, since
 // no waiter needs the message (a lock made by [NewRedlock] publishes every
 // release).
-func (n RedisNames) ReleaseChannel(resource string) string { return n.n.channel(resource) }
+func (n RedisNames) ReleaseChannel(resource string) string { return n.n.Channel(resource) }
 
 // FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
 // newest token and the value of its current grant: the Locker's prefix, a
@@ -71,7 +71,7 @@ func (n RedisNames) FenceKey(lockKey string) (string, error) {
 	if n.ff == nil {
 		return "", fmt.Errorf("%w: FenceKey: a Redlock Locker does not fence foreign locks", ErrUnsupported)
 	}
-	return n.ff.fenceKey(lockKey), nil
+	return n.ff.FenceKey(lockKey), nil
 }
 
 // Quorum returns how many nodes must agree for a lease to be held: 1 for a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -104,7 +105,7 @@ func scriptOf(t *testing.T, names ...string) *redis.Script {
 	t.Helper()
 	var src []byte
 	for _, name := range names {
-		b, err := os.ReadFile(name)
+		b, err := os.ReadFile(filepath.Join("internal", "redisbackend", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,8 +550,8 @@ type raiseHook struct {
 
 func newRaiseHook(t *testing.T) *raiseHook {
 	s := raiseScript(t)
-	src, _ := os.ReadFile("tokenstate.lua")
-	raise, _ := os.ReadFile("redlock_raise.lua")
+	src, _ := os.ReadFile("internal/redisbackend/tokenstate.lua")
+	raise, _ := os.ReadFile("internal/redisbackend/redlock_raise.lua")
 	return &raiseHook{sha: s.Hash(), src: string(src) + string(raise)}
 }
 

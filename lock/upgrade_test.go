@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock/internal/redisbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -161,7 +162,7 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 		if readerBeforeQueueNews(p) {
 			wakes++
 		}
-		_, now, ok := parsePlaces(p)
+		_, now, ok := redisbackend.ParsePlaces(p)
 		if !ok {
 			t.Fatalf("this release does not read its own announcement %q", p)
 		}

@@ -55,6 +55,20 @@ import (
 // wait strategy, never sleeping past the current lease's remaining time; a
 // queued waiter's retry finds a grant made to it.
 
+const (
+	// queueRefresh is how often a queued waiter refreshes its entry (see
+	// lockbackend.QueueRefresh).
+	queueRefresh = lockbackend.QueueRefresh
+	// The first waiters of the queue try when the current lease ends, each
+	// a little after the one ahead of it: the head at the end, the next
+	// ones nextInLine and twice that later, so that a waiter that vanished
+	// at the head holds up the others for no more than the lease it is
+	// handed and nextInLine, and a live head is rarely raced. The Redis
+	// scripts name that many waiters whenever they change who is first.
+	nextInLine  = 20 * time.Millisecond
+	namedPlaces = 3
+)
+
 // acquireWaiting is Acquire: it tries, and after each refusal waits for a
 // grant or a release message, the current lease's end, the time to
 // refresh its queue entry, or (without a confirmed subscription) the wait
