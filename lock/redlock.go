@@ -15,7 +15,7 @@ import (
 
 // DefaultNodeTimeout is how long a Redlock [Locker] waits for each node when
 // no [WithNodeTimeout] option is given.
-const DefaultNodeTimeout = redisbackend.DefaultNodeTimeout
+const DefaultNodeTimeout = 50 * time.Millisecond
 
 // ErrNoQuorum means a Redlock call reached fewer nodes than its quorum
 // needs: too many nodes were down, unreachable or slower than the node
@@ -114,7 +114,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // acquisition adds a second one to raise the token state on the nodes whose
 // token was below the largest. Acquire polls; no subscription is opened.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
-	mk, err := redisbackend.NewRedlock(clients)
+	mk, err := redisbackend.NewRedlock(clients, DefaultNodeTimeout)
 	if err != nil {
 		return nil, err
 	}

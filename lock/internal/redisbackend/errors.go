@@ -29,9 +29,6 @@ var (
 	errWrongType error = wrongTypeError{}
 )
 
-// MaxTTL is lock.MaxTTL: the longest lease and node timeout accepted.
-const MaxTTL = 365 * 24 * time.Hour
-
 // cleanupTimeout bounds a cleanup that outlives the call that needed it
 // (lock's cleanupTimeout).
 const cleanupTimeout = 2 * time.Second

@@ -77,8 +77,9 @@ type redlockNode struct {
 
 // NewRedlock validates clients (one per independent master, none nil,
 // no two reaching the same server) and returns the constructor of their
-// Redlock backend, for package lock's NewRedlock.
-func NewRedlock(clients []redis.UniversalClient) (func(lockbackend.Settings) (lockbackend.Backend, error), error) {
+// Redlock backend, for package lock's NewRedlock; a Locker that sets no
+// node timeout gets defaultTimeout.
+func NewRedlock(clients []redis.UniversalClient, defaultTimeout time.Duration) (func(lockbackend.Settings) (lockbackend.Backend, error), error) {
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("%w: Redlock needs at least one Redis client", errInvalid)
 	}
@@ -105,15 +106,12 @@ func NewRedlock(clients []redis.UniversalClient) (func(lockbackend.Settings) (lo
 	return func(set lockbackend.Settings) (lockbackend.Backend, error) {
 		timeout := set.NodeTimeout
 		if timeout == 0 {
-			timeout = DefaultNodeTimeout
+			timeout = defaultTimeout
 		}
 		return &redlock{nodes: nodes, quorum: len(nodes)/2 + 1, timeout: timeout,
 			prefix: set.Prefix, retentionMS: set.Retention.Milliseconds(), background: set.Background}, nil
 	}, nil
 }
-
-// DefaultNodeTimeout is lock.DefaultNodeTimeout.
-const DefaultNodeTimeout = 50 * time.Millisecond
 
 func (r *redlock) Info() lockbackend.Info {
 	return lockbackend.Info{Name: "Redlock", Quorum: r.quorum}
