@@ -46,14 +46,14 @@ func TestFencedSurvivesClusterFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(l.Close)
-			victim, err := cl.MasterOf(l.LockKey("acct-0"))
+			victim, err := cl.MasterOf(keysOf(l).LockKey("acct-0"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var rs []string
 			for i := 0; len(rs) < 3; i++ {
 				r := fmt.Sprintf("acct-%d", i)
-				if m, err := cl.MasterOf(l.LockKey(r)); err != nil {
+				if m, err := cl.MasterOf(keysOf(l).LockKey(r)); err != nil {
 					t.Fatal(err)
 				} else if m == victim {
 					rs = append(rs, r)
@@ -72,7 +72,7 @@ func TestFencedSurvivesClusterFailover(t *testing.T) {
 			if res.AckedAfterFault == 0 {
 				t.Fatalf("no write succeeded after the failover: no progress: %v", res)
 			}
-			if now, err := cl.MasterOf(l.LockKey(rs[0])); err != nil || now == victim {
+			if now, err := cl.MasterOf(keysOf(l).LockKey(rs[0])); err != nil || now == victim {
 				t.Fatalf("master after the kill: %v, %v; want the promoted replica", now, err)
 			}
 			t.Logf("kill -9 of the master: first admitted write %v after the kill", res.FirstAckAfterFault)

@@ -26,7 +26,7 @@ func TestElectionOnCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := watch.Observe(ctx)
-	for deadline := time.Now().Add(10 * time.Second); c.PubSubShardNumSub(ctx, watch.Channel()).Val()[watch.Channel()] < 1; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.PubSubShardNumSub(ctx, electionKeys(watch).Channel).Val()[electionKeys(watch).Channel] < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("observer not subscribed (sharded) after 10s")
 		}

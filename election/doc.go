@@ -101,11 +101,11 @@
 // only the lock's holder can write it; the election uses nothing else of
 // the backend. On Redis, besides the lock's keys, an election keeps its
 // leader record
-// ([Election.RecordKey], a hash with the leader's value, token and holder
+// ([RedisNames.RecordKey], a hash with the leader's value, token and holder
 // id, and a count of the values proclaimed, in the lock's hash slot), written when a term is won by a script that
 // admits only a token above the recorded one, so a deposed leader can never
 // write over a newer leader's record; it lives as long as the lock, plus the
-// TTL. Each new leader is announced on [Election.Channel] (sharded pub/sub
+// TTL. Each new leader is announced on [RedisNames.Channel] (sharded pub/sub
 // on a cluster), and so is each value proclaimed. The holder id stays in Redis: it is what releases the lock,
 // and no call of this package returns it except the leader's own fence.
 //

@@ -64,7 +64,7 @@ type Option func(*config) error
 
 type config struct {
 	ttl    time.Duration
-	margin time.Duration // 0: DefaultStepDown of the TTL
+	margin time.Duration // 0: the TTL over StepDownDivisor
 	mp     metric.MeterProvider
 	tp     trace.TracerProvider
 }
@@ -90,17 +90,23 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// DefaultStepDown is the step-down margin, as a fraction of the TTL, when
-// no [WithStepDown] option is given: a term ends when its lease's validity
-// comes within a quarter of the TTL.
-const DefaultStepDown = 4 // the margin is TTL/DefaultStepDown
+// StepDownDivisor divides the TTL into the default step-down margin, used
+// when no [WithStepDown] option is given: a term ends when its lease's
+// validity comes within TTL/StepDownDivisor (a quarter of the TTL), or
+// within the clock-drift allowance if that is larger.
+const StepDownDivisor = 4
+
+// DefaultStepDown is [StepDownDivisor] under its former name.
+//
+// Deprecated: it is a divisor, not a duration: use [StepDownDivisor].
+const DefaultStepDown = StepDownDivisor
 
 // WithStepDown sets the step-down margin: a term ends ([Term.Done] closes,
 // [Run]'s ctx ends) when its lease's validity, on the leader's clock, comes
 // within d, so that the old leader has stopped believing it leads at least
 // d before the lock's server can grant the lock to another candidate. It is what
 // client-go's leaderelection calls the lease duration less the renew
-// deadline. default: a quarter of the TTL (TTL/[DefaultStepDown]).
+// deadline. default: a quarter of the TTL (TTL/[StepDownDivisor]).
 //
 // A larger margin tolerates longer delays on the leader (a timer that fires
 // late on a loaded machine, a clock that runs slow) before two candidates
@@ -148,7 +154,7 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	margin := c.margin
 	switch {
 	case margin == 0:
-		margin = max(c.ttl/DefaultStepDown, Drift(c.ttl))
+		margin = max(c.ttl/StepDownDivisor, Drift(c.ttl))
 	case margin < Drift(c.ttl):
 		return nil, invalid("WithStepDown", "step-down margin %v is below the clock-drift allowance %v of the TTL %v", margin, Drift(c.ttl), c.ttl)
 	case margin > c.ttl/2:
@@ -165,8 +171,9 @@ func New(l *lock.Locker, name string, opts ...Option) (*Election, error) {
 	e := &Election{locker: l, name: name, ttl: c.ttl, margin: margin, rec: rec, tel: tel}
 	// On Redis, the leader record and its channel share the lock key's
 	// hash tag, so one script reads and writes both on a cluster.
-	if lockKey := l.LockKey(name); lockKey != "" {
-		base := strings.TrimSuffix(lockKey, ":lock")
+	var names lock.RedisNames
+	if l.As(&names) {
+		base := strings.TrimSuffix(names.LockKey(name), ":lock")
 		e.recordKey, e.channel = base+":leader", base+":leaders"
 	}
 	return e, nil
@@ -187,21 +194,39 @@ func (e *Election) Name() string { return e.name }
 // TTL returns the terms' lease (see [WithTTL]).
 func (e *Election) TTL() time.Duration { return e.ttl }
 
-// RecordKey returns the Redis key of the election's leader record: the
-// value and token of the current term, written when it is won. It shares
-// the lock key's hash tag and lives as long as the lock, plus the TTL. On
-// a Locker whose backend does not keep its locks in Redis keys it returns
-// "".
-func (e *Election) RecordKey() string { return e.recordKey }
+// RedisNames names what an election on a Locker made by [lock.New] or
+// [lock.NewRedlock] keeps in Redis; get them with [Election.As]. Other
+// backends keep the record elsewhere (a table, an etcd key).
+type RedisNames struct {
+	// RecordKey is the Redis key of the election's leader record: the
+	// value and token of the current term, written when it is won. It
+	// shares the lock key's hash tag and lives as long as the lock, plus
+	// the TTL.
+	RecordKey string
+	// Channel is the pub/sub channel on which each new leader is announced
+	// (sharded, with SPUBLISH, on a cluster): the message is the term's
+	// token, a space, and the leader's value. A value proclaimed within a
+	// term ([Term.Proclaim]) is announced as the token, a dot, the count
+	// of the term's record's proclaimed values, a space and the value;
+	// readers of earlier releases, which parse the token alone, skip it.
+	Channel string
+}
 
-// Channel returns the pub/sub channel on which each new leader is
-// announced (sharded, with SPUBLISH, on a cluster): the message is the
-// term's token, a space, and the leader's value. A value proclaimed within
-// a term ([Term.Proclaim]) is announced as the token, a dot, the count of
-// the term's record's proclaimed values, a space and the value; readers of
-// earlier releases, which parse the token alone, skip it. On a Locker whose
-// backend does not keep its locks in Redis keys it returns "".
-func (e *Election) Channel() string { return e.channel }
+// As sets target to the backend-specific view of e that it points to, and
+// reports whether e has one: a *[RedisNames] for an election on a Locker
+// made by [lock.New] or [lock.NewRedlock]. On any other target, or
+// another backend, it returns false and leaves target unchanged.
+func (e *Election) As(target any) bool {
+	switch t := target.(type) {
+	case *RedisNames:
+		if e.recordKey == "" {
+			return false
+		}
+		*t = RedisNames{RecordKey: e.recordKey, Channel: e.channel}
+		return true
+	}
+	return false
+}
 
 func checkName(name string) error {
 	switch {

@@ -11,7 +11,7 @@ import (
 
 // What the election model (model_test.go) needs to build its broken
 // variants: an election whose Locker's Redis backend sends the record's
-// script (lock/record_put.lua) with a line changed, or that steps down
+// script (lock/internal/redisbackend/record_put.lua) with a line changed, or that steps down
 // later than its margin says. Tests only. The record's script belongs to
 // the backend, which the election reaches through the lock's contract.
 

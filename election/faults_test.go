@@ -52,7 +52,7 @@ func cutLeader(t *testing.T, srv *testenv.RedisServer, name string) (cutRound, b
 		}
 		return cutRound{}, false
 	}
-	queue := la.LockKey(name)
+	queue := keysOf(la).LockKey(name)
 	queue = queue[:len(queue)-len(":lock")] + ":queue"
 	for deadline := time.Now().Add(10 * time.Second); srv.Client().ZCard(ctx, queue).Val() < 1; time.Sleep(2 * time.Millisecond) {
 		if a.Err() != nil {
@@ -166,4 +166,4 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 // stepDownMargin is the default step-down margin at the test TTL.
-var stepDownMargin = testTTL / election.DefaultStepDown
+var stepDownMargin = testTTL / election.StepDownDivisor

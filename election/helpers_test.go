@@ -74,7 +74,7 @@ func mustCampaign(t testing.TB, e *election.Election, value string) *election.Te
 // waitQueued waits until n candidates are queued for the election's lock.
 func waitQueued(t testing.TB, c redis.UniversalClient, l *lock.Locker, name string, n int64) {
 	t.Helper()
-	queue := l.LockKey(name)
+	queue := keysOf(l).LockKey(name)
 	queue = queue[:len(queue)-len(":lock")] + ":queue"
 	for deadline := time.Now().Add(10 * time.Second); c.ZCard(context.Background(), queue).Val() < n; time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -43,7 +43,7 @@ const modelTTL = 300 * time.Millisecond
 // from the documentation, not from the code it judges. A loaded machine
 // delays the old leader's timer by up to 45ms under -race (the gap's least
 // seen: 30ms); a step-down within the drift allowance leaves 5-6ms.
-const stepDownFloor = modelTTL / election.DefaultStepDown / 5
+const stepDownFloor = modelTTL / election.StepDownDivisor / 5
 
 // modelRun is one run's variant.
 type modelRun struct {
@@ -62,7 +62,7 @@ func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	recKey := watcher.RecordKey()
+	recKey := electionKeys(watcher).RecordKey
 	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
 	mon := startMonitor(t, srv.Addr())
 	mc := electionmodel.Config{
@@ -90,7 +90,7 @@ func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Durat
 		},
 		Observer: watcher,
 		ObserverReady: func(ctx context.Context) bool {
-			return oc.PubSubNumSub(ctx, watcher.Channel()).Val()[watcher.Channel()] >= 1
+			return oc.PubSubNumSub(ctx, electionKeys(watcher).Channel).Val()[electionKeys(watcher).Channel] >= 1
 		},
 		Plant: func(ctx context.Context) bool {
 			tok, err := oc.HGet(ctx, recKey, "t").Uint64()

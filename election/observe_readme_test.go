@@ -81,7 +81,7 @@ func TestObserveReadsAfterReadMeWhileDraining(t *testing.T) {
 	// The observer's first read finds a; then, before that read returns,
 	// a resigns and b is elected, and b's announcement reaches the watch.
 	rec.armed <- func() {
-		for deadline := time.Now().Add(10 * time.Second); c.PubSubNumSub(ctx, watcher.Channel()).Val()[watcher.Channel()] < 1; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); c.PubSubNumSub(ctx, electionKeys(watcher).Channel).Val()[electionKeys(watcher).Channel] < 1; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Error("observer not subscribed after 10s")
 				return

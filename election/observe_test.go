@@ -34,7 +34,7 @@ func observe(ctx context.Context, t testing.TB, c redis.UniversalClient, e *elec
 	}()
 	// Wait for the subscription, so that every term after this is announced
 	// to the observer.
-	for deadline := time.Now().Add(10 * time.Second); c.PubSubNumSub(ctx, e.Channel()).Val()[e.Channel()] < 1; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.PubSubNumSub(ctx, electionKeys(e).Channel).Val()[electionKeys(e).Channel] < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("observer not subscribed after 10s")
 		}

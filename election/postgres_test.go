@@ -36,8 +36,9 @@ func TestElectionOnPostgreSQL(t *testing.T) {
 	ea := newElection(t, locker(), "pg-election")
 	eb := newElection(t, locker(), "pg-election")
 	watch := newElection(t, locker(), "pg-election")
-	if k, c := ea.RecordKey(), ea.Channel(); k != "" || c != "" {
-		t.Errorf("RecordKey, Channel = %q, %q on PostgreSQL, want empty", k, c)
+	var names election.RedisNames
+	if ea.As(&names) {
+		t.Errorf("As(*RedisNames) = %+v on PostgreSQL, want false", names)
 	}
 	if _, err := watch.Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("Leader before any term = %v, want ErrNoLeader", err)

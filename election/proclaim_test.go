@@ -108,14 +108,14 @@ func TestProclaimOfALostTerm(t *testing.T) {
 	e := newElection(t, l, "lostproclaim")
 	term := mustCampaign(t, e, "a")
 	// The lock key is deleted behind the term's back: as Redis losing it.
-	if err := c.Del(context.Background(), l.LockKey("lostproclaim")).Err(); err != nil {
+	if err := c.Del(context.Background(), keysOf(l).LockKey("lostproclaim")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	err := term.Proclaim(context.Background(), "b")
 	if !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Proclaim of a term whose lock is gone = %v, want lock.ErrNotHeld", err)
 	}
-	if v, _ := c.HGet(context.Background(), e.RecordKey(), "v").Result(); v != "a" {
+	if v, _ := c.HGet(context.Background(), electionKeys(e).RecordKey, "v").Result(); v != "a" {
 		t.Fatalf("record's value %q after a refused Proclaim", v)
 	}
 }

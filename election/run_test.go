@@ -64,7 +64,7 @@ func TestRunHandsOverAndStops(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		l := newLocker(t, c, prefix)
 		e := newElection(t, l, "run")
-		queue := l.LockKey("run")
+		queue := keysOf(l).LockKey("run")
 		queue = queue[:len(queue)-len(":lock")] + ":queue"
 		go func() {
 			errs <- election.Run(ctx, e, name, func(ctx context.Context, f fence.Fence) error {

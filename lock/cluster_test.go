@@ -63,7 +63,7 @@ func clusterResources(t *testing.T, c *redis.ClusterClient, l *lock.Locker) []st
 	var out []string
 	for i := 0; len(out) < 6; i++ {
 		r := fmt.Sprintf("acct-%d", i)
-		slot, err := c.ClusterKeySlot(ctx, l.LockKey(r)).Result()
+		slot, err := c.ClusterKeySlot(ctx, keysOf(l).LockKey(r)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,8 +79,8 @@ func clusterResources(t *testing.T, c *redis.ClusterClient, l *lock.Locker) []st
 func clusterTokensAndSlots(t *testing.T, c *redis.ClusterClient, l *lock.Locker) {
 	ctx := context.Background()
 	for _, r := range clusterResources(t, c, l) {
-		want := c.ClusterKeySlot(ctx, l.LockKey(r)).Val()
-		for _, k := range []string{l.TokenKey(r), l.ReleaseChannel(r), l.LockKey(r) + "x"} {
+		want := c.ClusterKeySlot(ctx, keysOf(l).LockKey(r)).Val()
+		for _, k := range []string{keysOf(l).TokenKey(r), keysOf(l).ReleaseChannel(r), keysOf(l).LockKey(r) + "x"} {
 			if got := c.ClusterKeySlot(ctx, k).Val(); got != want {
 				t.Fatalf("%q in slot %d, the lock key of %q in %d", k, got, r, want)
 			}
@@ -127,7 +127,7 @@ func clusterWakeUps(t *testing.T, c *redis.ClusterClient, l *lock.Locker) {
 		}()
 	}
 	for _, r := range rs {
-		waitSubscribed(t, c, l.ReleaseChannel(r), 1)
+		waitSubscribed(t, c, keysOf(l).ReleaseChannel(r), 1)
 	}
 	for _, h := range holders {
 		if err := h.Release(ctx); err != nil {
@@ -184,7 +184,7 @@ func clusterLeaseOps(t *testing.T, l *lock.Locker) {
 func clusterReleaseAnnounces(t *testing.T, c *redis.ClusterClient, l *lock.Locker) {
 	ctx := context.Background()
 	for _, r := range clusterResources(t, c, l) {
-		ps := c.SSubscribe(ctx, l.ReleaseChannel(r))
+		ps := c.SSubscribe(ctx, keysOf(l).ReleaseChannel(r))
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Fatalf("%s: subscribe: %v", r, err)
 		}
@@ -198,7 +198,7 @@ func clusterReleaseAnnounces(t *testing.T, c *redis.ClusterClient, l *lock.Locke
 		cancel()
 		_ = ps.Close()
 		if err != nil {
-			t.Fatalf("%s: no announcement on %q: %v", r, l.ReleaseChannel(r), err)
+			t.Fatalf("%s: no announcement on %q: %v", r, keysOf(l).ReleaseChannel(r), err)
 		}
 		if msg.Payload != "" {
 			t.Fatalf("%s: the release announced %q, want the empty message", r, msg.Payload)

@@ -173,7 +173,7 @@ func TestACutShortAcquisitionLeavesNoLock(t *testing.T) {
 				break
 			}
 			if !errors.Is(err, lock.ErrNotAcquired) || time.Now().After(deadline) {
-				t.Fatalf("after %s cut short: %v (Redis holds the lock for %v)", name, err, direct.PTTL(context.Background(), l.LockKey("cut")).Val())
+				t.Fatalf("after %s cut short: %v (Redis holds the lock for %v)", name, err, direct.PTTL(context.Background(), keysOf(l).LockKey("cut")).Val())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -318,7 +318,7 @@ func TestCloseReturnsWhileTheSubscriptionReconnects(t *testing.T) {
 				_, err := l.Acquire(ctx, "resub", time.Minute)
 				done <- err
 			}()
-			waitSubscribers(t, direct, l.ReleaseChannel("resub"), func(n int64) bool { return n == 1 })
+			waitSubscribers(t, direct, keysOf(l).ReleaseChannel("resub"), func(n int64) bool { return n == 1 })
 			// Silent, and the subscription's connection broken: the hub
 			// subscribes again on a new connection, whose handshake gets
 			// no answer.

@@ -112,7 +112,7 @@ func TestCloseWaitsForBackgroundCleanup(t *testing.T) {
 		t.Fatalf("TryAcquire with lost reply = %v, want context.Canceled", err)
 	}
 	l.Close()
-	if n := c.Exists(context.Background(), l.LockKey("bg")).Val(); n != 0 {
+	if n := c.Exists(context.Background(), keysOf(l).LockKey("bg")).Val(); n != 0 {
 		t.Fatal("the lost grant was still held after Close")
 	}
 }

@@ -158,26 +158,26 @@ package lock
 //     the lock); its package doc states what every backend promises;
 //   - locker.go: Locker, New, the one constructor behind every backend
 //     (open), TryAcquire and one try of an acquisition over the backend,
-//     Advance, the key getters;
+//     Advance; redisnames.go: As and the Redis names; redlock.go:
+//     NewRedlock and its public errors;
 //   - wait.go: Acquire's waiting over the backend's queue (tries,
 //     refreshes, hand-overs), or its polling;
 //   - lease.go, lifecycle.go, lease_validity.go, renew.go: a Lease, what it
 //     knows of its expiry, its end, its renewal;
 //   - owner.go, do.go, foreign.go: Owner holds, Do, FenceLock;
-//   - the Redis backend (New): redis.go (its grant, release, extension,
-//     ttl, advance and holds: one script each, try.lua for a plain try and
-//     acquire.lua otherwise), calls.go (calls that keep the deadline),
-//     queue.go (the wait queue's client side: entry lives, grant
-//     messages), subscribe.go and redis_waiter.go (the subscription
-//     multiplexer shared by a Locker's waiters, which is the backend's
-//     queue), record.go (the record beside the lock that the election
-//     keeps its leader in: record_put.lua, record_keep.lua,
-//     record_read.lua);
-//   - the Redlock backend (NewRedlock): redlock.go, redlock_errors.go, its
-//     node fan-out and its errors, redlock_record.go, its record on a
-//     quorum; every node runs the single-node scripts;
 //   - options.go, acquire_options.go, errors.go, telemetry.go,
-//     background.go, scripts.go: options, errors, spans and metrics,
-//     cleanup that outlives a call, the scripts (*.lua, one idea each;
-//     tokenstate.lua and handover.lua are shared helpers prepended to the
-//     scripts that issue tokens or hand the lock over).
+//     background.go: options, errors, spans and metrics, cleanup that
+//     outlives a call;
+//   - internal/redisbackend: the Redis and Redlock backends, nothing
+//     portable: redis.go (grant, release, extension, ttl, advance and
+//     holds: one script each, try.lua for a plain try and acquire.lua
+//     otherwise), calls.go (calls that keep the deadline), queue.go (the
+//     wait queue's client side: entry lives, grant messages), subscribe.go
+//     and redis_waiter.go (the subscription multiplexer shared by a
+//     Locker's waiters, which is the backend's queue), record.go (the
+//     record beside the lock that the election keeps its leader in),
+//     redlock.go, redlock_errors.go, redlock_record.go (Redlock: node
+//     fan-out, errors, record on a quorum; every node runs the single-node
+//     scripts), scripts.go and *.lua (one idea each; tokenstate.lua and
+//     handover.lua are shared helpers prepended to the scripts that issue
+//     tokens or hand the lock over).

@@ -1,16 +1,12 @@
 package lock
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
-	"github.com/fencekit/fencekit/internal/rediscall"
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -30,6 +26,15 @@ var (
 	// the token state was advanced to the top of the token space. No lock
 	// was taken and nothing was changed; tokens are never repeated.
 	ErrTokensExhausted = lockbackend.ErrTokensExhausted
+
+	// ErrUnsupported means the Locker's backend does not offer what was
+	// asked: [Owner] and [Locker.FenceLock] on Redlock, [Locker.Advance] or
+	// an option that means nothing on a backend (a node timeout on one
+	// Redis, a token retention on etcd), [RedisNames.FenceKey] on Redlock,
+	// a Proclaim on a backend whose record keeps no proclaimed values.
+	// Nothing was sent. It matches [errors.ErrUnsupported], and
+	// [fence.ErrInvalid] as every refused argument does.
+	ErrUnsupported = lockbackend.ErrUnsupported
 )
 
 // This package's own messages for the module-wide sentinels: callers match
@@ -40,19 +45,7 @@ var (
 	// with braces. Nothing was sent to Redis. It matches [fence.ErrInvalid]
 	// too.
 	errInvalid error = invalidError{}
-
-	// errWrongType means a lock key or token state already holds a value of
-	// another type, or a token out of range. The key was left as it was.
-	errWrongType error = wrongTypeError{}
 )
-
-// wrongTypeError is errWrongType: this package's message for a key of
-// another type, matching the module-wide [fence.ErrWrongType].
-type wrongTypeError struct{}
-
-func (wrongTypeError) Error() string { return "lock: key holds the wrong type" }
-
-func (wrongTypeError) Unwrap() error { return fence.ErrWrongType }
 
 // invalidError is errInvalid: its own sentinel, and fence's one word for an
 // invalid argument.
@@ -81,36 +74,3 @@ func (e *NotAcquiredError) Error() string {
 
 // Unwrap returns [ErrNotAcquired].
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
-
-// tokensExhaustedReply is the text of the error reply tokenstate.lua gives
-// when the next token would pass fence.MaxToken.
-const tokensExhaustedReply = "token space exhausted"
-
-// translate turns a Redis reply error into this package's errors; it is the
-// one place that inspects driver errors. op and resource label the error.
-func translate(ctx context.Context, err error, op, resource string) error {
-	if err == nil {
-		return nil
-	}
-	var re redis.Error
-	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w: %s %q: %s", errWrongType, op, resource, re.Error())
-	}
-	if errors.As(err, &re) && strings.Contains(re.Error(), tokensExhaustedReply) {
-		return fmt.Errorf("%w: %s %q", ErrTokensExhausted, op, resource)
-	}
-	if ctxErr := rediscall.Err(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-		// Make errors.Is(err, ctx.Err()) hold even when the driver reported
-		// the cancellation as a network error, also when it ended a read at
-		// the deadline before the context's timer ran (see rediscall.Err).
-		return fmt.Errorf("lock: %s %q: %w (%w)", op, resource, ctxErr, err)
-	}
-	return fmt.Errorf("lock: %s %q: %w", op, resource, err)
-}
-
-// isReply reports whether err is an error reply from Redis: the command
-// reached the server and was refused there, so it had no effect.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
-}

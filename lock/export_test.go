@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"github.com/fencekit/fencekit/lock/internal/redisbackend"
 	"time"
 )
 
@@ -10,10 +11,10 @@ import (
 // only: it is not safe to call while Lockers run.
 func SetRedlockTrace(f func(holder, line string)) {
 	if f == nil {
-		redlockTrace = nil
+		redisbackend.RedlockTrace = nil
 		return
 	}
-	redlockTrace = func(holder, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration) {
+	redisbackend.RedlockTrace = func(holder, op string, sent time.Time, ttl time.Duration, replies string, valid time.Duration) {
 		f(holder, fmt.Sprintf("%s ttl %v sent %s valid %v (until %s) replies %s",
 			op, ttl, sent.Format("15:04:05.000000"), valid, sent.Add(valid).Format("15:04:05.000000"), replies))
 	}

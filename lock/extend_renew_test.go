@@ -39,7 +39,7 @@ func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
 		// Validity read after PTTL can only be smaller, unless a renewal
 		// landed between the two reads: then the sample says nothing.
 		before := lease.Validity()
-		pttl, err = c.PTTL(ctx, l.LockKey("extended")).Result()
+		pttl, err = c.PTTL(ctx, keysOf(l).LockKey("extended")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pttl, err := c.PTTL(ctx, l.LockKey("extended")).Result()
+	pttl, err := c.PTTL(ctx, keysOf(l).LockKey("extended")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +62,11 @@ func TestRenewalKeepsTheTTLOfTheLastExtend(t *testing.T) {
 // with the earlier, shorter ttl.
 func lateExtension(t *testing.T, c redis.Scripter, l *lock.Locker, resource, holder string, ttl time.Duration) {
 	t.Helper()
-	src, err := os.ReadFile("extend.lua")
+	src, err := os.ReadFile("internal/redisbackend/extend.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{l.LockKey(resource), l.TokenKey(resource)}
+	keys := []string{keysOf(l).LockKey(resource), keysOf(l).TokenKey(resource)}
 	if err := redis.NewScript(string(src)).Run(context.Background(), c, keys, holder, ttl.Milliseconds(), int64(time.Minute/time.Millisecond)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestLateExtensionNeverShortens(t *testing.T) {
 			t.Fatal(err)
 		}
 		lateExtension(t, c, l, "late-extension", lease.Fence().Holder, 2*time.Second)
-		pttl, err := c.PTTL(ctx, l.LockKey("late-extension")).Result()
+		pttl, err := c.PTTL(ctx, keysOf(l).LockKey("late-extension")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestLateExtensionNeverShortens(t *testing.T) {
 		if err := lease.Extend(ctx, 200*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		pttl, err = c.PTTL(ctx, l.LockKey("late-extension")).Result()
+		pttl, err = c.PTTL(ctx, keysOf(l).LockKey("late-extension")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestLateExtensionNeverShortens(t *testing.T) {
 		}
 		v := lease.Validity()
 		for i, c := range ns.direct {
-			pttl, err := c.PTTL(ctx, l.LockKey("late-extension")).Result()
+			pttl, err := c.PTTL(ctx, keysOf(l).LockKey("late-extension")).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

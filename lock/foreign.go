@@ -3,10 +3,8 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/keyslot"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
@@ -26,7 +24,7 @@ import (
 //
 // Tokens follow the rule of [Locker.TryAcquire]: a new grant's token is
 // above the previous one and not below the Redis server's clock in
-// microseconds. They live in the record [Locker.FenceKey] names. Each call
+// microseconds. They live in the record [RedisNames.FenceKey] names. Each call
 // keeps that record for the lock's remaining lease, as Redis reports it at
 // that moment, plus the token retention ([WithTokenRetention]): FenceLock
 // cannot see the lock being extended later by its own library. So a grant
@@ -93,40 +91,5 @@ func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor
 	if err := checkCall(ctx, op, lockKey); err != nil {
 		return fence.Fence{}, err
 	}
-	return ff.fenceLock(ctx, op, lockKey, value, floor)
+	return ff.FenceLock(ctx, op, lockKey, value, floor)
 }
-
-// FenceKey returns the Redis key where [Locker.FenceLock] keeps lockKey's
-// newest token and the value of its current grant: the Locker's prefix, a
-// hash tag and lockKey. It expires the token retention after the lock's
-// lease as of the last FenceLock call. It sits in lockKey's Redis
-// Cluster slot whatever braces lockKey contains, so the one script that reads
-// both is legal on a cluster, and distinct lock keys get distinct records.
-//
-// On a Locker that does not fence foreign locks (Redlock, PostgreSQL) it
-// returns "".
-func (l *Locker) FenceKey(lockKey string) string {
-	if ff, ok := l.b.(foreignFencer); ok {
-		return ff.fenceKey(lockKey)
-	}
-	return ""
-}
-
-// slotTag returns a string without '}' that Redis Cluster hashes to key's
-// slot when it is used as a hash tag. It is key's own tag, or key itself,
-// when that can be wrapped in braces; otherwise (a key containing '}' but no
-// non-empty tag) a short string with the same slot.
-func slotTag(key string) string {
-	h := hashed(key)
-	if !strings.Contains(h, "}") {
-		return h
-	}
-	return keyslot.Tag(keySlot(h))
-}
-
-// hashed returns the part of key that Redis Cluster hashes: the content of
-// the first '{' ... '}' pair if it is not empty, else the whole key.
-func hashed(key string) string { return keyslot.HashedPart(key) }
-
-// keySlot is Redis Cluster's slot of a hashed string: CRC16 (XMODEM) mod 16384.
-func keySlot(s string) uint16 { return keyslot.Hash(s) }

@@ -43,12 +43,12 @@ func TestFenceLockRefusalChangesNothing(t *testing.T) {
 	if _, err := l.FenceLock(ctx, key, "v"); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("missing lock key: %v, want ErrNotHeld", err)
 	}
-	if n := c.Exists(ctx, l.FenceKey(key)).Val(); n != 0 {
+	if n := c.Exists(ctx, fenceKey(l, key)).Val(); n != 0 {
 		t.Fatal("a refused call created the fence record")
 	}
 	c.Set(ctx, key, "mine", time.Minute)
 	f := mustFence(t, l, key, "mine")
-	before := c.HGetAll(ctx, l.FenceKey(key)).Val()
+	before := c.HGetAll(ctx, fenceKey(l, key)).Val()
 	for _, v := range []string{"theirs", "min", "mine "} {
 		if _, err := l.FenceLock(ctx, key, v); !errors.Is(err, lock.ErrNotHeld) {
 			t.Fatalf("lock holds another value, FenceLock(%q) = %v", v, err)
@@ -57,7 +57,7 @@ func TestFenceLockRefusalChangesNothing(t *testing.T) {
 			t.Fatalf("lock holds another value, FenceLockAbove(%q) = %v", v, err)
 		}
 	}
-	if after := c.HGetAll(ctx, l.FenceKey(key)).Val(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := c.HGetAll(ctx, fenceKey(l, key)).Val(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("refused calls changed the record: %v -> %v", before, after)
 	}
 	if got := mustFence(t, l, key, "mine"); got != f {
@@ -110,7 +110,7 @@ func TestFenceLockAbove(t *testing.T) {
 	if f, err := l.FenceLockAbove(ctx, key, "g2", big); err != nil || f.Token != big+1 {
 		t.Fatalf("FenceLockAbove(%d) = %v, %v", big, f, err)
 	}
-	if v := c.HGet(ctx, l.FenceKey(key), "token").Val(); v != strconv.FormatInt(int64(big+1), 10) {
+	if v := c.HGet(ctx, fenceKey(l, key), "token").Val(); v != strconv.FormatInt(int64(big+1), 10) {
 		t.Fatalf("record token %q", v)
 	}
 }
@@ -125,25 +125,25 @@ func TestFenceLockWrongType(t *testing.T) {
 	if _, err := l.FenceLock(ctx, p+"h", "v"); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("lock key is a hash: %v", err)
 	}
-	if n := c.Exists(ctx, l.FenceKey(p+"h")).Val(); n != 0 {
+	if n := c.Exists(ctx, fenceKey(l, p+"h")).Val(); n != 0 {
 		t.Fatal("record created although the lock key is wrong")
 	}
 
 	c.Set(ctx, p+"a", "v", time.Minute)
-	c.RPush(ctx, l.FenceKey(p+"a"), "x")
+	c.RPush(ctx, fenceKey(l, p+"a"), "x")
 	if _, err := l.FenceLock(ctx, p+"a", "v"); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("record is a list: %v", err)
 	}
-	if v := c.LRange(ctx, l.FenceKey(p+"a"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
+	if v := c.LRange(ctx, fenceKey(l, p+"a"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
 		t.Fatalf("list record changed: %v", v)
 	}
 
 	c.Set(ctx, p+"b", "v", time.Minute)
-	c.HSet(ctx, l.FenceKey(p+"b"), "token", "abc", "value", "old")
+	c.HSet(ctx, fenceKey(l, p+"b"), "token", "abc", "value", "old")
 	if _, err := l.FenceLockAbove(ctx, p+"b", "v", 5); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("record token is not an integer: %v", err)
 	}
-	if v := c.HGetAll(ctx, l.FenceKey(p+"b")).Val(); v["token"] != "abc" || v["value"] != "old" {
+	if v := c.HGetAll(ctx, fenceKey(l, p+"b")).Val(); v["token"] != "abc" || v["value"] != "old" {
 		t.Fatalf("bad record changed: %v", v)
 	}
 	for _, k := range []string{p + "a", p + "b"} {
@@ -218,7 +218,7 @@ func TestFenceLockRefusesFencesNoStoreAccepts(t *testing.T) {
 		}
 		c = redis.NewClient(opt) // without the hook
 		defer c.Close()
-		if n := c.Exists(ctx, l.FenceKey(tc.key)).Val(); n != 0 {
+		if n := c.Exists(ctx, fenceKey(l, tc.key)).Val(); n != 0 {
 			t.Errorf("FenceLock(%q, %q) wrote its fence record", tc.key, tc.value)
 		}
 		_ = c.Del(ctx, tc.key)
@@ -257,7 +257,7 @@ func TestFenceKeySlot(t *testing.T) {
 	seen := make(map[string]string, len(keys))
 	pipe := node.Pipeline()
 	for i, k := range keys {
-		fk := l.FenceKey(k)
+		fk := fenceKey(l, k)
 		if other, ok := seen[fk]; ok && other != k {
 			t.Fatalf("lock keys %q and %q share fence record %q", k, other, fk)
 		}
@@ -270,7 +270,7 @@ func TestFenceKeySlot(t *testing.T) {
 	}
 	for i, k := range keys {
 		if a, b := lockSlots[i].Val(), fenceSlots[i].Val(); a != b {
-			t.Fatalf("lock key %q in slot %d, its fence record %q in slot %d", k, a, l.FenceKey(k), b)
+			t.Fatalf("lock key %q in slot %d, its fence record %q in slot %d", k, a, fenceKey(l, k), b)
 		}
 	}
 }
@@ -367,7 +367,7 @@ func TestFenceRecordFollowsTheLeaseAtEachCall(t *testing.T) {
 	if f := mustFence(t, l, key, "v"); f != first {
 		t.Fatalf("after the extension FenceLock = %v, want %v", f, first)
 	}
-	rec, lk := c.PTTL(ctx, l.FenceKey(key)).Val(), c.PTTL(ctx, key).Val()
+	rec, lk := c.PTTL(ctx, fenceKey(l, key)).Val(), c.PTTL(ctx, key).Val()
 	if rec < lk {
 		t.Fatalf("fence record PTTL %v below the extended lock's %v", rec, lk)
 	}
@@ -379,7 +379,7 @@ func TestFenceRecordFollowsTheLeaseAtEachCall(t *testing.T) {
 	if err := c.PExpire(ctx, key, 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the fence record did not expire", keyGone(c, l.FenceKey(key)))
+	eventually(t, "the fence record did not expire", keyGone(c, fenceKey(l, key)))
 	if f := mustFence(t, l, key, "v"); f.Token <= first.Token {
 		t.Fatalf("after the record expired FenceLock = %v, want a token above %d", f, first.Token)
 	}

@@ -45,7 +45,7 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 //
 // The release that frees the lock hands it to the first live waiter queued
 // in [Locker.Acquire] and announces the grant on the resource's
-// [Locker.ReleaseChannel], in the same script; with nobody queued it only
+// [RedisNames.ReleaseChannel], in the same script; with nobody queued it only
 // deletes the lock. Release stops the lease's renewal, if any, and closes
 // [Lease.Done], whatever its outcome; releasing a lease again after a
 // release that reached Redis returns ErrNotHeld without a round trip.

@@ -106,7 +106,7 @@ func TestRenewalRefusedEndsLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Del(ctx, l.LockKey("cut-lease")).Err(); err != nil {
+		if err := c.Del(ctx, keysOf(l).LockKey("cut-lease")).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if !closedWithin(lease.Done(), within) {
@@ -122,7 +122,7 @@ func TestRenewalRefusedEndsLease(t *testing.T) {
 	t.Run("Do", func(t *testing.T) {
 		var cause error
 		err := l.Do(ctx, "cut-do", ttl, func(ctx context.Context, f fence.Fence) error {
-			if err := c.Del(ctx, l.LockKey("cut-do")).Err(); err != nil {
+			if err := c.Del(ctx, keysOf(l).LockKey("cut-do")).Err(); err != nil {
 				return err
 			}
 			if !closedWithin(ctx.Done(), within) {
@@ -218,7 +218,7 @@ func TestExtendOrTTLNotHeldEndsLease(t *testing.T) {
 		if closedWithin(lease.Done(), 0) || lease.Err() != nil {
 			t.Fatalf("%s: lease ended before anything happened: %v", call.name, lease.Err())
 		}
-		if err := c.Del(ctx, l.LockKey("gone-"+call.name)).Err(); err != nil {
+		if err := c.Del(ctx, keysOf(l).LockKey("gone-"+call.name)).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := call.run(lease); !errors.Is(err, lock.ErrNotHeld) {
@@ -287,7 +287,7 @@ func TestDoPanicReleases(t *testing.T) {
 		})
 		t.Fatal("Do returned although fn panicked")
 	}()
-	if n, err := c.Exists(ctx, l.LockKey("panics")).Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, keysOf(l).LockKey("panics")).Result(); err != nil || n != 0 {
 		t.Fatalf("lock key exists (%d, %v) after fn panicked", n, err)
 	}
 	lease, err := l.TryAcquire(ctx, "panics", time.Second)
@@ -310,7 +310,7 @@ func TestValidityCountsWholeMilliseconds(t *testing.T) {
 	overstated := 0
 	check := func(lease *lock.Lease) {
 		t.Helper()
-		key := l.LockKey(lease.Fence().Resource)
+		key := keysOf(l).LockKey(lease.Fence().Resource)
 		for end := time.Now().Add(time.Second); time.Now().Before(end); {
 			n, err := c.Exists(ctx, key).Result()
 			if err != nil {
@@ -374,6 +374,6 @@ func TestReleaseWithEndedContext(t *testing.T) {
 		if !closedWithin(lease.Done(), 0) || !errors.Is(lease.Err(), lock.ErrReleased) {
 			t.Fatalf("after Release: Done not closed or Err %v, want ErrReleased", lease.Err())
 		}
-		eventually(t, "the lock is still held after Release with an ended context", keyGone(c, l.LockKey("ended")))
+		eventually(t, "the lock is still held after Release with an ended context", keyGone(c, keysOf(l).LockKey("ended")))
 	}
 }

@@ -127,7 +127,7 @@ func TestExtendKeepsTokenAndLease(t *testing.T) {
 		t.Fatalf("TryAcquire on extended lock: %v", err)
 	}
 	// The token state lives at least as long as the extended lease.
-	if pttl := c.PTTL(ctx, l.TokenKey("r")).Val(); pttl < 30*time.Second {
+	if pttl := c.PTTL(ctx, keysOf(l).TokenKey("r")).Val(); pttl < 30*time.Second {
 		t.Fatalf("token state PTTL %v after Extend(1m)", pttl)
 	}
 	if _, err := l.TryAcquire(ctx, "r", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
@@ -174,7 +174,7 @@ func TestTryAcquireHeldFailsAtOnceWithRemaining(t *testing.T) {
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
 	held := mustAcquire(t, l, "r", 10*time.Second)
-	state := c.Get(ctx, l.TokenKey("r")).Val()
+	state := c.Get(ctx, keysOf(l).TokenKey("r")).Val()
 	_, err := l.TryAcquire(ctx, "r", time.Second)
 	var na *lock.NotAcquiredError
 	if !errors.As(err, &na) || !errors.Is(err, lock.ErrNotAcquired) {
@@ -184,7 +184,7 @@ func TestTryAcquireHeldFailsAtOnceWithRemaining(t *testing.T) {
 		t.Fatalf("NotAcquiredError = %+v", na)
 	}
 	// The refusal changed nothing.
-	if after := c.Get(ctx, l.TokenKey("r")).Val(); after != state {
+	if after := c.Get(ctx, keysOf(l).TokenKey("r")).Val(); after != state {
 		t.Fatalf("token state %q after a refused attempt, was %q", after, state)
 	}
 	if err := held.Release(ctx); err != nil {
@@ -243,14 +243,14 @@ func TestCancelledAcquireLeavesNoLock(t *testing.T) {
 	}
 	// The waiter leaves the queue in the background; a grant that reached
 	// it meanwhile is given back.
-	eventually(t, "a cancelled Acquire left a lock behind", keyGone(c, l.LockKey("r")))
+	eventually(t, "a cancelled Acquire left a lock behind", keyGone(c, keysOf(l).LockKey("r")))
 
 	done, stop := context.WithCancel(context.Background())
 	stop()
 	if _, err := l.TryAcquire(done, "r", time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquire with cancelled ctx = %v", err)
 	}
-	if n := c.Exists(context.Background(), l.LockKey("r")).Val(); n != 0 {
+	if n := c.Exists(context.Background(), keysOf(l).LockKey("r")).Val(); n != 0 {
 		t.Fatal("a cancelled TryAcquire left a lock behind")
 	}
 }
@@ -300,7 +300,7 @@ func TestReplyLostInFlightLeavesNoLock(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquire with lost reply = %v, want context.Canceled", err)
 	}
-	eventually(t, "the granted-but-unreported lock was left behind", keyGone(c, l.LockKey("r")))
+	eventually(t, "the granted-but-unreported lock was left behind", keyGone(c, keysOf(l).LockKey("r")))
 	// The lost grant's token was issued, and the next one is above it.
 	n, g, _ := tokenState(t, c, l, "r")
 	if n <= lease.Fence().Token || g != n {
@@ -356,7 +356,7 @@ func TestClusterOneSlotPerResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"orders", "user:42", "a b c", "ünïcode"} {
-		a, b := l.LockKey(r), l.TokenKey(r)
+		a, b := keysOf(l).LockKey(r), keysOf(l).TokenKey(r)
 		sa, sb := c.ClusterKeySlot(ctx, a).Val(), c.ClusterKeySlot(ctx, b).Val()
 		if sa != sb {
 			t.Fatalf("%q: lock key slot %d, counter slot %d", r, sa, sb)
@@ -423,7 +423,7 @@ func TestDo(t *testing.T) {
 	var seen fence.Fence
 	err := l.Do(ctx, "r", time.Second, func(ctx context.Context, f fence.Fence) error {
 		seen = f
-		if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 1 {
+		if n := c.Exists(ctx, keysOf(l).LockKey("r")).Val(); n != 1 {
 			t.Error("lock not held inside Do")
 		}
 		return boom
@@ -434,14 +434,14 @@ func TestDo(t *testing.T) {
 	if seen.Token < 1 || seen.Resource != "r" || seen.Holder == "" {
 		t.Fatalf("fn saw fence %v", seen)
 	}
-	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("r")).Val(); n != 0 {
 		t.Fatal("Do did not release")
 	}
 	// A lease lost while fn ran is reported. Do renews the lease, so it is
 	// lost by deleting it behind the holder's back; fn returns nil once its
 	// context says so.
 	err = l.Do(ctx, "r", 30*time.Millisecond, func(ctx context.Context, f fence.Fence) error {
-		if err := c.Del(ctx, l.LockKey("r")).Err(); err != nil {
+		if err := c.Del(ctx, keysOf(l).LockKey("r")).Err(); err != nil {
 			return err
 		}
 		<-ctx.Done()
@@ -487,7 +487,7 @@ func TestBadInput(t *testing.T) {
 	if err := l.Do(ctx, "r", time.Second, nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Do(nil) = %v", err)
 	}
-	keys, _ := c.Keys(ctx, l.TokenKey("")[:len(l.TokenKey(""))-len("{}:token")]+"*").Result()
+	keys, _ := c.Keys(ctx, keysOf(l).TokenKey("")[:len(keysOf(l).TokenKey(""))-len("{}:token")]+"*").Result()
 	if len(keys) != 2 { // only r's lock and counter
 		t.Fatalf("rejected calls wrote keys: %v", keys)
 	}
@@ -499,38 +499,38 @@ func TestWrongTypeKeysAreLeftAlone(t *testing.T) {
 	l := newLocker(t, c)
 
 	// A hash where the lock key should be.
-	c.HSet(ctx, l.LockKey("h"), "f", "v")
+	c.HSet(ctx, keysOf(l).LockKey("h"), "f", "v")
 	if _, err := l.TryAcquire(ctx, "h", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("lock key is a hash: %v", err)
 	}
-	if v := c.HGet(ctx, l.LockKey("h"), "f").Val(); v != "v" {
+	if v := c.HGet(ctx, keysOf(l).LockKey("h"), "f").Val(); v != "v" {
 		t.Fatal("hash lock key was changed")
 	}
-	if n := c.Exists(ctx, l.TokenKey("h")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).TokenKey("h")).Val(); n != 0 {
 		t.Fatal("counter was created although the lock key is wrong")
 	}
 
 	// A list where the counter should be.
-	c.RPush(ctx, l.TokenKey("l"), "x")
+	c.RPush(ctx, keysOf(l).TokenKey("l"), "x")
 	if _, err := l.TryAcquire(ctx, "l", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("counter is a list: %v", err)
 	}
-	if n := c.Exists(ctx, l.LockKey("l")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("l")).Val(); n != 0 {
 		t.Fatal("lock was taken although the counter is wrong")
 	}
 	if err := l.Advance(ctx, "l", 5); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("Advance on a list counter: %v", err)
 	}
-	if v := c.LRange(ctx, l.TokenKey("l"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
+	if v := c.LRange(ctx, keysOf(l).TokenKey("l"), 0, -1).Val(); len(v) != 1 || v[0] != "x" {
 		t.Fatalf("list counter was changed: %v", v)
 	}
 
 	// A string that is not an integer.
-	c.Set(ctx, l.TokenKey("s"), "abc", 0)
+	c.Set(ctx, keysOf(l).TokenKey("s"), "abc", 0)
 	if _, err := l.TryAcquire(ctx, "s", time.Second); !errors.Is(err, fence.ErrWrongType) {
 		t.Fatalf("counter is not an integer: %v", err)
 	}
-	if n := c.Exists(ctx, l.LockKey("s")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("s")).Val(); n != 0 {
 		t.Fatal("lock was taken although the counter is not an integer")
 	}
 }
@@ -563,7 +563,7 @@ func TestClientRetryOfAcquireReturnsTheGrant(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("the retried grant is not the caller's: %v", err)
 	}
-	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("r")).Val(); n != 0 {
 		t.Fatal("a lock is left behind")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
+	"github.com/fencekit/fencekit/lock/internal/redisbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,16 +60,16 @@ type Locker struct {
 // redisNames is implemented by the backends whose state lives in Redis
 // keys, for the key getters.
 type redisNames interface {
-	lockKey(resource string) string
-	tokenKey(resource string) string
-	channel(resource string) string
+	LockKey(resource string) string
+	TokenKey(resource string) string
+	Channel(resource string) string
 }
 
 // foreignFencer is implemented by the backend that fences foreign locks
 // (FenceLock): a single Redis deployment.
 type foreignFencer interface {
-	fenceKey(lockKey string) string
-	fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error)
+	FenceKey(lockKey string) string
+	FenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error)
 }
 
 // New returns a Locker on client. client may be a *redis.Client, a
@@ -106,7 +107,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", errInvalid)
 	}
-	return open(opts, func(s lockbackend.Settings) (lockbackend.Backend, error) { return newRedis(client, s) })
+	return open(opts, func(s lockbackend.Settings) (lockbackend.Backend, error) { return redisbackend.New(client, s) })
 }
 
 // open reads opts, makes the backend from them and returns a Locker on it:
@@ -218,66 +219,7 @@ func (l *Locker) Close() {
 	})
 }
 
-func isNil(c redis.UniversalClient) bool {
-	switch v := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
-	case *redis.Ring:
-		return v == nil
-	}
-	return false
-}
-
-// LockKey returns the Redis key that holds resource's lock: the prefix, the
-// resource as a hash tag, and ":lock".
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) LockKey(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.lockKey(resource)
-}
-
-// TokenKey returns the Redis key of resource's token state: the newest token
-// issued and the current grant's token and holder. It shares the lock key's
-// slot, release keeps it, and it expires the token retention (see
-// [WithTokenRetention]) after the last lease ends.
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) TokenKey(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.tokenKey(resource)
-}
-
-// ReleaseChannel returns the pub/sub channel on which the waiters of
-// resource's lock hear of a release, in the same script that deletes the
-// lock or hands it on: the prefix, the resource as a hash tag, and
-// ":released". On a *redis.ClusterClient it is a sharded channel
-// (SPUBLISH), in the slot of the resource's keys.
-//
-// A release publishes only when waiters are queued in [Locker.Acquire]:
-// the grant to the first live one, or an empty message when none of them
-// is live any more. A release with nobody queued publishes nothing, since
-// no waiter needs the message (a lock made by [NewRedlock] publishes every
-// release).
-//
-// On a backend that does not keep its locks in Redis keys (PostgreSQL) it
-// returns "".
-func (l *Locker) ReleaseChannel(resource string) string {
-	if l.names == nil {
-		return ""
-	}
-	return l.names.channel(resource)
-}
+func isNil(c redis.UniversalClient) bool { return redisbackend.IsNil(c) }
 
 // checkCall refuses a nil or finished context before anything is sent; op
 // and resource label the error.
@@ -522,8 +464,3 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	}
 	return adv.Advance(ctx, resource, atLeast)
 }
-
-// Quorum returns how many nodes must agree for a lease to be held: 1 for a
-// Locker made by [New] (or on any single-server backend), len(clients)/2+1
-// for one made by [NewRedlock].
-func (l *Locker) Quorum() int { return l.info.Quorum }

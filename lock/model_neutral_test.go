@@ -57,7 +57,7 @@ func TestLockModelNeutralOnRedis(t *testing.T) {
 	}
 	defer probe.Close()
 	queue, waiting := queueKeys(probe, resource)
-	keys = []string{probe.LockKey(resource), probe.TokenKey(resource), queue, waiting}
+	keys = []string{keysOf(probe).LockKey(resource), keysOf(probe).TokenKey(resource), queue, waiting}
 	t.Cleanup(func() { watcher.Del(context.Background(), keys...) })
 
 	b := lockmodel.Backend{

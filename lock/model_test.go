@@ -1175,7 +1175,7 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	ps := rc.Subscribe(ctx, probe.ReleaseChannel(m.resource))
+	ps := rc.Subscribe(ctx, keysOf(probe).ReleaseChannel(m.resource))
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatalf("subscribe: %v", err)

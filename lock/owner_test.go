@@ -58,7 +58,7 @@ func TestOwnerReentry(t *testing.T) {
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Exists(ctx, l.LockKey("re")).Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, keysOf(l).LockKey("re")).Result(); err != nil || n != 0 {
 		t.Fatalf("lock key exists (%d, %v) after the last hold was released", n, err)
 	}
 	// The next owner gets a new grant with a higher token.
@@ -161,7 +161,7 @@ func TestOwnerLastReleaseWakesWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitSubscribed(t, c, l.ReleaseChannel("wake"), 1)
+	waitSubscribed(t, c, keysOf(l).ReleaseChannel("wake"), 1)
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestOwnerHoldNeverShortensAnother(t *testing.T) {
 		if err := inner.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		pttl, err := c.PTTL(ctx, l.LockKey("ext")).Result()
+		pttl, err := c.PTTL(ctx, keysOf(l).LockKey("ext")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

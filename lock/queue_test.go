@@ -20,7 +20,7 @@ import (
 // queueKeys returns resource's wait queue and waiter entries keys, which
 // sit next to its lock key.
 func queueKeys(l *lock.Locker, resource string) (queue, waiting string) {
-	base := strings.TrimSuffix(l.LockKey(resource), ":lock")
+	base := strings.TrimSuffix(keysOf(l).LockKey(resource), ":lock")
 	return base + ":queue", base + ":waiting"
 }
 
@@ -69,7 +69,7 @@ func waiterAndHolder(t *testing.T) (hook *testenv.Commands, wl *lock.Locker, hc 
 // wantHolder fails t unless resource's lock key holds holder.
 func wantHolder(t *testing.T, c redis.UniversalClient, l *lock.Locker, resource, holder string) {
 	t.Helper()
-	if v, err := c.Get(context.Background(), l.LockKey(resource)).Result(); err != nil || v != holder {
+	if v, err := c.Get(context.Background(), keysOf(l).LockKey(resource)).Result(); err != nil || v != holder {
 		t.Fatalf("lock key holds %q (%v), want holder %q", v, err, holder)
 	}
 }
@@ -146,7 +146,7 @@ func TestQueueGrantsInArrivalOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue, waiting := queueKeys(lockers[0], resource)
-	if n, err := c.Exists(ctx, queue, waiting, lockers[0].LockKey(resource)).Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, queue, waiting, keysOf(lockers[0]).LockKey(resource)).Result(); err != nil || n != 0 {
 		t.Fatalf("%d of queue, entries and lock key left after the last release (%v)", n, err)
 	}
 }
@@ -201,7 +201,7 @@ func TestHandedOverLeaseValidity(t *testing.T) {
 	a := receive(t, got, 5*time.Second)
 	// Redis first, then the lease: validity read later must not exceed
 	// what Redis held earlier.
-	pttl, err := c.PTTL(ctx, l.LockKey(resource)).Result()
+	pttl, err := c.PTTL(ctx, keysOf(l).LockKey(resource)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestQueueKeysOfTheWrongType(t *testing.T) {
 			if err := holder.Release(ctx); err != nil {
 				t.Fatalf("release with a wrong-typed %s: %v", tc.want, err)
 			}
-			if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 0 {
+			if n, _ := c.Exists(ctx, keysOf(l).LockKey(resource)).Result(); n != 0 {
 				t.Fatal("the lock is still held after the release")
 			}
 		})
@@ -404,13 +404,13 @@ func TestHandOverToAnOwner(t *testing.T) {
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 1 {
+	if n, _ := c.Exists(ctx, keysOf(l).LockKey(resource)).Result(); n != 1 {
 		t.Fatal("the lock was freed with a hold left")
 	}
 	if err := again.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, l.LockKey(resource)).Result(); n != 0 {
+	if n, _ := c.Exists(ctx, keysOf(l).LockKey(resource)).Result(); n != 0 {
 		t.Fatal("the lock is held after the last hold was released")
 	}
 }
@@ -429,7 +429,7 @@ func TestHandOverSurvivesALostMessage(t *testing.T) {
 	t.Cleanup(l.Close)
 	hc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = hc.Close() })
-	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(l.LockKey(resource), "{"+resource+"}:lock")))
+	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(keysOf(l).LockKey(resource), "{"+resource+"}:lock")))
 	t.Cleanup(hl.Close)
 
 	holder := mustAcquire(t, hl, resource, 30*time.Second)
@@ -441,7 +441,7 @@ func TestHandOverSurvivesALostMessage(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := hc.Get(ctx, hl.LockKey(resource)).Result(); err != nil || len(v) != 32 {
+	if v, err := hc.Get(ctx, keysOf(hl).LockKey(resource)).Result(); err != nil || len(v) != 32 {
 		t.Fatalf("lock key holds %q (%v) after the release, want the waiter's holder", v, err)
 	}
 	a := receive(t, got, 5*time.Second)
@@ -516,7 +516,7 @@ func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
 	ctx := context.Background()
 	const resource = "linger"
 	hook, wl, hc, hl := waiterAndHolder(t)
-	channel := wl.ReleaseChannel(resource)
+	channel := keysOf(wl).ReleaseChannel(resource)
 
 	for round := range 2 {
 		holder := mustAcquire(t, hl, resource, 30*time.Second)
@@ -538,7 +538,7 @@ func TestSubscriptionLingersForTheNextAcquire(t *testing.T) {
 			t.Fatal(err)
 		}
 		receive(t, got, 5*time.Second)
-		eventually(t, "the waiter's lease did not run out", keyGone(hc, hl.LockKey(resource)))
+		eventually(t, "the waiter's lease did not run out", keyGone(hc, keysOf(hl).LockKey(resource)))
 		waitSubscribed(t, hc, channel, 1) // still subscribed after its waiter left
 	}
 	start := time.Now()
@@ -559,7 +559,7 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 	queue, _ := queueKeys(hl, resource)
 	wc := testenv.Redis(t)
 	wc.AddHook(&wreplay)
-	rl, err := lock.New(wc, lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	rl, err := lock.New(wc, lock.WithPrefix(strings.TrimSuffix(keysOf(hl).LockKey(resource), "{"+resource+"}:lock")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +600,7 @@ func TestQueueSurvivesClientRetries(t *testing.T) {
 	if first.name != "first" {
 		t.Fatalf("granted to %s, want first", first.name)
 	}
-	if v, _ := hc.Get(ctx, hl.LockKey(resource)).Result(); v != first.lease.Fence().Holder {
+	if v, _ := hc.Get(ctx, keysOf(hl).LockKey(resource)).Result(); v != first.lease.Fence().Holder {
 		t.Fatalf("lock key holds %q after the replayed release, want the first waiter's %q", v, first.lease.Fence().Holder)
 	}
 	if n, _ := hc.ZCard(ctx, queue).Result(); n != 1 {
@@ -686,7 +686,7 @@ func TestQueueWithWaitersGivingUp(t *testing.T) {
 		t.Fatalf("%d grants and %d give-ups: the run did not exercise the queue", granted.Load(), gaveUp.Load())
 	}
 	queue, waiting := queueKeys(lockers[0], resource)
-	if n, err := c.Exists(ctx, lockers[0].LockKey(resource), queue, waiting).Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, keysOf(lockers[0]).LockKey(resource), queue, waiting).Result(); err != nil || n != 0 {
 		t.Fatalf("%d of lock, queue and entries left after everyone left (%v)", n, err)
 	}
 }
@@ -755,7 +755,7 @@ func TestQueueOrderHoldsAfterALostLease(t *testing.T) {
 			startWaiter(ctx, lockers[(i+round)%3], name, resource, 30*time.Second, got)
 			waitQueued(t, c, lockers[0], resource, int64(i+1))
 		}
-		if err := c.PExpire(ctx, lockers[0].LockKey(resource), 300*time.Millisecond).Err(); err != nil {
+		if err := c.PExpire(ctx, keysOf(lockers[0]).LockKey(resource), 300*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 		prev := gone
@@ -786,7 +786,7 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 	queue, _ := queueKeys(hl, resource)
 	rc := testenv.Redis(t)
 	rc.AddHook(&replay)
-	rl, err := lock.New(rc, lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	rl, err := lock.New(rc, lock.WithPrefix(strings.TrimSuffix(keysOf(hl).LockKey(resource), "{"+resource+"}:lock")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -809,7 +809,7 @@ func TestFreeLockHandOverSurvivesClientRetry(t *testing.T) {
 	startWaiter(ctx, wl, "first", resource, 30*time.Second, got)
 	waitQueued(t, hc, hl, resource, 1)
 	// The holder vanishes; the first waiter's own next try is a second away.
-	if err := hc.Del(ctx, hl.LockKey(resource)).Err(); err != nil {
+	if err := hc.Del(ctx, keysOf(hl).LockKey(resource)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	replay.Arm(0)
@@ -853,7 +853,7 @@ func TestRenewalOfAGrantFoundLate(t *testing.T) {
 	wl := newLocker(t, wc)
 	t.Cleanup(wl.Close)
 	hc := srv.Client()
-	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(wl.LockKey(resource), "{"+resource+"}:lock")))
+	hl := newLocker(t, hc, lock.WithPrefix(strings.TrimSuffix(keysOf(wl).LockKey(resource), "{"+resource+"}:lock")))
 	t.Cleanup(hl.Close)
 
 	holder := mustAcquire(t, hl, resource, 30*time.Second)
@@ -916,7 +916,7 @@ func TestReentryLeavesTheQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := hc.Exists(ctx, hl.LockKey(resource)).Val(); n != 0 {
+	if n := hc.Exists(ctx, keysOf(hl).LockKey(resource)).Val(); n != 0 {
 		t.Fatal("the lock is still held after both holds were released")
 	}
 }
@@ -930,7 +930,7 @@ func TestNewcomerRespectsTheQueue(t *testing.T) {
 	ctx := context.Background()
 	const resource = "newcomer"
 	_, wl, hc, hl := waiterAndHolder(t)
-	nl, err := lock.New(testenv.Redis(t), lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	nl, err := lock.New(testenv.Redis(t), lock.WithPrefix(strings.TrimSuffix(keysOf(hl).LockKey(resource), "{"+resource+"}:lock")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -941,7 +941,7 @@ func TestNewcomerRespectsTheQueue(t *testing.T) {
 	waitQueued(t, hc, hl, resource, 1)
 	// The holder vanishes; the queued waiter's own next try is a second
 	// away.
-	if err := hc.Del(ctx, hl.LockKey(resource)).Err(); err != nil {
+	if err := hc.Del(ctx, keysOf(hl).LockKey(resource)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	startWaiter(ctx, nl, "newcomer", resource, 30*time.Second, got)
@@ -1031,7 +1031,7 @@ func TestTryAcquireRespectsTheQueue(t *testing.T) {
 	ctx := context.Background()
 	const resource = "trynewcomer"
 	_, wl, hc, hl := waiterAndHolder(t)
-	nl, err := lock.New(testenv.Redis(t), lock.WithPrefix(strings.TrimSuffix(hl.LockKey(resource), "{"+resource+"}:lock")))
+	nl, err := lock.New(testenv.Redis(t), lock.WithPrefix(strings.TrimSuffix(keysOf(hl).LockKey(resource), "{"+resource+"}:lock")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1042,7 +1042,7 @@ func TestTryAcquireRespectsTheQueue(t *testing.T) {
 	waitQueued(t, hc, hl, resource, 1)
 	// The holder vanishes; the queued waiter's own next try is a second
 	// away.
-	if err := hc.Del(ctx, hl.LockKey(resource)).Err(); err != nil {
+	if err := hc.Del(ctx, keysOf(hl).LockKey(resource)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := nl.TryAcquire(ctx, resource, 30*time.Second)
@@ -1132,4 +1132,123 @@ func scriptCalls(names []string) int {
 		}
 	}
 	return n
+}
+
+// abandonHook loses the reply of a waiter's first Abandon (the release
+// script run with the waiter's "gave up" flag) without sending it, so that
+// the Abandon goes on in the background, and holds that background run
+// until hold is closed.
+type abandonHook struct {
+	n     atomic.Int32
+	first chan struct{} // closed when the first Abandon was lost
+	hold  chan struct{} // the background Abandon waits for it
+	done  chan struct{} // closed when the background Abandon has run
+}
+
+func (h *abandonHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *abandonHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *abandonHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		name := cmd.Name()
+		if (name != "evalsha" && name != "eval") || len(args) != 12 || args[len(args)-1] != "1" {
+			return next(ctx, cmd)
+		}
+		switch h.n.Add(1) {
+		case 1:
+			err := errors.New("test: connection reset before the reply")
+			cmd.SetErr(err)
+			close(h.first)
+			return err
+		case 2:
+			<-h.hold
+			err := next(ctx, cmd)
+			close(h.done)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A closing Locker's waiter whose leaving the queue lost its reply (so the
+// Abandon goes on in the background) while a release hands it the lock:
+// the waiter's later tries must not take for theirs a grant that the
+// Abandon still on its way gives back. Either the hand-over is given back
+// and goes on (here: the lock is free, and the waiter's next try takes it
+// under a holder of its own), or it stays the waiter's; never both.
+func TestClosingWaiterAndAHandOverRacingItsAbandon(t *testing.T) {
+	const resource = "closingrace"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hook := &abandonHook{first: make(chan struct{}), hold: make(chan struct{}), done: make(chan struct{})}
+	wc := testenv.Redis(t)
+	wc.AddHook(hook)
+	prefix := testenv.Prefix(t)
+	wl, err := lock.New(wc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	hc := testenv.Redis(t)
+	hl, err := lock.New(hc, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hl.Close)
+	holder := mustAcquire(t, hl, resource, 30*time.Second)
+	got := make(chan acquired, 1)
+	const waiterTTL = 5 * time.Second
+	startWaiter(ctx, wl, "w", resource, waiterTTL, got)
+	waitQueued(t, hc, hl, resource, 1)
+
+	// Close waits for the calls the Locker left running, the background
+	// Abandon among them, which the hook holds.
+	go wl.Close()
+	select {
+	case <-hook.first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the closing waiter did not leave the queue within 10s")
+	}
+	// The Abandon's reply was lost: its entry is still queued when the
+	// holder releases, so the release hands the lock to it.
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var early *acquired
+	select {
+	case a := <-got:
+		early = &a
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(hook.hold)
+	select {
+	case <-hook.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background Abandon did not run within 10s")
+	}
+	a := early
+	if a == nil {
+		r := receive(t, got, 10*time.Second)
+		a = &r
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	// The Abandon has landed: a lease the waiter still believes in must be
+	// the one Redis holds.
+	if a.lease.Validity() <= 0 {
+		t.Fatalf("the waiter's lease (ttl %v) already ended", waiterTTL)
+	}
+	if v, err := hc.Get(ctx, keysOf(hl).LockKey(resource)).Result(); err != nil || v != a.lease.Fence().Holder {
+		t.Fatalf("the waiter believes it holds the lock (holder %s, token %d, validity %v), but the lock key holds %q (%v): the Abandon on its way gave back the grant its try took",
+			a.lease.Fence().Holder, a.lease.Fence().Token, a.lease.Validity(), v, err)
+	}
+	if a.lease.Fence().Token <= holder.Fence().Token {
+		t.Fatalf("token %d after %d", a.lease.Fence().Token, holder.Fence().Token)
+	}
+	_ = a.lease.Release(ctx)
 }

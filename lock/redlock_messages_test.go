@@ -77,7 +77,7 @@ func TestRedlockMessagesNameDeadNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// With the lock gone from one live node, only one node of three holds it.
-	if err := live.Client().Del(ctx, oneDead.LockKey("s")).Err(); err != nil {
+	if err := live.Client().Del(ctx, keysOf(oneDead).LockKey("s")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	err = lease.Extend(ctx, time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -76,7 +77,7 @@ func (ns *redlockNodes) lockValues(t *testing.T, l *lock.Locker, resource string
 		if contains(stopped, i) {
 			continue
 		}
-		v, err := c.Get(context.Background(), l.LockKey(resource)).Result()
+		v, err := c.Get(context.Background(), keysOf(l).LockKey(resource)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatalf("node %d: %v", i, err)
 		}
@@ -104,7 +105,7 @@ func scriptOf(t *testing.T, names ...string) *redis.Script {
 	t.Helper()
 	var src []byte
 	for _, name := range names {
-		b, err := os.ReadFile(name)
+		b, err := os.ReadFile(filepath.Join("internal", "redisbackend", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +132,8 @@ func TestRedlockFiveNodesTwoStopped(t *testing.T) {
 	ctx := context.Background()
 	ns := startNodes(t, 5, 0)
 	l := newRedlock(t, ns)
-	if l.Quorum() != 3 {
-		t.Fatalf("quorum of 5 = %d, want 3", l.Quorum())
+	if keysOf(l).Quorum() != 3 {
+		t.Fatalf("quorum of 5 = %d, want 3", keysOf(l).Quorum())
 	}
 	stopped := []int{1, 3}
 	for _, i := range stopped {
@@ -157,7 +158,7 @@ func TestRedlockFiveNodesTwoStopped(t *testing.T) {
 				t.Fatalf("node %d token state %d %d %q; want the lease's token %d on every granting node", i, n, g, h, lease.Fence().Token)
 			}
 			// What a client retry of this node's acquisition gets back.
-			res, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey("orders"), l.TokenKey("orders")},
+			res, err := acquireScript(t).Run(ctx, ns.direct[i], []string{keysOf(l).LockKey("orders"), keysOf(l).TokenKey("orders")},
 				lease.Fence().Holder, 5000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
 			if err != nil || len(res) != 2 || res[0] != 1 || fence.Token(res[1]) != lease.Fence().Token {
 				t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, res, err, lease.Fence().Token)
@@ -220,7 +221,7 @@ func TestRedlockFailedQuorumLeavesNoLock(t *testing.T) {
 	for _, i := range stopped {
 		ns.srvs[i].Kill()
 	}
-	if err := ns.direct[2].Set(ctx, l.LockKey("orders"), "rival", 30*time.Second).Err(); err != nil {
+	if err := ns.direct[2].Set(ctx, keysOf(l).LockKey("orders"), "rival", 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.TryAcquire(ctx, "orders", 5*time.Second)
@@ -378,14 +379,14 @@ func TestRedlockExtendAndLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for held := 3; held >= l3.Quorum(); {
+	for held := 3; held >= keysOf(l3).Quorum(); {
 		held = 0
 		for _, v := range ns3.lockValues(t, l3, "short") {
 			if v != "" {
 				held++
 			}
 		}
-		if held >= l3.Quorum() && time.Now().After(deadline) {
+		if held >= keysOf(l3).Quorum() && time.Now().After(deadline) {
 			t.Fatal("the 2s lease did not run out within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -485,12 +486,12 @@ func TestRedlockInput(t *testing.T) {
 		t.Errorf("New with WithNodeTimeout: %v; want ErrInvalid", err)
 	}
 	four := newRedlock(t, startNodes(t, 4, 0))
-	if four.Quorum() != 3 {
-		t.Errorf("quorum of 4 = %d, want 3", four.Quorum())
+	if keysOf(four).Quorum() != 3 {
+		t.Errorf("quorum of 4 = %d, want 3", keysOf(four).Quorum())
 	}
 	l := newRedlock(t, ns)
-	if l.Quorum() != 2 {
-		t.Errorf("quorum of 2 = %d, want 2", l.Quorum())
+	if keysOf(l).Quorum() != 2 {
+		t.Errorf("quorum of 2 = %d, want 2", keysOf(l).Quorum())
 	}
 	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("job")); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("Owner on Redlock: %v; want ErrInvalid", err)
@@ -549,8 +550,8 @@ type raiseHook struct {
 
 func newRaiseHook(t *testing.T) *raiseHook {
 	s := raiseScript(t)
-	src, _ := os.ReadFile("tokenstate.lua")
-	raise, _ := os.ReadFile("redlock_raise.lua")
+	src, _ := os.ReadFile("internal/redisbackend/tokenstate.lua")
+	raise, _ := os.ReadFile("internal/redisbackend/redlock_raise.lua")
 	return &raiseHook{sha: s.Hash(), src: string(src) + string(raise)}
 }
 
@@ -592,7 +593,7 @@ func (ns *redlockNodes) aheadState(t *testing.T, l *lock.Locker, i int, resource
 		t.Fatal(err)
 	}
 	n := now.Add(24*time.Hour).UnixNano() / 1000
-	if err := ns.direct[i].Set(ctx, l.TokenKey(resource), strconv.FormatInt(n, 10), time.Hour).Err(); err != nil {
+	if err := ns.direct[i].Set(ctx, keysOf(l).TokenKey(resource), strconv.FormatInt(n, 10), time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return fence.Token(n)
@@ -605,9 +606,9 @@ func (ns *redlockNodes) setLock(t *testing.T, l *lock.Locker, resource, holder s
 	for _, i := range idx {
 		var err error
 		if holder == "" {
-			err = ns.direct[i].Del(context.Background(), l.LockKey(resource)).Err()
+			err = ns.direct[i].Del(context.Background(), keysOf(l).LockKey(resource)).Err()
 		} else {
-			err = ns.direct[i].Set(context.Background(), l.LockKey(resource), holder, d).Err()
+			err = ns.direct[i].Set(context.Background(), keysOf(l).LockKey(resource), holder, d).Err()
 		}
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)
@@ -620,7 +621,7 @@ func (ns *redlockNodes) atToken(t *testing.T, l *lock.Locker, resource string, t
 	t.Helper()
 	k := 0
 	for i, c := range ns.direct {
-		v, err := c.Get(context.Background(), l.TokenKey(resource)).Result()
+		v, err := c.Get(context.Background(), keysOf(l).TokenKey(resource)).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -672,8 +673,8 @@ func TestRedlockRaiseLostRefusesLease(t *testing.T) {
 			}
 		}
 		handed = append(handed, lease)
-		if k := ns.atToken(t, l, res, lease.Fence().Token); k < l.Quorum() {
-			t.Errorf("lease token %d handed out with %d nodes holding token state at it; want a quorum (%d)", lease.Fence().Token, k, l.Quorum())
+		if k := ns.atToken(t, l, res, lease.Fence().Token); k < keysOf(l).Quorum() {
+			t.Errorf("lease token %d handed out with %d nodes holding token state at it; want a quorum (%d)", lease.Fence().Token, k, keysOf(l).Quorum())
 		}
 	}
 	acquire := func(step string) *lock.Lease {
@@ -781,7 +782,7 @@ func TestRedlockRaiseRetried(t *testing.T) {
 		if n != lease.Fence().Token || g != lease.Fence().Token || h != lease.Fence().Holder[:8] {
 			t.Fatalf("node %d token state %d %d %q; want the lease's token %d as its grant's", i, n, g, h, lease.Fence().Token)
 		}
-		got, err := acquireScript(t).Run(ctx, ns.direct[i], []string{l.LockKey(res), l.TokenKey(res)},
+		got, err := acquireScript(t).Run(ctx, ns.direct[i], []string{keysOf(l).LockKey(res), keysOf(l).TokenKey(res)},
 			lease.Fence().Holder, 10000, int64(lock.DefaultTokenRetention/time.Millisecond), "").Int64Slice()
 		if err != nil || len(got) != 2 || got[0] != 1 || fence.Token(got[1]) != lease.Fence().Token {
 			t.Fatalf("node %d: a retried acquisition returned %v, %v; want the lease's token %d", i, got, err, lease.Fence().Token)
@@ -869,7 +870,7 @@ func TestRedlockShortExtendKeepsTheLock(t *testing.T) {
 		t.Errorf("validity %v after Extend(%v) of a lock with about 30s left", v, short)
 	}
 	for i, c := range ns.direct {
-		pttl, err := c.PTTL(ctx, l.LockKey("orders")).Result()
+		pttl, err := c.PTTL(ctx, keysOf(l).LockKey("orders")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 // grant's token g and the mark h of its holder (a prefix of the holder id).
 func tokenState(t *testing.T, c redis.Cmdable, l *lock.Locker, resource string) (n, g fence.Token, h string) {
 	t.Helper()
-	v, err := c.Get(context.Background(), l.TokenKey(resource)).Result()
+	v, err := c.Get(context.Background(), keysOf(l).TokenKey(resource)).Result()
 	if err != nil {
 		t.Fatalf("token state of %q: %v", resource, err)
 	}
@@ -53,17 +53,17 @@ func TestTokenStateExpiresAfterRetention(t *testing.T) {
 	c := testenv.Redis(t)
 	l := newLocker(t, c, lock.WithTokenRetention(50*time.Millisecond))
 	lease := mustAcquire(t, l, "r", 200*time.Millisecond)
-	if pttl := c.PTTL(ctx, l.TokenKey("r")).Val(); pttl <= 200*time.Millisecond || pttl > 250*time.Millisecond {
+	if pttl := c.PTTL(ctx, keysOf(l).TokenKey("r")).Val(); pttl <= 200*time.Millisecond || pttl > 250*time.Millisecond {
 		t.Fatalf("token state PTTL %v, want lease + retention (250ms)", pttl)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("r")).Val(); n != 0 {
 		t.Fatal("lock key exists after release")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for c.Exists(ctx, l.TokenKey("r")).Val() != 0 {
+	for c.Exists(ctx, keysOf(l).TokenKey("r")).Val() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("token state still there 5s after its retention")
 		}
@@ -207,7 +207,7 @@ func TestAdvanceHealsWhenTheClockIsBehind(t *testing.T) {
 		t.Fatalf("after Advance(%d): token %d, want %d", ahead, got, ahead+1)
 	}
 	// The state lives until the clock has caught up, plus the retention.
-	if pttl := srv.Client().PTTL(ctx, l.TokenKey("r")).Val(); pttl < time.Hour {
+	if pttl := srv.Client().PTTL(ctx, keysOf(l).TokenKey("r")).Val(); pttl < time.Hour {
 		t.Fatalf("token state PTTL %v while its counter is an hour ahead of the clock", pttl)
 	}
 	srv.Restart()
@@ -276,20 +276,20 @@ func TestTokenSpaceLimit(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "r", time.Second); !errors.Is(err, lock.ErrTokensExhausted) {
 		t.Fatalf("grant past fence.MaxToken = %v, want ErrTokensExhausted", err)
 	}
-	if n := c.Exists(ctx, l.LockKey("r")).Val(); n != 0 {
+	if n := c.Exists(ctx, keysOf(l).LockKey("r")).Val(); n != 0 {
 		t.Fatal("a refused grant left a lock behind")
 	}
 	for _, v := range []string{"9223372036854775807", "9007199254740992", "18446744073709551616"} {
 		r := "big" + v
-		c.Set(ctx, l.TokenKey(r), v, 0)
+		c.Set(ctx, keysOf(l).TokenKey(r), v, 0)
 		_, err := l.TryAcquire(ctx, r, time.Second)
 		if !errors.Is(err, fence.ErrWrongType) {
 			t.Errorf("counter %s: %v, want ErrWrongType", v, err)
 		}
-		if n := c.Exists(ctx, l.LockKey(r)).Val(); n != 0 {
+		if n := c.Exists(ctx, keysOf(l).LockKey(r)).Val(); n != 0 {
 			t.Errorf("counter %s: an orphan lock was left behind", v)
 		}
-		if got := c.Get(ctx, l.TokenKey(r)).Val(); got != v {
+		if got := c.Get(ctx, keysOf(l).TokenKey(r)).Val(); got != v {
 			t.Errorf("counter %s changed to %s", v, got)
 		}
 	}
@@ -302,11 +302,11 @@ func TestLegacyCounterIsRead(t *testing.T) {
 	c := testenv.Redis(t)
 	l := newLocker(t, c)
 	legacy := fence.MaxToken - 100
-	c.Set(ctx, l.TokenKey("r"), strconv.FormatInt(int64(legacy), 10), 0)
+	c.Set(ctx, keysOf(l).TokenKey("r"), strconv.FormatInt(int64(legacy), 10), 0)
 	if got := grantAndRelease(t, l, "r"); got != legacy+1 {
 		t.Fatalf("token after a legacy counter %d: %d", legacy, got)
 	}
-	if pttl := c.PTTL(ctx, l.TokenKey("r")).Val(); pttl < 0 {
+	if pttl := c.PTTL(ctx, keysOf(l).TokenKey("r")).Val(); pttl < 0 {
 		t.Fatalf("the legacy counter kept no expiry (PTTL %v)", pttl)
 	}
 }
@@ -351,7 +351,7 @@ func TestGrantComparesCounterWithClock(t *testing.T) {
 		"bare counter, ahead":   {strconv.FormatInt(ahead, 10), func(int64) (int64, int64) { return ahead + 1, ahead + 1 }},
 	} {
 		resource := "cmp-" + strings.ReplaceAll(name, " ", "-")
-		if err := c.Set(ctx, l.TokenKey(resource), tc.state, time.Hour).Err(); err != nil {
+		if err := c.Set(ctx, keysOf(l).TokenKey(resource), tc.state, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		before := now()

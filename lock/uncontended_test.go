@@ -18,7 +18,7 @@ import (
 func nextMessage(t *testing.T, c *redis.Client, l *lock.Locker, resource string) func() string {
 	t.Helper()
 	ctx := context.Background()
-	ps := c.Subscribe(ctx, l.ReleaseChannel(resource))
+	ps := c.Subscribe(ctx, keysOf(l).ReleaseChannel(resource))
 	t.Cleanup(func() { _ = ps.Close() })
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatalf("subscribe: %v", err)
@@ -47,7 +47,7 @@ func TestUncontendedReleasePublishesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Publish(ctx, l.ReleaseChannel("quiet"), "marker").Err(); err != nil {
+	if err := c.Publish(ctx, keysOf(l).ReleaseChannel("quiet"), "marker").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); got != "marker" {
@@ -88,7 +88,7 @@ func TestReleaseAnnouncesToLapsedWaiters(t *testing.T) {
 		t.Fatalf("the release published %q, want the empty message", got)
 	}
 	queue, _ := queueKeys(l, "lapsed")
-	if n := c.Exists(ctx, queue, l.LockKey("lapsed")).Val(); n != 0 {
+	if n := c.Exists(ctx, queue, keysOf(l).LockKey("lapsed")).Val(); n != 0 {
 		t.Fatalf("%d of the queue and the lock left after the release", n)
 	}
 }

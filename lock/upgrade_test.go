@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock/internal/redisbackend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,7 +91,7 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 		t.Cleanup(l.Close)
 		ls = append(ls, l)
 	}
-	sub := testenv.Redis(t).Subscribe(ctx, ls[0].ReleaseChannel(resource))
+	sub := testenv.Redis(t).Subscribe(ctx, keysOf(ls[0]).ReleaseChannel(resource))
 	t.Cleanup(func() { _ = sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil { // the confirmation
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 		if readerBeforeQueueNews(p) {
 			wakes++
 		}
-		_, now, ok := parsePlaces(p)
+		_, now, ok := redisbackend.ParsePlaces(p)
 		if !ok {
 			t.Fatalf("this release does not read its own announcement %q", p)
 		}

@@ -90,7 +90,7 @@ func TestWaiterThatGivesUpCostsNothing(t *testing.T) {
 	// Just after the fourth's refresh, the lease has 200ms left.
 	afterRefresh(t, c, l, resource, 3)
 	end := time.Now().Add(200 * time.Millisecond)
-	if err := c.PExpire(ctx, l.LockKey(resource), 200*time.Millisecond).Err(); err != nil {
+	if err := c.PExpire(ctx, keysOf(l).LockKey(resource), 200*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 	giveUp()
@@ -148,7 +148,7 @@ func TestVanishedHeadCostsAtMostItsLease(t *testing.T) {
 	hp.Block()
 	p.Block()
 	asked := time.Now()
-	pttl, err := c.PTTL(ctx, l.LockKey(resource)).Result()
+	pttl, err := c.PTTL(ctx, keysOf(l).LockKey(resource)).Result()
 	if err != nil || pttl < 0 {
 		t.Fatalf("the holder's lease: PTTL %v, %v", pttl, err)
 	}

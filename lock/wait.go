@@ -55,6 +55,20 @@ import (
 // wait strategy, never sleeping past the current lease's remaining time; a
 // queued waiter's retry finds a grant made to it.
 
+const (
+	// queueRefresh is how often a queued waiter refreshes its entry (see
+	// lockbackend.QueueRefresh).
+	queueRefresh = lockbackend.QueueRefresh
+	// The first waiters of the queue try when the current lease ends, each
+	// a little after the one ahead of it: the head at the end, the next
+	// ones nextInLine and twice that later, so that a waiter that vanished
+	// at the head holds up the others for no more than the lease it is
+	// handed and nextInLine, and a live head is rarely raced. The Redis
+	// scripts name that many waiters whenever they change who is first.
+	nextInLine  = 20 * time.Millisecond
+	namedPlaces = 3
+)
+
 // acquireWaiting is Acquire: it tries, and after each refusal waits for a
 // grant or a release message, the current lease's end, the time to
 // refresh its queue entry, or (without a confirmed subscription) the wait
@@ -109,6 +123,14 @@ func (l *Locker) acquireWaiting(ctx context.Context, resource string, ttl time.D
 				}
 				l.cleanup(ctx, resource, a.holder, acq)
 				a.ref, a.place, a.head = 0, -1, false
+				// The tries from here on go under a holder of their own: a
+				// release may have handed the lock to the queued one, and
+				// the cleanup gives that grant back, maybe later, in the
+				// background, when its reply was lost. Under the same
+				// holder a try could take that grant for its own just
+				// before the cleanup gives it back, and believe it holds a
+				// lock that is free or handed on.
+				a.holder = fence.NewHolder()
 			}
 		}
 		var ready, lost <-chan struct{}

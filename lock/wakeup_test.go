@@ -81,7 +81,7 @@ func TestAcquireWakesOnRelease(t *testing.T) {
 				}
 				got <- lease
 			}()
-			waitSubscribed(t, c, l.ReleaseChannel("handoff"), 1)
+			waitSubscribed(t, c, keysOf(l).ReleaseChannel("handoff"), 1)
 			released := time.Now()
 			if err := holder.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -148,7 +148,7 @@ func TestAcquireSurvivesSubscriptionCut(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitSubscribed(t, srv.Client(), l.ReleaseChannel("cut"), 1)
+	waitSubscribed(t, srv.Client(), keysOf(l).ReleaseChannel("cut"), 1)
 	proxy.CutAll()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -269,9 +269,9 @@ func TestCloseStopsSubscription(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitSubscribed(t, c, l.ReleaseChannel("closing"), 1)
+	waitSubscribed(t, c, keysOf(l).ReleaseChannel("closing"), 1)
 	l.Close()
-	waitSubscribers(t, c, l.ReleaseChannel("closing"), func(n int64) bool { return n == 0 })
+	waitSubscribers(t, c, keysOf(l).ReleaseChannel("closing"), func(n int64) bool { return n == 0 })
 	// The waiter gets the lock when the holder's lease runs out.
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -309,7 +309,7 @@ func TestAcquireWakesAcrossSlots(t *testing.T) {
 		}()
 	}
 	for _, r := range resources {
-		waitSubscribed(t, c, l.ReleaseChannel(r), 1)
+		waitSubscribed(t, c, keysOf(l).ReleaseChannel(r), 1)
 	}
 	for _, h := range holders {
 		if err := h.Release(ctx); err != nil {
@@ -414,13 +414,13 @@ func TestAcquireWaitsOnARing(t *testing.T) {
 	t.Cleanup(func() { _ = ring.Close() })
 	l := newLocker(t, ring)
 	t.Cleanup(l.Close)
-	hl := newLocker(t, ring, lock.WithPrefix(strings.TrimSuffix(l.LockKey("x"), "{x}:lock")))
+	hl := newLocker(t, ring, lock.WithPrefix(strings.TrimSuffix(keysOf(l).LockKey("x"), "{x}:lock")))
 	t.Cleanup(hl.Close)
 	shards := map[string]bool{}
 	for i := range 8 {
 		resource := fmt.Sprintf("ring-%d", i)
 		holder := mustAcquire(t, hl, resource, 30*time.Second)
-		if a.Client().Exists(ctx, l.LockKey(resource)).Val() == 1 {
+		if a.Client().Exists(ctx, keysOf(l).LockKey(resource)).Val() == 1 {
 			shards["a"] = true
 		} else {
 			shards["b"] = true

@@ -172,7 +172,7 @@ func TestFenceLockStableAcrossRefresh(t *testing.T) {
 	if got := mustFence(t, l, lk.Key(), lk.Token()); got != first {
 		t.Fatalf("after Refresh past the first TTL: %v, want %v", got, first)
 	}
-	if rec, lease := c.PTTL(ctx, l.FenceKey(lk.Key())).Val(), c.PTTL(ctx, lk.Key()).Val(); rec != -1 && rec < lease {
+	if rec, lease := c.PTTL(ctx, fenceKey(l, lk.Key())).Val(), c.PTTL(ctx, lk.Key()).Val(); rec != -1 && rec < lease {
 		t.Fatalf("fence record PTTL %v expires before the lease (%v)", rec, lease)
 	}
 	if err := lk.Release(ctx); err != nil {

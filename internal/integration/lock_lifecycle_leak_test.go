@@ -48,7 +48,7 @@ func TestLockLifecycleLeavesNoGoroutines(t *testing.T) {
 			}
 		}()
 	}
-	waitSubscriber(t, c, l.ReleaseChannel("leak-wait"))
+	waitSubscriber(t, c, keysOf(l).ReleaseChannel("leak-wait"))
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestLockLifecycleLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Del(ctx, l.LockKey("leak-lost")).Err(); err != nil {
+	if err := c.Del(ctx, keysOf(l).LockKey("leak-lost")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -325,8 +325,9 @@ var (
 
 	// ErrUnsupported means the backend does not offer what was asked (an
 	// owner's hold on Redlock, Advance or FenceLock on a backend without a
-	// token counter of that kind). It matches fence.ErrInvalid: nothing
-	// was sent.
+	// token counter of that kind). It matches errors.ErrUnsupported, and
+	// fence.ErrInvalid: nothing was sent. Package lock exports it as
+	// lock.ErrUnsupported.
 	ErrUnsupported error = unsupported{}
 
 	// ErrNoRecord means nobody's record stands beside the lock now.
@@ -338,6 +339,9 @@ type unsupported struct{}
 func (unsupported) Error() string { return "lock: not supported by this lock backend" }
 
 func (unsupported) Unwrap() error { return fence.ErrInvalid }
+
+// Is makes it match the standard library's errors.ErrUnsupported too.
+func (unsupported) Is(target error) bool { return target == errors.ErrUnsupported }
 
 // Settings are a Locker's options, as package lock read them, for a
 // backend's constructor ([Open]); Given says which the caller set, so a

@@ -256,8 +256,15 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if _, err := l.FenceLock(ctx, "some:lock", "value"); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("FenceLock = %v, want fence.ErrInvalid", err)
 	}
-	if k := l.LockKey("r"); k != "" {
-		t.Errorf("LockKey = %q, want \"\"", k)
+	if _, err := New(db, lock.WithPrefix("x:")); !errors.Is(err, lock.ErrUnsupported) {
+		t.Errorf("New with a prefix = %v, want lock.ErrUnsupported", err)
+	}
+	if _, err := l.TryAcquire(ctx, "r", time.Second, lock.Owner("worker-1")); !errors.Is(err, lock.ErrUnsupported) {
+		t.Errorf("TryAcquire with an Owner = %v, want lock.ErrUnsupported", err)
+	}
+	var names lock.RedisNames
+	if l.As(&names) {
+		t.Error("As(*RedisNames) = true on a MySQL Locker, want false")
 	}
 	var rows, waiters int
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM fencekit_lock), (SELECT COUNT(*) FROM fencekit_lock_waiter)`).Scan(&rows, &waiters); err != nil {

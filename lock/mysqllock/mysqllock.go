@@ -28,7 +28,7 @@ import (
 // [lock.WithWait] (poll on that strategy instead of waiting in the queue,
 // woken by the doorbell), and the telemetry providers. Options that mean
 // nothing on MySQL ([lock.WithPrefix], Redlock's node timeout) are refused
-// with an error matching [fence.ErrInvalid].
+// with an error matching [lock.ErrUnsupported] (and [fence.ErrInvalid]).
 //
 // While it has waiters, a Locker from New takes one connection out of
 // db's pool for its doorbell (see the package doc), so db must allow two
@@ -53,9 +53,9 @@ func newWith(db *sql.DB, extra config, opts ...lock.Option) (*lock.Locker, error
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
 		switch {
 		case s.Given&lockbackend.GivenPrefix != 0:
-			return nil, invalid("lock.WithPrefix names Redis keys; a MySQL lock keeps its rows in the fencekit_lock table")
+			return nil, fmt.Errorf("%w: mysqllock: New: lock.WithPrefix names Redis keys; a MySQL lock keeps its rows in the fencekit_lock table", lockbackend.ErrUnsupported)
 		case s.Given&lockbackend.GivenNodeTimeout != 0:
-			return nil, invalid("a node timeout is Redlock's; a MySQL lock has one server, bounded by each call's context")
+			return nil, fmt.Errorf("%w: mysqllock: New: a node timeout is Redlock's; a MySQL lock has one server, bounded by each call's context", lockbackend.ErrUnsupported)
 		case s.Retention < 0:
 			return nil, invalid("token retention %v is negative", s.Retention)
 		case !s.Poll && db.Stats().MaxOpenConnections == 1:

@@ -128,8 +128,8 @@ func TestRedisOnlyCallsRefused(t *testing.T) {
 	if _, err := l.FenceLock(ctx, "some:lock", "value"); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("FenceLock = %v, want fence.ErrInvalid", err)
 	}
-	if k := l.LockKey("r"); k != "" {
-		t.Fatalf("LockKey = %q, want \"\"", k)
+	if l.As(new(lock.RedisNames)) {
+		t.Fatal("As(*lock.RedisNames) = true on PostgreSQL, want false")
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fencekit_lock WHERE holder IS NOT NULL`).Scan(&n); err != nil || n != 0 {

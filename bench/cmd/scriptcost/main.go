@@ -45,7 +45,7 @@ type variant struct {
 
 func main() {
 	n := flag.Int("n", 1000, "pairs in the shorter run (the longer has 3n)")
-	luaDir := flag.String("lua", "../lock", "fencekit's lock package, for its scripts")
+	luaDir := flag.String("lua", "../lock/internal/redisbackend", "fencekit's Redis lock backend, for its scripts")
 	flag.Parse()
 	vs, err := variants(*luaDir)
 	if err != nil {

@@ -200,7 +200,7 @@ func TestLockReportsRenewalsAndLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "a renewal", func() bool { return count(t, "fencekit.lock.renewals", outcome("renewed")) > renewed })
-	c.Del(ctx, l.LockKey("renewed")) // behind the holder's back
+	c.Del(ctx, keysOf(l).LockKey("renewed")) // behind the holder's back
 	select {
 	case <-lease.Done():
 	case <-time.After(10 * time.Second):
@@ -371,7 +371,7 @@ func TestLockCountsTokenStateMisses(t *testing.T) {
 	if got := count(t, "fencekit.lock.token_state.misses") - before; got != 1 {
 		t.Fatalf("grants that found the state: %d misses in all, want still 1", got)
 	}
-	c.Del(ctx, l.TokenKey("r")) // as a FLUSHALL or a failover would
+	c.Del(ctx, keysOf(l).TokenKey("r")) // as a FLUSHALL or a failover would
 	grant(lock.Owner("job-1"))
 	if got := count(t, "fencekit.lock.token_state.misses") - before; got != 2 {
 		t.Fatalf("grant after the state was lost: %d misses in all, want 2", got)

@@ -1,4 +1,4 @@
-package lock
+package redisbackend
 
 import (
 	"context"
@@ -14,6 +14,29 @@ import (
 	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
 )
+
+// names is what the Redis backends say of a resource's keys (package
+// lock's RedisNames).
+type names interface {
+	LockKey(resource string) string
+	TokenKey(resource string) string
+	Channel(resource string) string
+}
+
+// IsNil reports whether c is nil or a nil client of go-redis's types.
+func IsNil(c redis.UniversalClient) bool {
+	switch v := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	case *redis.Ring:
+		return v == nil
+	}
+	return false
+}
 
 // redisBackend holds the locks of one Redis deployment (a server, a
 // Cluster, a Ring or a failover client): a resource's state lives in keys
@@ -38,9 +61,14 @@ type redisBackend struct {
 	putScript  atomic.Pointer[redis.Script] // see recordPut; nil: record_put.lua
 }
 
+// New returns the backend of a Locker made by lock.New on client.
+func New(client redis.UniversalClient, s lockbackend.Settings) (lockbackend.Backend, error) {
+	return newRedis(client, s)
+}
+
 func newRedis(client redis.UniversalClient, s lockbackend.Settings) (*redisBackend, error) {
 	if s.Given&lockbackend.GivenNodeTimeout != 0 {
-		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", errInvalid)
+		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrUnsupported)
 	}
 	b := &redisBackend{client: client, prefix: s.Prefix, retentionMS: s.Retention.Milliseconds(),
 		calls: rediscall.New(client), background: s.Background}
@@ -67,20 +95,20 @@ func (b *redisBackend) Close(deadline time.Time) {
 	b.calls.Wait(deadline)
 }
 
-func (b *redisBackend) lockKey(resource string) string {
+func (b *redisBackend) LockKey(resource string) string {
 	return b.prefix + "{" + resource + "}:lock"
 }
 
-func (b *redisBackend) tokenKey(resource string) string {
+func (b *redisBackend) TokenKey(resource string) string {
 	return b.prefix + "{" + resource + "}:token"
 }
 
-func (b *redisBackend) channel(resource string) string {
+func (b *redisBackend) Channel(resource string) string {
 	return b.prefix + "{" + resource + "}:released"
 }
 
-func (b *redisBackend) fenceKey(lockKey string) string {
-	return b.prefix + "{" + slotTag(lockKey) + "}:fence:" + lockKey
+func (b *redisBackend) FenceKey(lockKey string) string {
+	return b.prefix + "{" + SlotTag(lockKey) + "}:fence:" + lockKey
 }
 
 // Positions in the key slice of a resource (see resourceKeys).
@@ -396,14 +424,14 @@ func (b *redisBackend) TTL(ctx context.Context, hold lockbackend.Hold) (time.Dur
 }
 
 func (b *redisBackend) Advance(ctx context.Context, resource string, atLeast fence.Token) error {
-	err := b.script(ctx, nil, advanceScript, []string{b.tokenKey(resource)}, int64(atLeast), b.retentionMS).Err()
+	err := b.script(ctx, nil, advanceScript, []string{b.TokenKey(resource)}, int64(atLeast), b.retentionMS).Err()
 	return translate(ctx, err, "advance", resource)
 }
 
 // Join and Adopt are the wait queue's client side (see wait.go, queue.go
 // and subscribe.go).
 func (b *redisBackend) Join(resource, holder string, create bool) lockbackend.Waiter {
-	if w := b.hub.join(b.channel(resource), create, holder); w != nil {
+	if w := b.hub.join(b.Channel(resource), create, holder); w != nil {
 		return w
 	}
 	return nil
@@ -419,8 +447,8 @@ func (b *redisBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) l
 }
 
 // fenceLock runs foreign.lua for Locker.FenceLock.
-func (b *redisBackend) fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
-	res, err := b.script(ctx, nil, foreignScript, []string{lockKey, b.fenceKey(lockKey)},
+func (b *redisBackend) FenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
+	res, err := b.script(ctx, nil, foreignScript, []string{lockKey, b.FenceKey(lockKey)},
 		value, strconv.FormatInt(int64(floor), 10), b.retentionMS).Int64Slice()
 	if err == nil && (len(res) == 0 || res[0] == 1 && len(res) != 2) {
 		err = fmt.Errorf("unexpected reply %v", res)
@@ -439,5 +467,5 @@ var _ interface {
 	lockbackend.Queue
 	lockbackend.Advancer
 	lockbackend.Recorder
-	redisNames
+	names
 } = (*redisBackend)(nil)

@@ -1,4 +1,4 @@
-package lock
+package redisbackend
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (r *redlock) PutRecord(ctx context.Context, f fence.Fence, value string, li
 	case len(errs) == 0 || ok+held >= r.quorum:
 		return ErrNotHeld
 	}
-	return quorumFailure(ctx, &QuorumError{Op: "record", Resource: f.Resource, Nodes: len(replies), Quorum: r.quorum,
+	return quorumFailure(ctx, &QuorumFailure{Op: "record", Resource: f.Resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Err: joinNodes(errs)})
 }
 
@@ -142,7 +142,7 @@ func (r *redlock) ProclaimRecord(ctx context.Context, f fence.Fence, value strin
 	case gone > len(replies)-r.quorum:
 		return ErrNotHeld
 	}
-	return quorumFailure(ctx, &QuorumError{Op: "proclaim", Resource: f.Resource, Nodes: len(replies), Quorum: r.quorum,
+	return quorumFailure(ctx, &QuorumFailure{Op: "proclaim", Resource: f.Resource, Nodes: len(replies), Quorum: r.quorum,
 		OK: ok, Err: errs})
 }
 

@@ -1,4 +1,4 @@
-package lock
+package redisbackend
 
 import (
 	"context"
@@ -156,13 +156,14 @@ func joinNodes(errs []error) error {
 }
 
 // quorumFailure returns a failed quorum as the call's error. The
-// [*QuorumError] names the call and the resource itself, so it is not
+// lock.QuorumError names the call and the resource itself, so it is not
 // prefixed again; it is made to match ctx's error when ctx has ended, and
 // a node's wrong-type key still comes back as [fence.ErrWrongType].
-func quorumFailure(ctx context.Context, e *QuorumError) error {
+func quorumFailure(ctx context.Context, q *QuorumFailure) error {
+	e := QuorumError(*q)
 	var re redis.Error
 	if errors.As(e, &re) {
-		if t := translate(ctx, re, e.Op, e.Resource); errors.Is(t, errWrongType) || errors.Is(t, ErrTokensExhausted) {
+		if t := translate(ctx, re, q.Op, q.Resource); errors.Is(t, errWrongType) || errors.Is(t, ErrTokensExhausted) {
 			return t
 		}
 	}

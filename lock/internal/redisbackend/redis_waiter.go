@@ -1,4 +1,4 @@
-package lock
+package redisbackend
 
 import "github.com/fencekit/fencekit/internal/lockbackend"
 
