@@ -74,7 +74,7 @@ func (l *Locker) FenceLockAbove(ctx context.Context, lockKey, value string, floo
 func (l *Locker) fenceLock(ctx context.Context, op, lockKey, value string, floor fence.Token) (fence.Fence, error) {
 	ff, ok := l.b.(foreignFencer)
 	if !ok {
-		return fence.Fence{}, fmt.Errorf("%w: FenceLock is not offered by a %s Locker; fence a foreign lock on one of its Redis servers with a Locker from New", lockbackend.ErrUnsupported, l.info.Name)
+		return fence.Fence{}, fmt.Errorf("%w: FenceLock is not offered by the %s backend; fence a foreign lock on one of its Redis servers with a Locker from New", lockbackend.ErrUnsupported, l.info.Name)
 	}
 	switch {
 	case lockKey == "":

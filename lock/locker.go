@@ -345,7 +345,7 @@ func (a *attempt) queued() bool { return a.ref != 0 }
 
 func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration, cfg acquireConfig, a *attempt) (*Lease, error) {
 	if cfg.owner != "" && !l.info.Owner {
-		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by a %s Locker", lockbackend.ErrUnsupported, resource, l.info.Name)
+		return nil, fmt.Errorf("%w: acquire %q: Owner is not supported by the %s backend", lockbackend.ErrUnsupported, resource, l.info.Name)
 	}
 	// The Lease is made first and carries the request, which would
 	// otherwise be an allocation of its own (a call through an interface
@@ -460,7 +460,7 @@ func (l *Locker) Advance(ctx context.Context, resource string, atLeast fence.Tok
 	}
 	adv, ok := l.b.(lockbackend.Advancer)
 	if !ok {
-		return fmt.Errorf("%w: advance %q: a %s Locker has no token counter to raise", lockbackend.ErrUnsupported, resource, l.info.Name)
+		return fmt.Errorf("%w: advance %q: the %s backend has no token counter to raise", lockbackend.ErrUnsupported, resource, l.info.Name)
 	}
 	return adv.Advance(ctx, resource, atLeast)
 }
