@@ -36,7 +36,8 @@
 // an error matching [ErrRevisionWentBack]; a process started after the
 // restore cannot tell, which is why the bump is the operator's step. A
 // grant that a bumped restore lost (made after the backup) is found
-// missing at the next keep-alive, and every belief in it ends then.
+// missing at the next keep-alive: Extend and TTL answer lock.ErrNotHeld
+// from then on.
 //
 // # Leases and waiting
 //
