@@ -3,7 +3,6 @@ package etcdtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -147,7 +146,7 @@ func restoreRun(t *testing.T, res string, bump uint64, write func(f fence.Fence,
 	case <-lost:
 		t.Logf("the old process learned its grant was gone %v after the restored cluster had a leader", time.Since(ready).Round(time.Millisecond))
 	case <-time.After(time.Until(ready.Add(bound))):
-		t.Fatal(fmt.Sprintf("the old holder still believed %v after the restored cluster had a leader", time.Since(ready).Round(time.Millisecond)))
+		t.Fatalf("the old holder still believed %v after the restored cluster had a leader", time.Since(ready).Round(time.Millisecond))
 	}
 	if _, err := old.Extend(ctx, held.Hold, ttl); !errors.Is(err, lockbackend.ErrNotHeld) {
 		t.Fatalf("the old holder's Extend after the restore: %v, want ErrNotHeld", err)
