@@ -125,10 +125,9 @@ func etcdFloors() map[string]int {
 // that open makes lose its reply, and sends each such deletion late, at
 // the worst time a network that holds a request back could choose: once
 // a later put of the key (the slot taken by a later acquisition of the
-// Locker) holds the lock, or after 3s if none does (for the broken
-// variant, which reuses the slot, when the run ends if none does). landed counts the
+// Locker) holds the lock, or after 3s if none does. landed counts the
 // deletions sent late; the test waits for them before its cluster stops.
-func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, broken bool) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	// The late deletions' own client, closed after they have all landed.
 	lc := c.Client(t)
 	var wg sync.WaitGroup
@@ -140,7 +139,6 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, bro
 		if err != nil {
 			return nil, err
 		}
-		b.KeepSlotOfLostRelease = broken
 		var mu sync.Mutex
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
@@ -165,16 +163,7 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, bro
 			go func() {
 				defer wg.Done()
 				defer cancel()
-				// The broken variant's late deletion waits for as long as
-				// the run lasts: the slot's next key comes only once the
-				// key's end deleted the key and the Locker acquired the
-				// resource again, which on a loaded machine can take longer
-				// than 3 s, and the control is then accepted.
-				wait := 3 * time.Second
-				if broken {
-					wait = time.Hour
-				}
-				timeout := time.NewTimer(wait)
+				timeout := time.NewTimer(3 * time.Second)
 				defer timeout.Stop()
 			wait:
 				for {
@@ -188,14 +177,8 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, bro
 							break wait
 						}
 					}
-					// The first two keys: the broken variant's deletion
-					// waits until a waiter is queued behind the slot's next
-					// key, so that the deletion hands the lock on at once
-					// while that key's holder believes in it.
-					first, err := lc.Get(wctx, dir, clientv3.WithPrefix(),
-						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
-					if err == nil && len(first.Kvs) > 0 && string(first.Kvs[0].Key) == key && first.Kvs[0].CreateRevision > rev &&
-						(!broken || len(first.Kvs) > 1) {
+					first, err := lc.Get(wctx, dir, clientv3.WithFirstCreate()...)
+					if err == nil && len(first.Kvs) > 0 && string(first.Kvs[0].Key) == key && first.Kvs[0].CreateRevision > rev {
 						break
 					}
 				}
@@ -226,7 +209,7 @@ func TestLockModelEtcd(t *testing.T) {
 			t.Error("no release's deletion landed late")
 		}
 	})
-	e.open = lateReleases(t, c, 3, &landed, false)
+	e.open = lateReleases(t, c, 3, &landed)
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
@@ -307,7 +290,12 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 // TestLockModelEtcdControl runs the model on the broken backends with
 // three seeds each, each run until it goes wrong (for at most eight times
 // the model's budget): the promise check (or, for a confused slot, the
-// token checks) must reject each in most of them.
+// token checks) must reject each in most of them. The broken variant
+// that reuses the slot of a lost release is judged by its own
+// deterministic control (TestLateReleaseControlReusedSlot): the model
+// caught it only when a run's timing lined up a lost release, the key's
+// end, a reacquisition on the slot and a waiter, in 0 to 2 of 3 seeds
+// beside a busy loop.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -332,13 +320,6 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
-	// A Locker that puts a slot back on the free list after a release
-	// whose reply was lost, once the key's end deleted the key: the late
-	// deletion then deletes the next grant's key on the slot, and the
-	// lock goes to another holder while the first still believes in it.
-	var landed atomic.Int64
-	keep := newLockEtcd(t, c)
-	keep.open = lateReleases(t, c, 1, &landed, true)
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -347,10 +328,6 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
-	}, {
-		Name:     "the slot of a lost release reused",
-		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
-		Install:  func(testing.TB) (lockmodel.Backend, func()) { return keep.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server
