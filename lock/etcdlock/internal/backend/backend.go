@@ -198,10 +198,13 @@ func (b *Backend) wentBackFrom(from int64, h *etcdserverpb.ResponseHeader) {
 	for _, s := range b.sessions {
 		ss = append(ss, s)
 	}
+	closed := b.closed // Close took the sessions, and waits for nothing more
 	b.mu.Unlock()
 	for _, s := range ss {
 		b.lost(s)
-		b.revokeLater(context.Background(), s.id)
+		if !closed {
+			b.revokeLater(context.Background(), s.id)
+		}
 	}
 }
 
