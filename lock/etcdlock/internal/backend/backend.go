@@ -668,6 +668,9 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 		// flight, and left the slot to the releases.
 		b.freeLocked(e)
 	}
+	// A release is the holder's own end of its grant, not a loss: Lost
+	// stays open for it.
+	e.released = deleted
 	b.untrackLocked(e)
 	b.mu.Unlock()
 	if !deleted {

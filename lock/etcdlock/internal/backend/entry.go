@@ -112,6 +112,7 @@ type entry struct {
 	// last (unbelieve).
 	lostc    chan struct{}
 	lostDone bool
+	released bool // its release deleted the key: no loss to signal
 	// recorded says a record may have been written through this entry
 	// (PutRecord, or an extension that moved a record): its release
 	// deletes the record with the key.
@@ -119,9 +120,9 @@ type entry struct {
 }
 
 // Lost returns a channel that closes once no belief in the grant may
-// last: its key is known gone (released, deleted at its end, found
-// missing, or gone with its lease: revoked, expired, or of a cluster that
-// went back), or its end passed. The session's keep-alive learns of a
+// last: its key is known gone other than by its own release (deleted at
+// its end, found missing, or gone with its lease: revoked, expired, or of
+// a cluster that went back), or its end passed. The session's keep-alive learns of a
 // lease revoked or a key gone within a keep-alive interval (a fifth of the
 // lease's TTL) and a round trip.
 func (e *entry) Lost() <-chan struct{} {
@@ -138,7 +139,7 @@ func (e *entry) Lost() <-chan struct{} {
 
 // unbelieveLocked closes e's Lost channel. Backend.mu is held.
 func (e *entry) unbelieveLocked() {
-	if e.lostc != nil && !e.lostDone {
+	if e.lostc != nil && !e.lostDone && !e.released {
 		e.lostDone = true
 		close(e.lostc)
 	}
