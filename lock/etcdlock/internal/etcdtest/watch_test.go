@@ -93,8 +93,8 @@ func TestRecordWatchResumesAfterCompaction(t *testing.T) {
 	}
 }
 
-// TestWatchesBackOffWithoutLeader cuts the member that a process's client
-// reaches off from its peers, so that it has no leader and refuses every
+// TestWatchesBackOffWithoutLeader stops the peers of the member that a
+// process's client reaches, so that it has no leader and refuses every
 // watch that requires one at once: a waiter's watch and an observer's
 // must start again with a backoff, not thousands of times in 5 s.
 func TestWatchesBackOffWithoutLeader(t *testing.T) {
@@ -125,15 +125,19 @@ func TestWatchesBackOffWithoutLeader(t *testing.T) {
 		for range recs {
 		}
 	}()
-	c.Peers.Isolate(m)
-	defer c.Peers.Heal()
-	// The member notices it lost its leader after an election timeout.
+	// The member's peers stop: it notices it lost its leader after an
+	// election timeout, and can win no election alone.
+	for i, o := range c.Members {
+		if o != m {
+			c.Stop(i)
+		}
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for c.memberLeader(m) != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if c.memberLeader(m) != 0 {
-		t.Fatal("the isolated member kept a leader")
+		t.Fatal("the member kept a leader with both its peers stopped")
 	}
 	time.Sleep(time.Second)
 	from := streams.Load()
