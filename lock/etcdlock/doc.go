@@ -20,6 +20,25 @@
 // lower, is refused by the guards (safe, not live) until the new lock's
 // tokens pass the marks: see docs/guarantees.md.
 //
+// # Restores from a backup: --bump-revision
+//
+// A restore of the cluster from a snapshot takes its revision back, and
+// with it the tokens: a grant made after the backup and one made by the
+// restored cluster can get the same token, or the later a lower one, and
+// the guards would then admit the older holder's late writes. Every
+// restore of a cluster this package locks on must therefore run
+// etcdutl snapshot restore with --bump-revision, by more than the
+// revisions the cluster can have issued since the backup (1000000000 is
+// ample), and --mark-compacted: then every token of the restored cluster
+// is above every earlier one. A Locker that sees the cluster's revision
+// or raft term go back (a restore without the bump) ends every lease it
+// held and refuses to grant at or below the highest revision it saw, with
+// an error matching [ErrRevisionWentBack]; a process started after the
+// restore cannot tell, which is why the bump is the operator's step. A
+// grant that a bumped restore lost (made after the backup) is found
+// missing at the next keep-alive: Extend and TTL answer lock.ErrNotHeld
+// from then on.
+//
 // # Leases and waiting
 //
 // A Locker keeps one etcd lease per lease length (whole seconds: a TTL is
@@ -63,6 +82,14 @@
 //     until the deletion lands, and that deletion removes the key only as
 //     the put it judged left it, so a queued waiter that put its key again
 //     meanwhile keeps it.
+//
+// A lease revoked from outside (which ends every lock of the Locker on
+// it) is found gone at the next keep-alive, within a fifth of its TTL and
+// a round trip, and every key on it is forgotten then: Extend and TTL
+// answer lock.ErrNotHeld. Renewals and reads give up on a member that
+// does not answer within a fifth of the TTL (at least 500 ms) and go to
+// the next, so a member cut off from its peers that its client still
+// reaches costs a renewal one such attempt, not the lease.
 //
 // A paused or dead process sends no keep-alive, so the etcd leader expires
 // the lease, and every key on it, within its TTL of the last one. A

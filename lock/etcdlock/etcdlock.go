@@ -17,9 +17,17 @@ import (
 // PostgreSQL locks (microseconds since 1970, below 2^52 until 2112).
 const TokenBase = backend.TokenBase
 
-// ErrNoHook means the fencekit module this package was built with has no
-// constructor of Lockers on other backends yet.
-var ErrNoHook = errors.New("etcdlock: this fencekit's package lock offers no backend constructor")
+// ErrRevisionWentBack means the cluster answered a Locker with a revision
+// below one it had answered it with before: it was restored from a backup
+// without --bump-revision (see the package doc), so its tokens would
+// repeat ones already issued. The Locker then grants no token at or below
+// the highest revision it saw, and every lease it held before has ended.
+// Restore again from the backup with --bump-revision and --mark-compacted.
+var ErrRevisionWentBack = backend.ErrRevisionWentBack
+
+// errNoHook means package lock set no constructor hook, which its
+// initialisation always does: a build that mixes module versions.
+var errNoHook = errors.New("etcdlock: this fencekit's package lock offers no backend constructor")
 
 // New returns a Locker whose locks, tokens and leader records are held by
 // the etcd cluster cli talks to: tokens are consensus values (TokenBase
@@ -35,7 +43,7 @@ func New(client *clientv3.Client, opts ...lock.Option) (*lock.Locker, error) {
 		return nil, fmt.Errorf("%w: etcdlock: nil *clientv3.Client", fence.ErrInvalid)
 	}
 	if lockbackend.Open == nil {
-		return nil, ErrNoHook
+		return nil, errNoHook
 	}
 	anyOpts := make([]any, len(opts))
 	for i, o := range opts {

@@ -90,6 +90,12 @@ type Backend struct {
 	stop     chan struct{}
 	frozen   atomic.Int32 // for tests: see Freeze
 
+	// The highest revision and raft term seen in the cluster's answers
+	// (see observe), and the highest revision seen before the cluster was
+	// found to have gone back (0 when it never was): no grant at or below
+	// it is believed.
+	seenRev, seenTerm, wentBack atomic.Int64
+
 	// BeforeTxn, when set (by tests), runs in Try between taking the
 	// session's lease and the transaction that puts the key on it.
 	BeforeTxn func()
@@ -127,6 +133,80 @@ var (
 	_ lockbackend.Queue    = (*Backend)(nil)
 	_ lockbackend.Recorder = (*Backend)(nil)
 )
+
+// ErrRevisionWentBack means the cluster answered with a revision (or a
+// raft term) below one it had answered this Locker with before: it was
+// restored from a backup without --bump-revision, or replaced by another
+// cluster. Its revisions, and so its tokens, then repeat ones already
+// issued, so the Locker grants no token at or below the highest revision
+// it saw, and every lease it believed in before has ended. The operator's
+// fix is to restore again with --bump-revision (see etcdlock's doc).
+var ErrRevisionWentBack = errors.New("etcdlock: the cluster's revision went back below one it issued before (restored from a backup without --bump-revision?): no token at or below it is granted")
+
+// errClosed refuses a try on a closed Locker, which keeps no lease alive.
+var errClosed = fmt.Errorf("%w: etcdlock: the Locker is closed", fence.ErrInvalid)
+
+// observe checks the header of a linearizable answer (a transaction, a
+// read, a keep-alive) against the highest revision and raft term seen in
+// answers received before its request was sent (sentRev, sentTerm; rev
+// says the answer's revision counts: a keep-alive's comes from a leader
+// that may not have applied every committed entry yet). Both only rise
+// while the cluster lives; a restore from a backup without
+// --bump-revision takes the revision back, and any restore starts the
+// raft term again at 1. It reports false when the cluster went back, after
+// ending every session: nothing believed before holds.
+func (b *Backend) observe(sentRev, sentTerm int64, h *etcdserverpb.ResponseHeader, rev bool) bool {
+	if h == nil {
+		return true
+	}
+	term := int64(h.RaftTerm)
+	if (rev && h.Revision < sentRev) || term < sentTerm {
+		b.wentBackFrom(max(sentRev, b.seenRev.Load()), h)
+		return false
+	}
+	if rev {
+		atomicMax(&b.seenRev, h.Revision)
+	}
+	atomicMax(&b.seenTerm, term)
+	return true
+}
+
+// seen returns what observe compares an answer with: call it before the
+// request is sent.
+func (b *Backend) seen() (rev, term int64) { return b.seenRev.Load(), b.seenTerm.Load() }
+
+func atomicMax(v *atomic.Int64, n int64) {
+	for {
+		o := v.Load()
+		if n <= o || v.CompareAndSwap(o, n) {
+			return
+		}
+	}
+}
+
+// wentBackFrom ends every session after the cluster answered with h,
+// below the revision from that it answered with before: every key this
+// process believed in is of the cluster as it was, and grants at or below
+// from are refused from now on. The leases are revoked, so that the keys
+// of before that the restored cluster still holds go now.
+func (b *Backend) wentBackFrom(from int64, h *etcdserverpb.ResponseHeader) {
+	atomicMax(&b.wentBack, from)
+	b.seenRev.Store(h.Revision)
+	b.seenTerm.Store(int64(h.RaftTerm))
+	b.mu.Lock()
+	var ss []*session
+	for _, s := range b.sessions {
+		ss = append(ss, s)
+	}
+	closed := b.closed // Close took the sessions, and waits for nothing more
+	b.mu.Unlock()
+	for _, s := range ss {
+		b.lost(s)
+		if !closed {
+			b.revokeLater(context.Background(), s.id)
+		}
+	}
+}
 
 // New makes the etcd backend on cli from a Locker's settings. It refuses,
 // with an error matching fence.ErrInvalid, the options that mean nothing on
@@ -255,7 +335,11 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 				Then(put).
 				Else(first, mine)
 		}
+		sentRev, sentTerm := b.seen()
 		resp, err = b.commit(ctx, txn)
+		if err == nil {
+			b.observe(sentRev, sentTerm, resp.Header, true)
+		}
 		b.done(s)
 		b.mu.Lock()
 		e = b.tried(e)
@@ -338,6 +422,9 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		b.mu.Unlock()
 	}
 	tok, err := token(mineKV.CreateRevision)
+	if err == nil && mineKV.CreateRevision <= b.wentBack.Load() {
+		err = ErrRevisionWentBack
+	}
 	if err != nil {
 		b.expireLater(ctx, e)
 		return lockbackend.Outcome{}, fmt.Errorf("etcdlock: Try %q: %w", req.Resource, err)
@@ -412,6 +499,21 @@ func (b *Backend) expireLater(ctx context.Context, e *entry) {
 		defer cancel()
 		del(ctx)
 	}()
+}
+
+// read is a linearizable read of key for a holder of a lease of secs
+// seconds, each attempt bounded by a part of the TTL (see attempts). It
+// returns an error matching ErrRevisionWentBack when the answer shows the
+// cluster went back (see observe).
+func (b *Backend) read(ctx context.Context, secs int64, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return attempts(ctx, time.Duration(secs)*time.Second, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		sentRev, sentTerm := b.seen()
+		get, err := b.cli.Get(ctx, key, opts...)
+		if err == nil && !b.observe(sentRev, sentTerm, get.Header, true) {
+			return nil, ErrRevisionWentBack
+		}
+		return get, err
+	})
 }
 
 // commit sends txn, through SendTxn when a test set it.
@@ -497,7 +599,10 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 		}
 		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
 	}
-	get, err := b.cli.Get(ctx, e.key)
+	get, err := b.read(ctx, s.secs, e.key)
+	if errors.Is(err, ErrRevisionWentBack) {
+		return notHeld()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Extend", e.resource, err))
 	}
@@ -563,6 +668,9 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 		// flight, and left the slot to the releases.
 		b.freeLocked(e)
 	}
+	// A release is the holder's own end of its grant, not a loss: Lost
+	// stays open for it.
+	e.released = deleted
 	b.untrackLocked(e)
 	b.mu.Unlock()
 	if !deleted {
@@ -582,7 +690,10 @@ func (b *Backend) TTL(ctx context.Context, hh lockbackend.Hold) (time.Duration, 
 		// Its end passed: the key is being deleted.
 		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
 	}
-	get, err := b.cli.Get(ctx, e.key)
+	get, err := b.read(ctx, s.secs, e.key)
+	if errors.Is(err, ErrRevisionWentBack) {
+		return 0, fmt.Errorf("etcdlock: TTL %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
 	if err != nil {
 		return 0, b.callErr(ctx, "TTL", e.resource, err)
 	}

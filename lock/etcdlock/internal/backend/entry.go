@@ -108,10 +108,41 @@ type entry struct {
 	// releasing counts the releases of the entry in flight: its slot is
 	// not freed until every one's reply has come (see Backend.Release).
 	releasing int
+	// lostc, once made by Lost, closes when no belief in the key may
+	// last (unbelieve).
+	lostc    chan struct{}
+	lostDone bool
+	released bool // its release deleted the key: no loss to signal
 	// recorded says a record may have been written through this entry
 	// (PutRecord, or an extension that moved a record): its release
 	// deletes the record with the key.
 	recorded bool
+}
+
+// Lost returns a channel that closes once no belief in the grant may
+// last: its key is known gone other than by its own release (deleted at
+// its end, found missing, or gone with its lease: revoked, expired, or of
+// a cluster that went back), or its end passed. The session's keep-alive learns of a
+// lease revoked or a key gone within a keep-alive interval (a fifth of the
+// lease's TTL) and a round trip.
+func (e *entry) Lost() <-chan struct{} {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if e.lostc == nil {
+		e.lostc = make(chan struct{})
+		if e.gone || e.ending {
+			e.unbelieveLocked()
+		}
+	}
+	return e.lostc
+}
+
+// unbelieveLocked closes e's Lost channel. Backend.mu is held.
+func (e *entry) unbelieveLocked() {
+	if e.lostc != nil && !e.lostDone && !e.released {
+		e.lostDone = true
+		close(e.lostc)
+	}
 }
 
 // holderRef names an acquisition: its resource and holder id.
@@ -264,6 +295,7 @@ func (b *Backend) expire(ctx context.Context, e *entry) {
 		return
 	}
 	e.ending = true
+	e.unbelieveLocked()
 	rev, mod, late := e.rev, e.mod, e.late
 	b.mu.Unlock()
 	if b.BeforeEndDelete != nil {
@@ -424,6 +456,7 @@ func (b *Backend) untrackLocked(e *entry) {
 		return
 	}
 	e.gone = true
+	e.unbelieveLocked()
 	if e.timer != nil {
 		e.timer.Stop()
 	}

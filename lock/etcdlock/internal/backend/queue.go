@@ -90,6 +90,7 @@ func (b *Backend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockba
 func (r *room) watch(ctx context.Context) {
 	defer r.b.wg.Done()
 	prefix := r.b.holders(r.resource)
+	var bo backoff
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wc := r.b.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
@@ -98,6 +99,7 @@ func (r *room) watch(ctx context.Context) {
 				break
 			}
 			if resp.Created {
+				bo.reset()
 				r.setUp()
 				r.check(ctx) // what was deleted before the watch began
 				continue
@@ -114,6 +116,11 @@ func (r *room) watch(ctx context.Context) {
 		}
 		cancel()
 		r.setLost()
+		// A member with no leader refuses the watch at once: wait
+		// before the next, longer each time in a row.
+		if !bo.wait(ctx) {
+			return
+		}
 	}
 }
 
@@ -160,6 +167,16 @@ func (r *room) check(ctx context.Context) {
 	kv := resp.Kvs[0]
 	tok, err := token(kv.CreateRevision)
 	if err != nil {
+		return
+	}
+	if kv.CreateRevision <= r.b.wentBack.Load() {
+		// A key of the cluster as it was before it went back: its
+		// waiter's try says so.
+		for _, w := range ws {
+			if string(kv.Value) == w.holder {
+				w.poke()
+			}
+		}
 		return
 	}
 	for _, w := range ws {

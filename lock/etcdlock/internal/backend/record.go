@@ -139,23 +139,40 @@ func (b *Backend) ReadRecord(ctx context.Context, resource string) (lockbackend.
 // WatchRecord sends each record written for resource, heard through an
 // etcd watch on a member that has a leader, until ctx ends. A watch that
 // breaks starts again from the revision after the last event it sent, so
-// a record written meanwhile is sent too, unless the cluster compacted it
-// away.
+// a record written meanwhile is sent too; one whose revision the cluster
+// compacted meanwhile reads the current record instead, sends it, and
+// resumes after that read. Watches that keep failing (a member with no
+// leader) start again after a backoff that doubles up to watchBackoffMax.
 func (b *Backend) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
 	out := make(chan lockbackend.Record, 1)
+	send := func(rec lockbackend.Record) bool {
+		select {
+		case out <- rec:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	go func() {
 		defer close(out)
 		var next int64
+		var bo backoff
 		for ctx.Err() == nil {
 			opts := []clientv3.OpOption{}
 			if next > 0 {
 				opts = append(opts, clientv3.WithRev(next))
 			}
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			compacted := false
 			for resp := range b.cli.Watch(wctx, b.recordKey(resource), opts...) {
+				if resp.CompactRevision != 0 {
+					compacted = true
+					break
+				}
 				if resp.Err() != nil {
 					break
 				}
+				bo.reset()
 				for _, ev := range resp.Events {
 					next = ev.Kv.ModRevision + 1
 					if ev.Type != clientv3.EventTypePut {
@@ -165,20 +182,79 @@ func (b *Backend) WatchRecord(ctx context.Context, resource string) <-chan lockb
 					if !ok {
 						continue
 					}
-					select {
-					case out <- rec:
-					case <-ctx.Done():
+					if !send(rec) {
 						cancel()
 						return
 					}
 				}
 			}
 			cancel()
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			if compacted {
+				// The events since next are gone: what stands now is
+				// what an observer must hear, and the watch goes on
+				// after this read.
+				rev, rec, err := b.readRecordAt(ctx, resource)
+				if err == nil {
+					next = rev + 1
+					if rec != nil && !send(*rec) {
+						return
+					}
+					continue
+				}
+			}
+			if !bo.wait(ctx) {
+				return
 			}
 		}
 	}()
 	return out
+}
+
+// readRecordAt reads resource's record as ReadRecord does, and the
+// revision of the read: the record is nil when none of the holding
+// grant's stands.
+func (b *Backend) readRecordAt(ctx context.Context, resource string) (int64, *lockbackend.Record, error) {
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpGet(b.holders(resource), clientv3.WithFirstCreate()...),
+		clientv3.OpGet(b.recordKey(resource))).Commit()
+	if err != nil {
+		return 0, nil, err
+	}
+	h, r := kvOf(resp.Responses[0]), kvOf(resp.Responses[1])
+	if h == nil || r == nil {
+		return resp.Header.Revision, nil, nil
+	}
+	rec, ok := parseRecord(r.Value)
+	tok, err := token(h.CreateRevision)
+	if !ok || err != nil || rec.Token != tok {
+		return resp.Header.Revision, nil, nil
+	}
+	return resp.Header.Revision, &rec, nil
+}
+
+// watchBackoffMin and watchBackoffMax bound the pause before a watch that
+// failed starts again: a member with no leader refuses every watch at
+// once, and without a pause a watcher would open thousands a second.
+const (
+	watchBackoffMin = 50 * time.Millisecond
+	watchBackoffMax = 2 * time.Second
+)
+
+// backoff is the pause before a failed watch starts again: doubled at
+// each failure in a row, back to the least once a watch works.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) reset() { b.d = 0 }
+
+// wait pauses, and reports false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	b.d = min(max(2*b.d, watchBackoffMin), watchBackoffMax)
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

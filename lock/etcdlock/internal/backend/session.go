@@ -92,6 +92,14 @@ func (b *Backend) session(ctx context.Context, secs int64) (*session, error) {
 	} else {
 		b.mu.Unlock()
 	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		// Nothing is kept alive after Close: a lease granted now would
+		// serve one call and stand, idle, for its TTL.
+		return nil, errClosed
+	}
 	sent := time.Now()
 	lg, err := b.cli.Grant(ctx, secs)
 	if err != nil {
@@ -111,11 +119,13 @@ func (b *Backend) session(ctx context.Context, secs int64) (*session, error) {
 		return old, nil
 	}
 	if b.closed {
-		// No keep-alive runs after Close: the lease serves this call's
-		// keys alone, which then end with its TTL.
-		s.dead = true
+		// Closed while the grant was in flight: nothing keeps it alive,
+		// and nothing uses it.
 		b.mu.Unlock()
-		return s, nil
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBound)
+		_, _ = b.cli.Revoke(rctx, lg.ID)
+		cancel()
+		return nil, errClosed
 	}
 	b.sessions[secs] = s
 	lctx, cancel := context.WithCancel(context.Background())
@@ -135,13 +145,30 @@ func (b *Backend) done(s *session) {
 }
 
 // keepAliveOnce keeps s's lease alive and notes what the server
-// acknowledged. A lease the server no longer has ends the session.
+// acknowledged. A lease the server no longer has ends the session, as
+// does an answer that shows the cluster went back (see observe). Each
+// attempt is bounded by a part of the lease's TTL (see attempts).
 func (b *Backend) keepAliveOnce(ctx context.Context, s *session) error {
 	if b.frozen.Load() != 0 {
 		return ctx.Err()
 	}
-	sent := time.Now()
-	resp, err := b.cli.KeepAliveOnce(ctx, s.id)
+	b.mu.Lock()
+	ttl := s.ackTTL
+	b.mu.Unlock()
+	type ack struct {
+		resp *clientv3.LeaseKeepAliveResponse
+		sent time.Time
+	}
+	a, err := attempts(ctx, ttl, func(ctx context.Context) (ack, error) {
+		sent := time.Now()
+		_, sentTerm := b.seen()
+		resp, err := b.cli.KeepAliveOnce(ctx, s.id)
+		if err == nil && !b.observe(0, sentTerm, resp.ResponseHeader, false) {
+			err = rpctypes.ErrLeaseNotFound // every session ended with the cluster of before
+		}
+		return ack{resp, sent}, err
+	})
+	resp, sent := a.resp, a.sent
 	if err == nil && resp.TTL <= 0 {
 		err = rpctypes.ErrLeaseNotFound
 	}
@@ -157,6 +184,91 @@ func (b *Backend) keepAliveOnce(ctx context.Context, s *session) error {
 	}
 	b.mu.Unlock()
 	return nil
+}
+
+// attemptPart is the part of a lease's TTL that one attempt of a
+// renewal or a read waits for its member: the client sends requests to
+// its members in turn, and a member cut off from its peers while its
+// clients still reach it takes them and never answers (it can neither
+// forward a renewal to the leader nor confirm a read with it). Given up
+// on after this, the request goes to the next member. A fifth of the TTL
+// leaves a renewal made with a third of it left two more attempts.
+const attemptPart = 5
+
+// minAttempt bounds an attempt below, for short TTLs on a loaded machine.
+const minAttempt = 500 * time.Millisecond
+
+// attempts runs call, idempotent, until one attempt answers or ctx
+// ends. An attempt that has not answered within ttl/attemptPart is not
+// waited for alone: another starts, which the client sends to its next
+// member, and the first answer of any wins (the slower attempts are then
+// cancelled). A slow member on a loaded machine still answers; a member
+// cut off from its peers no longer holds the call until its deadline. At
+// most maxAttempts run at once (one per member of a three-member
+// cluster).
+func attempts[T any](ctx context.Context, ttl time.Duration, call func(ctx context.Context) (T, error)) (T, error) {
+	part := max(ttl/attemptPart, minAttempt)
+	// A member that knows it has no leader (cut off from its peers past
+	// an election timeout) then refuses at once, and the client sends the
+	// request again to another.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	results := make(chan result, maxAttempts)
+	running, started := 0, 0
+	start := func() {
+		running++
+		started++
+		go func() {
+			v, err := call(ctx)
+			results <- result{v, err}
+		}()
+	}
+	start()
+	t := time.NewTimer(part)
+	defer t.Stop()
+	var last error
+	for {
+		select {
+		case r := <-results:
+			running--
+			if r.err == nil || ctx.Err() != nil || !transient(r.err) {
+				return r.v, r.err
+			}
+			last = r.err
+			if running == 0 {
+				if started >= maxAttempts {
+					var zero T
+					return zero, last
+				}
+				start()
+			}
+		case <-t.C:
+			if running < maxAttempts && started < maxAttempts {
+				start()
+			}
+			t.Reset(part)
+		case <-ctx.Done():
+			var zero T
+			if last == nil {
+				last = ctx.Err()
+			}
+			return zero, last
+		}
+	}
+}
+
+// maxAttempts bounds the attempts of one call.
+const maxAttempts = 3
+
+// transient says err may be a member's own trouble, which another member
+// would not have (its connection failed, it is unavailable or cut off):
+// every error but the answers that speak for the cluster.
+func transient(err error) bool {
+	return !errors.Is(err, rpctypes.ErrLeaseNotFound) && !errors.Is(err, ErrRevisionWentBack)
 }
 
 // keepAlive keeps s's lease alive while keys stand on it or calls use it,
@@ -212,8 +324,59 @@ func (b *Backend) keepAlive(ctx context.Context, s *session) {
 			cancel()
 		}
 		kctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
-		_ = b.keepAliveOnce(kctx, s)
+		if b.keepAliveOnce(kctx, s) == nil {
+			b.checkKeys(kctx, s)
+		}
 		cancel()
+	}
+}
+
+// checkKeys asks the server which keys stand on s's lease, and ends at
+// once the belief in every key of s that the server's answer should list
+// and does not: a key deleted by another client, or one the cluster lost
+// when it was restored from a backup taken before the key's put (with
+// --bump-revision, so that no revision went back). Each such key's
+// deletion at its end is done now, conditional on its put as usual, so a
+// key the answer missed and that still stands goes too, and its slot
+// is freed only once the key is known gone.
+func (b *Backend) checkKeys(ctx context.Context, s *session) {
+	if b.frozen.Load() != 0 {
+		return
+	}
+	b.mu.Lock()
+	n, ttl := len(s.entries), s.ackTTL
+	b.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	resp, err := attempts(ctx, ttl, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+		return b.cli.TimeToLive(ctx, s.id, clientv3.WithAttachedKeys())
+	})
+	if err != nil {
+		return
+	}
+	if resp.TTL <= 0 {
+		b.lost(s)
+		return
+	}
+	keys := make(map[string]bool, len(resp.Keys))
+	for _, k := range resp.Keys {
+		keys[string(k)] = true
+	}
+	now := time.Now()
+	var gone []*entry
+	b.mu.Lock()
+	for e := range s.entries {
+		if e.gone || e.trying || e.releasing > 0 || !e.late.IsZero() || e.mod == 0 ||
+			e.mod > resp.ResponseHeader.Revision || keys[e.key] {
+			continue
+		}
+		e.endAt(now, false)
+		gone = append(gone, e)
+	}
+	b.mu.Unlock()
+	for _, e := range gone {
+		b.expire(ctx, e)
 	}
 }
 

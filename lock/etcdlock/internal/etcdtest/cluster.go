@@ -207,13 +207,17 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 // ClientOf returns a client of the given endpoints.
 func (c *Cluster) ClientOf(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+	cli, err := clientv3.New(clientConfig(endpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+func clientConfig(endpoints ...string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second}
 }
 
 // Leader returns the index of the member that leads, waiting up to 30s for
@@ -256,4 +260,14 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal(err)
+}
+
+// memberLeader is the leader member m knows of; 0 for none.
+func (c *Cluster) memberLeader(m *Member) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.etcd == nil {
+		return 0
+	}
+	return uint64(m.etcd.Server.Leader())
 }

@@ -405,3 +405,54 @@ func waitUntracked(t *testing.T, b *backend.Backend, resource, holder string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLateReleaseControlReusedSlot is TestLateReleaseSparesNextKey's
+// control, deterministic: with the broken variant that puts the slot of a
+// release whose reply was lost back on the free list once the key's end
+// deleted the key, the next grant takes that slot, and the late deletion
+// deletes its key while its holder still believes in it. The lock model
+// runs the same broken variant (TestLockModelEtcdControl), where it is
+// caught only when a run's timing lines the steps up.
+func TestLateReleaseControlReusedSlot(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	b := newBackend(t, cli)
+	b.KeepSlotOfLostRelease = true
+	const res = "late-release-control"
+	ra := req(res, 2*time.Second)
+	ha := mustGrant(t, b, ra)
+	aKey := firstKey(t, cli, b, res)
+	var mu sync.Mutex
+	var held string
+	b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if held == "" {
+			held = key
+			return nil, errLostOnPurpose
+		}
+		return cli.Delete(ctx, key)
+	}
+	if err := b.Release(ctxFor(t, 5*time.Second), ha.Hold); !errors.Is(err, lockbackend.ErrReplyLost) {
+		t.Fatalf("Release whose reply was lost: %v, want the loss", err)
+	}
+	waitUntracked(t, b, res, ra.Holder)
+	r := req(res, 10*time.Second)
+	sent := time.Now()
+	out := mustGrant(t, b, r)
+	k := firstKey(t, cli, b, res)
+	if string(k.Key) != string(aKey.Key) {
+		t.Fatalf("the broken variant's next grant put %q, not the slot %q of the lost release: the control shows nothing", k.Key, aKey.Key)
+	}
+	if _, err := cli.Delete(ctxFor(t, 5*time.Second), held); err != nil {
+		t.Fatal(err)
+	}
+	if k := firstKey(t, cli, b, res); k != nil && string(k.Value) == r.Holder {
+		t.Fatalf("the late deletion left the next grant's key %v: the control shows nothing", k)
+	}
+	if left := time.Until(sent.Add(out.Known)); left <= 0 {
+		t.Fatalf("the next grant's belief had ended when the late deletion landed: the control shows nothing")
+	} else {
+		t.Logf("control: the late deletion took the next grant's key with %v of its belief left", left.Round(time.Millisecond))
+	}
+}

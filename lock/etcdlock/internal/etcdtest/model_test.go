@@ -127,7 +127,7 @@ func etcdFloors() map[string]int {
 // a later put of the key (the slot taken by a later acquisition of the
 // Locker) holds the lock, or after 3s if none does. landed counts the
 // deletions sent late; the test waits for them before its cluster stops.
-func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, broken bool) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	// The late deletions' own client, closed after they have all landed.
 	lc := c.Client(t)
 	var wg sync.WaitGroup
@@ -139,7 +139,6 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64, bro
 		if err != nil {
 			return nil, err
 		}
-		b.KeepSlotOfLostRelease = broken
 		var mu sync.Mutex
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
@@ -210,7 +209,7 @@ func TestLockModelEtcd(t *testing.T) {
 			t.Error("no release's deletion landed late")
 		}
 	})
-	e.open = lateReleases(t, c, 3, &landed, false)
+	e.open = lateReleases(t, c, 3, &landed)
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
@@ -229,6 +228,19 @@ func TestLockModelEtcd(t *testing.T) {
 			c.Restart(t, i)
 			return nil
 		}},
+		// Quorum stands: renewals and reads sent to the follower give up
+		// on it within a part of the TTL and go to another member, so the
+		// renewed leases are kept (the model's renewal check).
+		{Name: "follower cut off from its peers", Limit: 1, Inject: func(ctx context.Context) error {
+			m := c.Members[(c.Leader(t)+1)%len(c.Members)]
+			c.Peers.Isolate(m)
+			defer c.Peers.Heal()
+			select {
+			case <-ctx.Done():
+			case <-time.After(1500 * time.Millisecond):
+			}
+			return nil
+		}},
 		{Name: "member cut off", Limit: 2, Inject: func(ctx context.Context) error {
 			m := c.Members[rng.IntN(len(c.Members))]
 			m.Proxy.Block()
@@ -243,6 +255,11 @@ func TestLockModelEtcd(t *testing.T) {
 	r.Check(t, cfg.Floors)
 	if r.Count("faults: leader restarted") == 0 {
 		t.Error("the leader was not restarted during the run")
+	}
+	// The report above counts each fault injected; a run too short (a
+	// loaded machine) to cut a follower off judged that fault nothing.
+	if r.Count("faults: follower cut off from its peers") == 0 {
+		t.Log("no follower was cut off from its peers during the run")
 	}
 }
 
@@ -273,7 +290,12 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 // TestLockModelEtcdControl runs the model on the broken backends with
 // three seeds each, each run until it goes wrong (for at most eight times
 // the model's budget): the promise check (or, for a confused slot, the
-// token checks) must reject each in most of them.
+// token checks) must reject each in most of them. The broken variant
+// that reuses the slot of a lost release is judged by its own
+// deterministic control (TestLateReleaseControlReusedSlot): the model
+// caught it only when a run's timing lined up a lost release, the key's
+// end, a reacquisition on the slot and a waiter, in 0 to 2 of 3 seeds
+// beside a busy loop.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -298,13 +320,6 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
-	// A Locker that puts a slot back on the free list after a release
-	// whose reply was lost, once the key's end deleted the key: the late
-	// deletion then deletes the next grant's key on the slot, and the
-	// lock goes to another holder while the first still believes in it.
-	var landed atomic.Int64
-	keep := newLockEtcd(t, c)
-	keep.open = lateReleases(t, c, 2, &landed, true)
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -313,10 +328,6 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
-	}, {
-		Name:     "the slot of a lost release reused",
-		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
-		Install:  func(testing.TB) (lockmodel.Backend, func()) { return keep.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server

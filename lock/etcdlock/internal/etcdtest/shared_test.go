@@ -23,6 +23,14 @@ var shared struct {
 // first call. It has no client proxies.
 func sharedCluster(t testing.TB) *Cluster {
 	t.Helper()
+	if _, err := startShared(); err != nil {
+		t.Fatalf("the shared cluster did not start: %v", err)
+	}
+	return shared.c
+}
+
+// startShared starts the shared cluster on its first call.
+func startShared() (*Cluster, error) {
 	shared.once.Do(func() {
 		k := &keeper{}
 		shared.keeper = k
@@ -33,10 +41,7 @@ func sharedCluster(t testing.TB) *Cluster {
 		}()
 		shared.c = startClusterOf(k, 3, false)
 	})
-	if shared.err != nil {
-		t.Fatalf("the shared cluster did not start: %v", shared.err)
-	}
-	return shared.c
+	return shared.c, shared.err
 }
 
 // keeper stands in for a test for the shared cluster: it lives until
