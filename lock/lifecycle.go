@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/lockbackend"
 )
 
 // life is what a process knows about whether its lease is still held: it
@@ -53,8 +55,9 @@ func (s *Lease) start(sent time.Time, ttl time.Duration, trackExpiry bool) {
 	}
 }
 
-// watch makes the done channel and arms the expiry timer; the caller holds
-// s.life.mu.
+// watch makes the done channel, arms the expiry timer and, for a hold
+// whose backend signals a loss, ends the lease when it does; the caller
+// holds s.life.mu.
 func (s *Lease) watch() chan struct{} {
 	if s.life.done == nil {
 		if s.life.ended {
@@ -64,9 +67,40 @@ func (s *Lease) watch() chan struct{} {
 			if !s.life.deadline.IsZero() {
 				s.life.expiry = time.AfterFunc(time.Until(s.life.deadline), s.expired)
 			}
+			if ls, ok := s.hold.(lockbackend.LossSignal); ok {
+				go s.endWhenLost(ls.Lost(), s.life.done)
+			}
 		}
 	}
 	return s.life.done
+}
+
+// endWhenLost ends the lease when its backend signals the grant lost, or
+// returns once the lease has ended otherwise.
+func (s *Lease) endWhenLost(lost <-chan struct{}, done <-chan struct{}) {
+	select {
+	case <-lost:
+		s.lostByBackend()
+	case <-done:
+	}
+}
+
+// checkLost ends the lease at once if its backend has signalled the grant
+// lost, for the calls (Validity, Err) that may come without a watch.
+func (s *Lease) checkLost() {
+	ls, ok := s.hold.(lockbackend.LossSignal)
+	if !ok {
+		return
+	}
+	select {
+	case <-ls.Lost():
+		s.lostByBackend()
+	default:
+	}
+}
+
+func (s *Lease) lostByBackend() {
+	s.end(fmt.Errorf("%w: %q token %d: the %s backend found the grant gone (its lease revoked or its key lost)", ErrNotHeld, s.f.Resource, s.f.Token, s.l.info.Name), false)
 }
 
 func (s *Lease) expired() {
@@ -191,8 +225,10 @@ func (s *Lease) lost(err error) {
 
 // Done returns a channel that is closed when the lease ends: when
 // [Lease.Release] is called, or as soon as the lease is known to be lost
-// (a renewal refused, [Lease.Extend] or [Lease.TTL] finding it not held, or
-// its TTL run out on the local clock without a successful extension). Stop
+// (a renewal refused, [Lease.Extend] or [Lease.TTL] finding it not held,
+// its TTL run out on the local clock without a successful extension, or a
+// backend that learns of a loss by itself finding the grant gone: on etcd,
+// the session's lease revoked or the key lost, within a keep-alive interval). Stop
 // work made under the lease when it closes; [Lease.Err] says why it closed.
 //
 // A lease acquired with [Owner] and without [AutoRenew] shares its lock with
@@ -209,6 +245,7 @@ func (s *Lease) Done() <-chan struct{} {
 // returns an error matching both [ErrNotHeld] and [ErrReleased], unless the
 // lease had been lost before (then the loss is reported).
 func (s *Lease) Err() error {
+	s.checkLost()
 	s.life.mu.Lock()
 	ended, err, deadline := s.life.ended, s.life.err, s.life.deadline
 	s.life.mu.Unlock()

@@ -79,8 +79,20 @@ type Backend interface {
 // Hold is a backend's record of one grant, made by [Backend.Try] or
 // [Queue.Adopt] and handed back to Extend, Release and TTL: what those
 // need (keys, the holder id, an owner's hold id), kept in whatever form
-// makes them cheapest. Package lock never looks inside.
+// makes them cheapest. Package lock never looks inside, but asks whether it
+// is a [LossSignal].
 type Hold any
+
+// LossSignal is implemented by a Hold whose backend learns, by itself, that
+// the server no longer holds the grant (etcd: the session's lease revoked,
+// the key deleted from outside, the cluster restored to an older revision).
+// Lost returns a channel that closes once no belief in the grant may last,
+// never on the grant's own release; package lock then ends the Lease at
+// once (promise 6: a belief ends the moment the backend learns the lease is
+// gone, not only when the clock says so).
+type LossSignal interface {
+	Lost() <-chan struct{}
+}
 
 // Info is what a backend offers.
 type Info struct {

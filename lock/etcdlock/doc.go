@@ -85,8 +85,8 @@
 //
 // A lease revoked from outside (which ends every lock of the Locker on
 // it) is found gone at the next keep-alive, within a fifth of its TTL and
-// a round trip, and every key on it is forgotten then: Extend and TTL
-// answer lock.ErrNotHeld. Renewals and reads give up on a member that
+// a round trip, and every Lease on it ends then, renewed or not: its Done
+// closes, Validity is 0, Extend and TTL answer lock.ErrNotHeld. Renewals and reads give up on a member that
 // does not answer within a fifth of the TTL (at least 500 ms) and go to
 // the next, so a member cut off from its peers that its client still
 // reaches costs a renewal one such attempt, not the lease.

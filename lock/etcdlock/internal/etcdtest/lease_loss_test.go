@@ -116,3 +116,59 @@ func leaseIDs(t *testing.T, ctx context.Context, cli *clientv3.Client) map[clien
 	}
 	return m
 }
+
+// TestRevokedLeaseClosesDone is the revoke through the portable Lease: a
+// Locker holds three locks without AutoRenew, their shared etcd lease is
+// revoked from another client, and every Lease's Done must close (its
+// Validity 0, its Err matching lock.ErrNotHeld) within the keep-alive's
+// bound, long before the leases' own end. Before package lock listened to
+// the backend's loss signal, Done closed only at the TTL (10 s here).
+func TestRevokedLeaseClosesDone(t *testing.T) {
+	c := sharedCluster(t)
+	cli := c.Client(t)
+	prefix := "fk-" + fence.NewHolder()[:8] + ":"
+	l, err := etcdlockNew(cli, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx := ctxFor(t, 40*time.Second)
+	const ttl = 10 * time.Second
+	var leases []*lock.Lease
+	for i := range 3 {
+		lease, err := l.TryAcquire(ctx, fmt.Sprint("done", i), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, lease)
+	}
+	done := leases[0].Done() // watched before the revoke; the others after
+	get, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil || len(get.Kvs) == 0 || get.Kvs[0].Lease == 0 {
+		t.Fatalf("the Locker's keys: %v %v", get, err)
+	}
+	revoked := time.Now()
+	if _, err := c.Client(t).Revoke(ctx, clientv3.LeaseID(get.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	bound := 2*ttl/5 + 2*time.Second // two keep-alive intervals and a round trip, on a loaded machine
+	select {
+	case <-done:
+	case <-time.After(time.Until(revoked.Add(bound))):
+		t.Fatalf("Done still open %v after the lease was revoked (bound %v, TTL %v)", time.Since(revoked).Round(time.Millisecond), bound, ttl)
+	}
+	t.Logf("Done closed %v after the revoke (bound %v, TTL %v)", time.Since(revoked).Round(time.Millisecond), bound, ttl)
+	for i, lease := range leases {
+		select {
+		case <-lease.Done():
+		case <-time.After(time.Until(revoked.Add(bound))):
+			t.Fatalf("lease %d: Done still open %v after the revoke", i, time.Since(revoked).Round(time.Millisecond))
+		}
+		if v := lease.Validity(); v != 0 {
+			t.Errorf("lease %d: Validity %v after the revoke, want 0", i, v)
+		}
+		if err := lease.Err(); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("lease %d: Err %v, want lock.ErrNotHeld", i, err)
+		}
+	}
+}
