@@ -96,11 +96,6 @@ func WithTTL(d time.Duration) Option {
 // within the clock-drift allowance if that is larger.
 const StepDownDivisor = 4
 
-// DefaultStepDown is [StepDownDivisor] under its former name.
-//
-// Deprecated: it is a divisor, not a duration: use [StepDownDivisor].
-const DefaultStepDown = StepDownDivisor
-
 // WithStepDown sets the step-down margin: a term ends ([Term.Done] closes,
 // [Run]'s ctx ends) when its lease's validity, on the leader's clock, comes
 // within d, so that the old leader has stopped believing it leads at least

@@ -30,7 +30,7 @@ const myModelTTL = 400 * time.Millisecond
 
 // myStepDownFloor is the least gap the judge accepts between a lost term's
 // end and the lock's next grant: a fifth of the documented default margin.
-const myStepDownFloor = myModelTTL / election.DefaultStepDown / 5
+const myStepDownFloor = myModelTTL / election.StepDownDivisor / 5
 
 // myModelAudit logs every write of the lock's row, in the order the row
 // lock imposes, with the server's clock at the write (µs).

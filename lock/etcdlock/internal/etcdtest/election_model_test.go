@@ -44,7 +44,7 @@ const etcdModelTTL = 2 * time.Second
 
 // etcdStepDownFloor is a fifth of the documented default margin, as in the
 // Redis model.
-const etcdStepDownFloor = etcdModelTTL / election.DefaultStepDown / 5
+const etcdStepDownFloor = etcdModelTTL / election.StepDownDivisor / 5
 
 // etcdModelRun is one run's variant.
 type etcdModelRun struct {
