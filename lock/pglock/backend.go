@@ -58,6 +58,14 @@ type backend struct {
 	olderUntil atomic.Int64
 	probeOlder time.Duration
 
+	// The mapping of the client's clock onto the server's (see
+	// serverDeadline), and the requests that may still be granted after
+	// their callers give up (see pending).
+	clock     atomic.Pointer[clockRef]
+	clockBusy atomic.Bool
+	late      pending
+	noVoid    bool // a control of the tests: grants without deadline, no void
+
 	bg     sync.WaitGroup // background releases and the reclaimer
 	stop   chan struct{}
 	closed sync.Once
@@ -69,6 +77,10 @@ type config struct {
 	poll      bool          // no LISTEN: waiters poll with backoff
 	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
 	sql       *statements   // nil: the package's own
+	// noVoid is a control of the tests: grants are sent without a
+	// deadline and no void follows a caller that gave up, as before
+	// migration 00012 (a late grant then stands for its lease).
+	noVoid bool
 }
 
 // statements are a backend's grant and release statements: grantSQL,
@@ -95,7 +107,7 @@ func statementsFor(pool *pgxpool.Pool) statements {
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
-		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe}
+		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe, noVoid: cfg.noVoid}
 	b.sql = statementsFor(pool)
 	if cfg.sql != nil {
 		b.sql = *cfg.sql
@@ -107,11 +119,14 @@ func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 		b.bg.Add(1)
 		go b.reclaimLoop(cfg.reclaim)
 	}
+	// Map the client's clock onto the server's before the first grant
+	// needs it (a grant that comes first reads it itself).
+	b.refreshClock()
 	return b
 }
 
 // close stops the listener and the reclaimer and waits, within
-// cleanupBound, for background releases.
+// grantWindow and cleanupBound, for background releases and voids.
 func (b *backend) close() {
 	b.closed.Do(func() {
 		close(b.stop)
@@ -122,7 +137,7 @@ func (b *backend) close() {
 		go func() { b.bg.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(cleanupBound + time.Second):
+		case <-time.After(grantWindow + cleanupBound + time.Second):
 		}
 	})
 }
@@ -191,13 +206,44 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 	if life > 0 {
 		lifeArg = int32(ms(life))
 	}
-	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered}
-	if !b.olderSchema() {
+	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered, nil}
+	for tries := 1; !b.olderSchema(); tries++ {
+		// The grant's deadline: the caller's, or grantWindow from now.
+		late := time.Now().Add(grantWindow)
+		if d, ok := ctx.Deadline(); ok && d.Before(late) {
+			late = d
+		}
+		if b.noVoid {
+			args[6] = "infinity" // the control: no deadline, no void
+		} else {
+			at, err := b.serverDeadline(ctx, late)
+			if err != nil {
+				return nil, nil, translate(ctx, op, resource, err)
+			}
+			args[6] = at
+		}
 		var reply []int64
-		err := b.db.QueryRow(ctx, b.sql.grant, args...).Scan(&reply)
+		row := b.db.QueryRow(ctx, b.sql.grant, args...)
+		err := row.Scan(&reply)
+		if rr, ok := row.(*retryRow); ok && rr.ranBefore || err != nil && mayHaveRun(err) {
+			// This request (an earlier try of it, or the one whose
+			// reply was lost) may still be granted until late.
+			b.late.note(resource, holder, late)
+		}
 		if err == nil {
 			if len(reply) != 3 && len(reply) != 5 {
 				return nil, nil, fmt.Errorf("pglock: %s %q: a reply of %d values", op, resource, len(reply))
+			}
+			if reply[0] == replyTooLate {
+				// The server reached the request past its deadline and
+				// changed nothing: send it again while the caller waits.
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, nil, fmt.Errorf("pglock: %s %q: %w", op, resource, cerr)
+				}
+				if tries < tooLateTries {
+					continue
+				}
+				return nil, nil, fmt.Errorf("pglock: %s %q: the server reached the grant after its deadline %d times (is its clock stepping back?)", op, resource, tries)
 			}
 			place, ref := int64(-1), int64(0)
 			if len(reply) == 5 {
@@ -208,8 +254,9 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		if !olderSchemaError(err) {
 			return nil, nil, translate(ctx, op, resource, err)
 		}
-		// The database lacks migration 00008: the statement failed, so
-		// nothing ran; fencekit_lock_acquire answers the same.
+		// The database lacks migration 00012 (or 00008): the statement
+		// failed, so nothing ran; fencekit_lock_acquire answers the same,
+		// without a deadline.
 		b.markOlderSchema()
 	}
 	var (
@@ -219,7 +266,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		place *int32
 		ref   *int64
 	)
-	if err := b.db.QueryRow(ctx, acquireSQL, args...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
+	if err := b.db.QueryRow(ctx, acquireSQL, args[:6]...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
 		return nil, nil, translate(ctx, op, resource, err)
 	}
 	valueOr := func(p *int64, none int64) int64 {
@@ -266,7 +313,8 @@ func olderSchemaError(err error) bool {
 	}
 	switch s.Code {
 	case pgcore.CodeUndefinedFunction:
-		return strings.Contains(s.Message, "fencekit_lock_grant") || strings.Contains(s.Message, "fencekit_lock_release_full")
+		return strings.Contains(s.Message, "fencekit_lock_grant") || strings.Contains(s.Message, "fencekit_lock_release_full") ||
+			strings.Contains(s.Message, "fencekit_lock_void")
 	case pgcore.CodeUndefinedColumn:
 		return strings.Contains(s.Message, "waiting")
 	}
@@ -298,6 +346,7 @@ func (b *backend) tryAcquire(ctx context.Context, resource, holder string, ttl t
 		if mayHaveRun(err) {
 			b.releaseInBackground(resource, holder, false)
 		}
+		b.giveUp(resource, holder)
 		return nil, err
 	}
 	if r != nil {

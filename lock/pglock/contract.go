@@ -89,6 +89,9 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 			p.inBackground(ctx, func(ctx context.Context) {
 				_, _ = p.releaseAs(ctx, "Acquire", resource, holder, true)
 			})
+			// And once the grant's deadline has passed, void what it
+			// may still grant (see late.go).
+			p.giveUp(resource, holder)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, err)
 			}
@@ -138,6 +141,9 @@ func (p *pgBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Dur
 func (p *pgBackend) Release(ctx context.Context, h lockbackend.Hold) error {
 	hd := h.(hold)
 	held, err := p.release(ctx, hd.resource, hd.holder)
+	// A request of this grant's that a retry answered in its place may
+	// still reach the server: void it once its deadline has passed.
+	p.giveUp(hd.resource, hd.holder)
 	if err != nil {
 		return unknown(ctx, err)
 	}
@@ -160,6 +166,7 @@ func (p *pgBackend) Abandon(ctx context.Context, resource, holder, acq string) e
 		return fmt.Errorf("pglock: Abandon %q with an owner's hold: %w", resource, lockbackend.ErrUnsupported)
 	}
 	_, err := p.releaseAs(ctx, "Acquire", resource, holder, true)
+	p.giveUp(resource, holder)
 	return err
 }
 

@@ -30,7 +30,24 @@
 // (clock_timestamp()), never on a client's. A grant whose reply was lost
 // and that is tried again with the same holder id returns the same grant;
 // a grant whose caller gave up while it was in flight is released, so no
-// lock is left that nobody knows about. A statement whose session broke
+// lock is left that nobody knows about.
+//
+// A grant whose caller gave up, or that a retry answered in its place,
+// never stands past a bound: every grant is sent with a deadline on the
+// server's clock (the caller's context deadline, or 5 seconds after the
+// send when that is sooner or there is none), mapped from the client's
+// monotonic clock through a reading of the server's clock_timestamp()
+// (taken again every 30 seconds, with 0.1 % allowed for the two clocks'
+// rates), and the server refuses the grant past it with nothing changed.
+// Once the deadline has passed, a caller that gave up voids whatever the
+// request may have granted (migration 00012_fencekit_lock_grant_until). So
+// a request held in the network and delivered late either finds its
+// deadline passed (a TryAcquire that gave up at its deadline leaves
+// nothing), or lands before it and is voided by it: it stands at most
+// until the grant's deadline, 5 seconds after its send at most, plus one
+// round trip. This assumes the server's clock does not step back; a
+// server that reaches a grant past its deadline while its caller still
+// waits answers "too late", and the grant is sent again. A statement whose session broke
 // before its answer came back (pg_terminate_backend, a restart, a pooled
 // connection that died while idle) is sent again on another connection,
 // as go-redis retries the Redis lock's scripts: every statement answers a
@@ -91,7 +108,10 @@
 // instead, whose statements stay planned in the session); a database that has only 00006 or 00007 gets the
 // same answers, more slowly (grants and releases there take the older
 // functions; the newer statements are tried again once a minute, and the
-// first grant that finds them missing takes a second round trip).
+// first grant that finds them missing takes a second round trip). A
+// database without 00012_fencekit_lock_grant_until takes the older
+// functions too, whose grants carry no deadline: a late grant there
+// stands for its lease.
 package pglock
 
 // Where things are, for those who work on this package (not part of its

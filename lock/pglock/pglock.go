@@ -19,7 +19,9 @@ import (
 //
 // The database needs migration 00006_fencekit_lock (run
 // migrations.UpPool once); calls on a database without it return an error
-// matching [ErrNotMigrated] that names the call. New itself sends nothing.
+// matching [ErrNotMigrated] that names the call. New returns without
+// waiting on the server; in the background it reads the server's clock
+// once (see the package doc on late grants), as the first grant would.
 //
 // opts are lock's options: [lock.WithTokenRetention] (how long the row of
 // an idle resource outlives its last lease; reclaimed after that),

@@ -45,6 +45,9 @@ type retryRow struct {
 	ctx   context.Context
 	sql   string
 	args  []any
+	// ranBefore is set by Scan when a try before the one that answered
+	// may have run: its request may still reach the server.
+	ranBefore bool
 }
 
 func (r *retryRow) Scan(dest ...any) error {
@@ -53,6 +56,7 @@ func (r *retryRow) Scan(dest ...any) error {
 	for range r.tries {
 		err = r.pool.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
 		if err == nil {
+			r.ranBefore = ran
 			return nil
 		}
 		if r.ctx.Err() != nil || !brokenSession(err) {
@@ -60,6 +64,7 @@ func (r *retryRow) Scan(dest ...any) error {
 		}
 		ran = ran || mayHaveRun(err)
 	}
+	r.ranBefore = ran
 	if ran && !mayHaveRun(err) {
 		// The last try was not sent, but an earlier one may have run: the
 		// caller must treat the outcome as unknown, not as refused.
