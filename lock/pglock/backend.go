@@ -223,7 +223,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 			args[6] = at
 		}
 		var reply []int64
-		row := b.db.QueryRow(ctx, b.sql.grant, args...)
+		row := b.grantRow(ctx, b.sql.grant, args...)
 		err := row.Scan(&reply)
 		if rr, ok := row.(*retryRow); ok && rr.ranBefore || err != nil && mayHaveRun(err) {
 			// This request (an earlier try of it, or the one whose
@@ -266,7 +266,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		place *int32
 		ref   *int64
 	)
-	if err := b.db.QueryRow(ctx, acquireSQL, args[:6]...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
+	if err := b.grantRow(ctx, acquireSQL, args[:6]...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
 		return nil, nil, translate(ctx, op, resource, err)
 	}
 	valueOr := func(p *int64, none int64) int64 {
@@ -280,6 +280,15 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		placeOr = int64(*place)
 	}
 	return answer(op, resource, int64(kind), valueOr(token, 0), valueOr(rem, 0), placeOr, valueOr(ref, 0))
+}
+
+// grantRow runs a grant statement: as b.db.QueryRow does, but a timeout
+// the database or role sets is not lifted (see retrying.grantRow).
+func (b *backend) grantRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if r, ok := b.db.(retrying); ok {
+		return r.grantRow(ctx, sql, args...)
+	}
+	return b.db.QueryRow(ctx, sql, args...)
 }
 
 // answer reads a grant statement's reply: kind, the token (0: none), what
