@@ -96,7 +96,7 @@ func open(opts []Option, mk lockbackend.Opener) (*Locker, error) {
 	}
 	l := &Locker{wait: c.wait, closing: make(chan struct{})}
 	b, err := mk(lockbackend.Settings{Prefix: c.prefix, Retention: c.retention, Poll: c.poll, NodeTimeout: c.perNode,
-		Given: c.given, Background: l.background})
+		Given: c.given, Background: l.background, Meters: c.meters})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -362,6 +364,9 @@ type Settings struct {
 	// that must outlive the call that needed it. The Locker's Close waits
 	// for every such f started before it.
 	Background func(ctx context.Context, f func(ctx context.Context))
+	// Meters is where the Locker's metrics go (lock.WithMeterProvider, or
+	// the global provider): a backend's own metrics go there too.
+	Meters metric.MeterProvider
 }
 
 // Given is a set of options a caller set.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
@@ -77,6 +78,12 @@ type config struct {
 	poll      bool          // no LISTEN: waiters poll with backoff
 	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
 	sql       *statements   // nil: the package's own
+	// meters is where the listener's failures are counted (nil: the
+	// global provider).
+	meters metric.MeterProvider
+	// listenVia, when set, is the pool whose settings the listener
+	// connects with (tests route it through a proxy); nil: pool.
+	listenVia *pgxpool.Pool
 	// noVoid is a control of the tests: grants are sent without a
 	// deadline and no void follows a caller that gave up, as before
 	// migration 00012 (a late grant then stands for its lease).
@@ -113,7 +120,11 @@ func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 		b.sql = *cfg.sql
 	}
 	if !cfg.poll {
-		b.listen = newListener(pool)
+		lp := pool
+		if cfg.listenVia != nil {
+			lp = cfg.listenVia
+		}
+		b.listen = newListener(lp, listenerReporter(cfg.meters))
 	}
 	if cfg.reclaim > 0 {
 		b.bg.Add(1)

@@ -67,8 +67,20 @@
 // the release that frees a lock hands it, in the same statement, to the
 // first waiter whose entry is live, and a NOTIFY tells that waiter its
 // token, so it holds the lock without another round trip. Each Locker
-// listens on one connection of its own (opened with the pool's settings,
-// outside the pool). A waiter that gives up leaves the queue in one round
+// listens on one connection of its own, outside the pool, opened as the
+// pool opens its own (its ConnConfig, BeforeConnect and AfterConnect); a
+// failure to connect is logged (slog's default logger, a warning at most
+// every 30 seconds) and counted (the fencekit.pglock.listener.failures
+// counter), and waiters poll meanwhile. The listener pings its connection
+// after 2 seconds without traffic and replaces it when the ping gets no
+// answer within 2 seconds: a connection gone silent without FIN or RST is
+// replaced within 4 seconds and a connect. The replacement ends the silent
+// session on the server (pg_terminate_backend, which needs the same role
+// or pg_signal_backend), so it no longer pins the database's NOTIFY queue;
+// without that right, the keepalives and the TCP user timeout the listener
+// sets on its session (about 20 seconds) end it. The listener's session
+// also sets idle_session_timeout to 0, so a database's idle timeout does
+// not end it between notifications. A waiter that gives up leaves the queue in one round
 // trip; one that vanished is handed the lock at most once, which costs the
 // waiters behind it that lease, as on Redis. Where LISTEN cannot work
 // (PgBouncer in transaction mode, which does not keep a session's LISTEN),

@@ -32,7 +32,8 @@ import (
 // refused with an error matching [fence.ErrInvalid].
 //
 // A Locker from New holds one connection of its own for LISTEN (opened
-// with pool's settings, outside the pool) unless it polls; call
+// as pool opens its own, with its BeforeConnect and AfterConnect, outside
+// the pool) unless it polls; call
 // [lock.Locker.Close] when done with it. It never closes pool.
 func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
 	return newWith(pool, nil, opts...)
@@ -52,7 +53,7 @@ func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Lo
 		args[i] = o
 	}
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
-		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql}
+		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql, meters: s.Meters}
 		if err := checkConfig(cfg); err != nil {
 			return nil, err
 		}

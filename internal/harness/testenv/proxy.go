@@ -66,6 +66,7 @@ type link struct {
 	mu     sync.Mutex
 	server net.Conn // nil until connected
 	isCut  bool
+	silent bool // SilenceOpen: nothing more is forwarded, nothing closed
 }
 
 // cut closes both connections; it may be called any number of times, and
@@ -144,6 +145,20 @@ func (p *Proxy) HoldNextReply(d time.Duration, then func()) {
 	p.mu.Lock()
 	p.hold, p.holdFor, p.holdArmd = then, d, true
 	p.mu.Unlock()
+}
+
+// SilenceOpen makes every connection open now silent, both ways, for good:
+// nothing more is forwarded on it and nothing closes it (no FIN, no RST),
+// as a peer that vanished or a middlebox that dropped the flow would.
+// Connections made afterwards are forwarded as before.
+func (p *Proxy) SilenceOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.mu.Lock()
+		l.silent = true
+		l.mu.Unlock()
+	}
 }
 
 // HoldNextRequest arms the proxy once: the next bytes that any client
@@ -309,6 +324,15 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		l.mu.Lock()
+		silent := l.silent
+		l.mu.Unlock()
+		if silent {
+			// Swallowed, a close too: the other side learns nothing;
+			// only the proxy's end (or CutAll) cuts the link.
+			<-l.done
+			return
+		}
 		if n > 0 {
 			if !p.sleep(l, time.Now()) || !p.wait(l) {
 				return
