@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,9 +363,11 @@ func (p *pgBackend) ReadRecord(ctx context.Context, resource string) (lockbacken
 	return lockbackend.Record{Value: rec.value, Token: rec.token}, nil
 }
 
-// WatchRecord sends the records written for resource until ctx ends; a
-// zero Record when one may have been missed (the listener reconnected) or
-// was too long for a notification: read it.
+// WatchRecord sends a zero Record (read the record) each time a record
+// may have been written for resource, until ctx ends: at each NOTIFY of
+// its mark and each reconnect of the listener. It never passes on what a
+// notification says: anyone can send one, and another schema's lock of
+// the same name shares the channel.
 func (p *pgBackend) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
 	out := make(chan lockbackend.Record, 1)
 	s := p.watchRecord(resource)
@@ -382,14 +382,13 @@ func (p *pgBackend) WatchRecord(ctx context.Context, resource string) <-chan loc
 			select {
 			case <-ctx.Done():
 				return
-			case payload := <-s.c:
-				var rec lockbackend.Record
-				tok, value, hasValue := strings.Cut(payload, " ")
-				if t, err := strconv.ParseInt(tok, 10, 64); err == nil && hasValue {
-					rec = lockbackend.Record{Value: value, Token: fence.Token(t)}
-				}
+			case <-s.c:
+				// A doorbell only: NOTIFY channels are the database's, so
+				// another schema's lock of the same name, or any role at
+				// all, may ring it; the record is read from this
+				// schema's table (a zero Record says: read it).
 				select {
-				case out <- rec:
+				case out <- lockbackend.Record{}:
 				case <-ctx.Done():
 					return
 				}
