@@ -122,6 +122,9 @@ type Request struct {
 	// Holder already there; set only for a waiter whose [Waiter] is
 	// confirmed, or that is queued already.
 	Queue bool
+	// Once says the try is TryAcquire's, not one of Acquire's: for a
+	// backend's error messages, which name the call.
+	Once bool
 }
 
 // Outcome is the answer to one try.

@@ -79,7 +79,11 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 	if req.Queue {
 		life = p.life
 	}
-	g, r, err := p.try(ctx, "Acquire", req.Resource, req.Holder, req.TTL, life, req.Ordered)
+	op := "Acquire"
+	if req.Once {
+		op = "TryAcquire"
+	}
+	g, r, err := p.try(ctx, op, req.Resource, req.Holder, req.TTL, life, req.Ordered)
 	if err != nil {
 		if ctx.Err() != nil || mayHaveRun(err) {
 			// The grant may have been made: undo it, and the queue entry.
