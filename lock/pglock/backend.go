@@ -65,7 +65,8 @@ type backend struct {
 	clock     atomic.Pointer[clockRef]
 	clockBusy atomic.Bool
 	late      pending
-	noVoid    bool // a control of the tests: grants without deadline, no void
+	noVoid    bool          // a control of the tests: grants without deadline, no void
+	window    time.Duration // grantWindow, or a test's
 
 	bg     sync.WaitGroup // background releases and the reclaimer
 	stop   chan struct{}
@@ -88,6 +89,8 @@ type config struct {
 	// deadline and no void follows a caller that gave up, as before
 	// migration 00012 (a late grant then stands for its lease).
 	noVoid bool
+	// window replaces grantWindow (tests; 0: grantWindow).
+	window time.Duration
 }
 
 // statements are a backend's grant and release statements: grantSQL,
@@ -114,7 +117,10 @@ func statementsFor(pool *pgxpool.Pool) statements {
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
-		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe, noVoid: cfg.noVoid}
+		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe, noVoid: cfg.noVoid, window: cfg.window}
+	if b.window <= 0 {
+		b.window = grantWindow
+	}
 	b.sql = statementsFor(pool)
 	if cfg.sql != nil {
 		b.sql = *cfg.sql
@@ -220,7 +226,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered, nil}
 	for tries := 1; !b.olderSchema(); tries++ {
 		// The grant's deadline: the caller's, or grantWindow from now.
-		late := time.Now().Add(grantWindow)
+		late := time.Now().Add(b.window)
 		if d, ok := ctx.Deadline(); ok && d.Before(late) {
 			late = d
 		}
@@ -370,6 +376,9 @@ func (b *backend) tryAcquire(ctx context.Context, resource, holder string, ttl t
 		return nil, err
 	}
 	if r != nil {
+		// Refused, and done: a request of this try's that a retry
+		// answered in its place may still grant (see pending).
+		b.giveUp(resource, holder)
 		return nil, &lock.NotAcquiredError{Resource: resource, Remaining: r.remaining}
 	}
 	return g, nil

@@ -101,6 +101,13 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 		return lockbackend.Outcome{}, err
 	}
 	if r != nil {
+		if req.Once {
+			// TryAcquire is done with this holder: a request of this
+			// try's that a retry answered in its place may still grant
+			// (see pending). Acquire's later tries keep the holder, and
+			// its end (Release, Abandon) gives it up.
+			p.giveUp(req.Resource, req.Holder)
+		}
 		return lockbackend.Outcome{Remaining: r.remaining, Place: int64(r.place), Ref: r.ref}, nil
 	}
 	known := req.TTL

@@ -42,6 +42,12 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
 // newWith is New with the grant and release statements sql (nil: the
 // package's own).
 func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Locker, error) {
+	return newWithConfig(pool, sql, nil, opts...)
+}
+
+// newWithConfig is newWith with edit (nil: none) applied to the backend's
+// config: the tests' seams (a listener through a proxy, a control).
+func newWithConfig(pool *pgxpool.Pool, sql *statements, edit func(*config), opts ...lock.Option) (*lock.Locker, error) {
 	if pool == nil {
 		return nil, invalid("New: nil *pgxpool.Pool")
 	}
@@ -54,6 +60,9 @@ func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Lo
 	}
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
 		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql, meters: s.Meters}
+		if edit != nil {
+			edit(&cfg)
+		}
 		if err := checkConfig(cfg); err != nil {
 			return nil, err
 		}
