@@ -20,11 +20,13 @@ import (
 // late grant's 30s lease.
 func TestLateGrantNeverStands(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		reset bool // the first request's connection reset: a retry grants
+		name    string
+		reset   bool // the first request's connection reset: a retry answers
+		refused bool // the retry is refused (another holder has the lock)
 	}{
-		{"past the caller's deadline", false},
-		{"past a retry the caller released", true},
+		{"past the caller's deadline", false, false},
+		{"past a retry the caller released", true, false},
+		{"past a retry that was refused", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := migratedPool(t)
@@ -54,7 +56,17 @@ func TestLateGrantNeverStands(t *testing.T) {
 				}
 			}
 			proxy.HoldNextRequest(1500*time.Millisecond, tc.reset)
-			if tc.reset {
+			if tc.refused {
+				// Another holder has the lock for 300ms: the retry is
+				// refused, and the held request lands on a free lock.
+				if _, err := other.TryAcquire(ctx, "r", 300*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				var na *lock.NotAcquiredError
+				if _, err := late.TryAcquire(ctx, "r", 30*time.Second); !errors.As(err, &na) {
+					t.Fatalf("TryAcquire with its first request's connection reset and the lock held = %v, want NotAcquiredError", err)
+				}
+			} else if tc.reset {
 				ls, err := late.TryAcquire(ctx, "r", 30*time.Second)
 				if err != nil {
 					t.Fatalf("TryAcquire with its first request's connection reset = %v, want a grant from the retry", err)
