@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,6 +243,11 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 	app := func(i int) string { return run + "-candidate-" + strconv.Itoa(i) }
 	observer := run + "-observer"
 	const candidates = 3
+	var (
+		proxiesMu sync.Mutex
+		proxies   []*testenv.Proxy
+	)
+	observerProxy := testenv.StartProxy(t, target)
 	mc := electionmodel.Config{
 		Backend:    "postgres",
 		TTL:        pgModelTTL,
@@ -251,14 +257,19 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		Unfenced:   cfg.unfenced,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, target)
+			proxiesMu.Lock()
+			proxies = append(proxies, p)
+			proxiesMu.Unlock()
 			pool := pgPool(t, sc, dbURL, p.Addr(), app(i), recordTracer{hold: beforeRecord})
 			return electionmodel.Candidate{Election: newElection(pool), Cut: p.Block, Uncut: p.Unblock}
 		},
-		Observer: newElection(pgPool(t, sc, dbURL, "", observer, nil)),
+		// The observer connects through a proxy of its own, which a fault
+		// silences (its LISTEN connection must be replaced).
+		Observer: newElection(pgPool(t, sc, dbURL, observerProxy.Addr(), observer, nil)),
 		ObserverReady: func(ctx context.Context) bool {
 			var n int
 			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = $1 AND query LIKE '%LISTEN fencekit_lock_record%'`, observer).Scan(&n)
+				WHERE application_name = $1 AND query LIKE '/* fencekit_lock listener */%'`, observer).Scan(&n)
 			return n > 0
 		},
 		// A record with a token above every term's (5 s of the server's
@@ -280,6 +291,31 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 				var n int
 				err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app(i)).Scan(&n)
 				return err == nil && n > 0
+			},
+		}, {
+			// Every connection open now to one candidate (the leader,
+			// half the time) or to the observer goes silent for good,
+			// without FIN or RST: statements on them hang until their
+			// deadlines, the LISTEN connections must be found silent and
+			// replaced, and the silent sessions ended on the server.
+			Name:  "connections silent",
+			Every: 3 * pgModelTTL,
+			Do: func(ctx context.Context, leader int) bool {
+				if rand.IntN(3) == 0 {
+					observerProxy.SilenceOpen()
+					return true
+				}
+				i := leader
+				if i < 0 || rand.IntN(2) == 0 {
+					i = rand.IntN(candidates)
+				}
+				proxiesMu.Lock()
+				defer proxiesMu.Unlock()
+				if i >= len(proxies) {
+					return false
+				}
+				proxies[i].SilenceOpen()
+				return true
 			},
 		}},
 	}
