@@ -247,7 +247,6 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		proxiesMu sync.Mutex
 		proxies   []*testenv.Proxy
 	)
-	observerProxy := testenv.StartProxy(t, target)
 	mc := electionmodel.Config{
 		Backend:    "postgres",
 		TTL:        pgModelTTL,
@@ -263,9 +262,7 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 			pool := pgPool(t, sc, dbURL, p.Addr(), app(i), recordTracer{hold: beforeRecord})
 			return electionmodel.Candidate{Election: newElection(pool), Cut: p.Block, Uncut: p.Unblock}
 		},
-		// The observer connects through a proxy of its own, which a fault
-		// silences (its LISTEN connection must be replaced).
-		Observer: newElection(pgPool(t, sc, dbURL, observerProxy.Addr(), observer, nil)),
+		Observer: newElection(pgPool(t, sc, dbURL, "", observer, nil)),
 		ObserverReady: func(ctx context.Context) bool {
 			var n int
 			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
@@ -294,17 +291,15 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 			},
 		}, {
 			// Every connection open now to one candidate (the leader,
-			// half the time) or to the observer goes silent for good,
-			// without FIN or RST: statements on them hang until their
-			// deadlines, the LISTEN connections must be found silent and
-			// replaced, and the silent sessions ended on the server.
+			// half the time) goes silent for good, without FIN or RST:
+			// statements on them hang until their deadlines, its LISTEN
+			// connection must be found silent and replaced, and the
+			// silent sessions ended on the server. (Not the observer's:
+			// a term that begins and ends while the observer can neither
+			// read nor hear is one the election's doc says it can miss.)
 			Name:  "connections silent",
 			Every: 3 * pgModelTTL,
 			Do: func(ctx context.Context, leader int) bool {
-				if rand.IntN(3) == 0 {
-					observerProxy.SilenceOpen()
-					return true
-				}
 				i := leader
 				if i < 0 || rand.IntN(2) == 0 {
 					i = rand.IntN(candidates)
