@@ -18,8 +18,9 @@ import (
 // candidate that has waited longest, in the release's own round trip, and a
 // leader that crashed is replaced once its lease runs out. value says who
 // leads (an address, a host name): it is what [Election.Leader] and
-// [Election.Observe] report. It must be non-empty valid UTF-8 of at most
-// [MaxValueLen] bytes.
+// [Election.Observe] report. It must be non-empty valid UTF-8 without a
+// NUL byte, of at most [MaxValueLen] bytes, on every backend; any other
+// value is refused before anything is sent.
 //
 // The term's lease is renewed automatically until the term ends (see
 // [Term.Done]); its fence, [Term.Fence], carries a token above every

@@ -246,6 +246,10 @@ func checkValue(op, value string) error {
 		return invalid(op, "value of %d bytes is longer than %d", len(value), MaxValueLen)
 	case !utf8.ValidString(value):
 		return invalid(op, "value is not valid UTF-8")
+	case strings.ContainsRune(value, 0):
+		// PostgreSQL's text cannot keep it; refused on every backend, so
+		// a value that works on one works on all.
+		return invalid(op, "value holds a NUL byte")
 	}
 	return nil
 }

@@ -124,7 +124,7 @@ func open(opts []Option, mk lockbackend.Opener) (*Locker, error) {
 	}
 	l := &Locker{wait: c.wait, closing: make(chan struct{})}
 	b, err := mk(lockbackend.Settings{Prefix: c.prefix, Retention: c.retention, Poll: c.poll, NodeTimeout: c.perNode,
-		Given: c.given, Background: l.background})
+		Given: c.given, Background: l.background, Meters: c.meters})
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	}
 	start := time.Now()
 	ctx, span := l.tel.startAcquire(ctx, "fencekit.lock.try_acquire", resource, false)
-	lease, err := l.tryAcquire(ctx, resource, ttl, cfg, &attempt{holder: fence.NewHolder(), ordered: true})
+	lease, err := l.tryAcquire(ctx, resource, ttl, cfg, &attempt{holder: fence.NewHolder(), ordered: true, once: true})
 	l.tel.endAcquire(ctx, span, start, false, lease, err)
 	return lease, err
 }
@@ -327,6 +327,7 @@ type attempt struct {
 	// and TryAcquire does.
 	ordered bool
 	queue   bool // a refused try queues the holder (or refreshes its entry)
+	once    bool // TryAcquire's single try (see lockbackend.Request.Once)
 	// head says the last refused try left the holder first in the queue.
 	head bool
 	// place is the holder's place in the queue as of the last refused try
@@ -351,7 +352,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	// otherwise be an allocation of its own (a call through an interface
 	// lets its argument escape).
 	lease := &Lease{l: l}
-	lease.req = lockbackend.Request{Resource: resource, TTL: ttl, Holder: a.holder, Owner: cfg.owner, Ordered: a.ordered, Queue: a.queue}
+	lease.req = lockbackend.Request{Resource: resource, TTL: ttl, Holder: a.holder, Owner: cfg.owner, Ordered: a.ordered, Queue: a.queue, Once: a.once}
 	sent := time.Now()
 	out, err := l.b.Try(ctx, &lease.req)
 	if err != nil {

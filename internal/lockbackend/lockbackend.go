@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -132,6 +134,9 @@ type Request struct {
 	// Holder already there; set only for a waiter whose [Waiter] is
 	// confirmed, or that is queued already.
 	Queue bool
+	// Once says the try is TryAcquire's, not one of Acquire's: for a
+	// backend's error messages, which name the call.
+	Once bool
 }
 
 // Outcome is the answer to one try.
@@ -378,6 +383,9 @@ type Settings struct {
 	// that must outlive the call that needed it. The Locker's Close waits
 	// for every such f started before it.
 	Background func(ctx context.Context, f func(ctx context.Context))
+	// Meters is where the Locker's metrics go (lock.WithMeterProvider, or
+	// the global provider): a backend's own metrics go there too.
+	Meters metric.MeterProvider
 }
 
 // Given is a set of options a caller set.

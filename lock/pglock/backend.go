@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
@@ -58,6 +59,15 @@ type backend struct {
 	olderUntil atomic.Int64
 	probeOlder time.Duration
 
+	// The mapping of the client's clock onto the server's (see
+	// serverDeadline), and the requests that may still be granted after
+	// their callers give up (see pending).
+	clock     atomic.Pointer[clockRef]
+	clockBusy atomic.Bool
+	late      pending
+	noVoid    bool          // a control of the tests: grants without deadline, no void
+	window    time.Duration // grantWindow, or a test's
+
 	bg     sync.WaitGroup // background releases and the reclaimer
 	stop   chan struct{}
 	closed sync.Once
@@ -69,6 +79,18 @@ type config struct {
 	poll      bool          // no LISTEN: waiters poll with backoff
 	reclaim   time.Duration // how often idle rows are reclaimed; 0: never
 	sql       *statements   // nil: the package's own
+	// meters is where the listener's failures are counted (nil: the
+	// global provider).
+	meters metric.MeterProvider
+	// listenVia, when set, is the pool whose settings the listener
+	// connects with (tests route it through a proxy); nil: pool.
+	listenVia *pgxpool.Pool
+	// noVoid is a control of the tests: grants are sent without a
+	// deadline and no void follows a caller that gave up, as before
+	// migration 00012 (a late grant then stands for its lease).
+	noVoid bool
+	// window replaces grantWindow (tests; 0: grantWindow).
+	window time.Duration
 }
 
 // statements are a backend's grant and release statements: grantSQL,
@@ -95,23 +117,33 @@ func statementsFor(pool *pgxpool.Pool) statements {
 
 func newBackend(pool *pgxpool.Pool, cfg config) *backend {
 	b := &backend{db: newRetrying(pool), pool: pool, retention: cfg.retention, stop: make(chan struct{}),
-		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe}
+		life: lockbackend.QueueLife, born: time.Now(), probeOlder: olderSchemaProbe, noVoid: cfg.noVoid, window: cfg.window}
+	if b.window <= 0 {
+		b.window = grantWindow
+	}
 	b.sql = statementsFor(pool)
 	if cfg.sql != nil {
 		b.sql = *cfg.sql
 	}
 	if !cfg.poll {
-		b.listen = newListener(pool)
+		lp := pool
+		if cfg.listenVia != nil {
+			lp = cfg.listenVia
+		}
+		b.listen = newListener(lp, listenerReporter(cfg.meters))
 	}
 	if cfg.reclaim > 0 {
 		b.bg.Add(1)
 		go b.reclaimLoop(cfg.reclaim)
 	}
+	// Map the client's clock onto the server's before the first grant
+	// needs it (a grant that comes first reads it itself).
+	b.refreshClock()
 	return b
 }
 
 // close stops the listener and the reclaimer and waits, within
-// cleanupBound, for background releases.
+// grantWindow and cleanupBound, for background releases and voids.
 func (b *backend) close() {
 	b.closed.Do(func() {
 		close(b.stop)
@@ -122,7 +154,7 @@ func (b *backend) close() {
 		go func() { b.bg.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(cleanupBound + time.Second):
+		case <-time.After(grantWindow + cleanupBound + time.Second):
 		}
 	})
 }
@@ -191,13 +223,44 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 	if life > 0 {
 		lifeArg = int32(ms(life))
 	}
-	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered}
-	if !b.olderSchema() {
+	args := []any{resource, holder, ms(ttl), ms(b.retention), lifeArg, ordered, nil}
+	for tries := 1; !b.olderSchema(); tries++ {
+		// The grant's deadline: the caller's, or grantWindow from now.
+		late := time.Now().Add(b.window)
+		if d, ok := ctx.Deadline(); ok && d.Before(late) {
+			late = d
+		}
+		if b.noVoid {
+			args[6] = "infinity" // the control: no deadline, no void
+		} else {
+			at, err := b.serverDeadline(ctx, late)
+			if err != nil {
+				return nil, nil, translate(ctx, op, resource, err)
+			}
+			args[6] = at
+		}
 		var reply []int64
-		err := b.db.QueryRow(ctx, b.sql.grant, args...).Scan(&reply)
+		row := b.grantRow(ctx, b.sql.grant, args...)
+		err := row.Scan(&reply)
+		if rr, ok := row.(*retryRow); ok && rr.ranBefore || err != nil && mayHaveRun(err) {
+			// This request (an earlier try of it, or the one whose
+			// reply was lost) may still be granted until late.
+			b.late.note(resource, holder, late)
+		}
 		if err == nil {
 			if len(reply) != 3 && len(reply) != 5 {
 				return nil, nil, fmt.Errorf("pglock: %s %q: a reply of %d values", op, resource, len(reply))
+			}
+			if reply[0] == replyTooLate {
+				// The server reached the request past its deadline and
+				// changed nothing: send it again while the caller waits.
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, nil, fmt.Errorf("pglock: %s %q: %w", op, resource, cerr)
+				}
+				if tries < tooLateTries {
+					continue
+				}
+				return nil, nil, fmt.Errorf("pglock: %s %q: the server reached the grant after its deadline %d times (is its clock stepping back?)", op, resource, tries)
 			}
 			place, ref := int64(-1), int64(0)
 			if len(reply) == 5 {
@@ -208,8 +271,9 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		if !olderSchemaError(err) {
 			return nil, nil, translate(ctx, op, resource, err)
 		}
-		// The database lacks migration 00008: the statement failed, so
-		// nothing ran; fencekit_lock_acquire answers the same.
+		// The database lacks migration 00012 (or 00008): the statement
+		// failed, so nothing ran; fencekit_lock_acquire answers the same,
+		// without a deadline.
 		b.markOlderSchema()
 	}
 	var (
@@ -219,7 +283,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		place *int32
 		ref   *int64
 	)
-	if err := b.db.QueryRow(ctx, acquireSQL, args...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
+	if err := b.grantRow(ctx, acquireSQL, args[:6]...).Scan(&kind, &token, &rem, &place, &ref); err != nil {
 		return nil, nil, translate(ctx, op, resource, err)
 	}
 	valueOr := func(p *int64, none int64) int64 {
@@ -233,6 +297,15 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		placeOr = int64(*place)
 	}
 	return answer(op, resource, int64(kind), valueOr(token, 0), valueOr(rem, 0), placeOr, valueOr(ref, 0))
+}
+
+// grantRow runs a grant statement: as b.db.QueryRow does, but a timeout
+// the database or role sets is not lifted (see retrying.grantRow).
+func (b *backend) grantRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if r, ok := b.db.(retrying); ok {
+		return r.grantRow(ctx, sql, args...)
+	}
+	return b.db.QueryRow(ctx, sql, args...)
 }
 
 // answer reads a grant statement's reply: kind, the token (0: none), what
@@ -266,7 +339,8 @@ func olderSchemaError(err error) bool {
 	}
 	switch s.Code {
 	case pgcore.CodeUndefinedFunction:
-		return strings.Contains(s.Message, "fencekit_lock_grant") || strings.Contains(s.Message, "fencekit_lock_release_full")
+		return strings.Contains(s.Message, "fencekit_lock_grant") || strings.Contains(s.Message, "fencekit_lock_release_full") ||
+			strings.Contains(s.Message, "fencekit_lock_void")
 	case pgcore.CodeUndefinedColumn:
 		return strings.Contains(s.Message, "waiting")
 	}
@@ -298,9 +372,13 @@ func (b *backend) tryAcquire(ctx context.Context, resource, holder string, ttl t
 		if mayHaveRun(err) {
 			b.releaseInBackground(resource, holder, false)
 		}
+		b.giveUp(resource, holder)
 		return nil, err
 	}
 	if r != nil {
+		// Refused, and done: a request of this try's that a retry
+		// answered in its place may still grant (see pending).
+		b.giveUp(resource, holder)
 		return nil, &lock.NotAcquiredError{Resource: resource, Remaining: r.remaining}
 	}
 	return g, nil

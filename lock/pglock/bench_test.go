@@ -294,7 +294,7 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 			held        bool
 			retentionMs = int64(60000)
 		)
-		if err := sqlPool.QueryRow(ctx, grantSQL, "pgperf-bench", h, int64(10000), retentionMs, nil, true).
+		if err := sqlPool.QueryRow(ctx, grantSQL, "pgperf-bench", h, int64(10000), retentionMs, nil, true, "infinity").
 			Scan(&reply); err != nil || len(reply) < 2 || reply[0] != replyGranted {
 			return fmt.Errorf("grant: %v, %v", reply, err)
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +79,11 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 	if req.Queue {
 		life = p.life
 	}
-	g, r, err := p.try(ctx, "Acquire", req.Resource, req.Holder, req.TTL, life, req.Ordered)
+	op := "Acquire"
+	if req.Once {
+		op = "TryAcquire"
+	}
+	g, r, err := p.try(ctx, op, req.Resource, req.Holder, req.TTL, life, req.Ordered)
 	if err != nil {
 		if ctx.Err() != nil || mayHaveRun(err) {
 			// The grant may have been made: undo it, and the queue entry.
@@ -89,6 +91,9 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 			p.inBackground(ctx, func(ctx context.Context) {
 				_, _ = p.releaseAs(ctx, "Acquire", resource, holder, true)
 			})
+			// And once the grant's deadline has passed, void what it
+			// may still grant (see late.go).
+			p.giveUp(resource, holder)
 			if ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, err)
 			}
@@ -96,6 +101,13 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 		return lockbackend.Outcome{}, err
 	}
 	if r != nil {
+		if req.Once {
+			// TryAcquire is done with this holder: a request of this
+			// try's that a retry answered in its place may still grant
+			// (see pending). Acquire's later tries keep the holder, and
+			// its end (Release, Abandon) gives it up.
+			p.giveUp(req.Resource, req.Holder)
+		}
 		return lockbackend.Outcome{Remaining: r.remaining, Place: int64(r.place), Ref: r.ref}, nil
 	}
 	known := req.TTL
@@ -138,6 +150,9 @@ func (p *pgBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Dur
 func (p *pgBackend) Release(ctx context.Context, h lockbackend.Hold) error {
 	hd := h.(hold)
 	held, err := p.release(ctx, hd.resource, hd.holder)
+	// A request of this grant's that a retry answered in its place may
+	// still reach the server: void it once its deadline has passed.
+	p.giveUp(hd.resource, hd.holder)
 	if err != nil {
 		return unknown(ctx, err)
 	}
@@ -160,6 +175,7 @@ func (p *pgBackend) Abandon(ctx context.Context, resource, holder, acq string) e
 		return fmt.Errorf("pglock: Abandon %q with an owner's hold: %w", resource, lockbackend.ErrUnsupported)
 	}
 	_, err := p.releaseAs(ctx, "Acquire", resource, holder, true)
+	p.giveUp(resource, holder)
 	return err
 }
 
@@ -358,9 +374,11 @@ func (p *pgBackend) ReadRecord(ctx context.Context, resource string) (lockbacken
 	return lockbackend.Record{Value: rec.value, Token: rec.token}, nil
 }
 
-// WatchRecord sends the records written for resource until ctx ends; a
-// zero Record when one may have been missed (the listener reconnected) or
-// was too long for a notification: read it.
+// WatchRecord sends a zero Record (read the record) each time a record
+// may have been written for resource, until ctx ends: at each NOTIFY of
+// its mark and each reconnect of the listener. It never passes on what a
+// notification says: anyone can send one, and another schema's lock of
+// the same name shares the channel.
 func (p *pgBackend) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
 	out := make(chan lockbackend.Record, 1)
 	s := p.watchRecord(resource)
@@ -375,14 +393,13 @@ func (p *pgBackend) WatchRecord(ctx context.Context, resource string) <-chan loc
 			select {
 			case <-ctx.Done():
 				return
-			case payload := <-s.c:
-				var rec lockbackend.Record
-				tok, value, hasValue := strings.Cut(payload, " ")
-				if t, err := strconv.ParseInt(tok, 10, 64); err == nil && hasValue {
-					rec = lockbackend.Record{Value: value, Token: fence.Token(t)}
-				}
+			case <-s.c:
+				// A doorbell only: NOTIFY channels are the database's, so
+				// another schema's lock of the same name, or any role at
+				// all, may ring it; the record is read from this
+				// schema's table (a zero Record says: read it).
 				select {
-				case out <- rec:
+				case out <- lockbackend.Record{}:
 				case <-ctx.Done():
 					return
 				}

@@ -30,7 +30,24 @@
 // (clock_timestamp()), never on a client's. A grant whose reply was lost
 // and that is tried again with the same holder id returns the same grant;
 // a grant whose caller gave up while it was in flight is released, so no
-// lock is left that nobody knows about. A statement whose session broke
+// lock is left that nobody knows about.
+//
+// A grant whose caller gave up, or that a retry answered in its place,
+// never stands past a bound: every grant is sent with a deadline on the
+// server's clock (the caller's context deadline, or 5 seconds after the
+// send when that is sooner or there is none), mapped from the client's
+// monotonic clock through a reading of the server's clock_timestamp()
+// (taken again every 30 seconds, with 0.1 % allowed for the two clocks'
+// rates), and the server refuses the grant past it with nothing changed.
+// Once the deadline has passed, a caller that gave up voids whatever the
+// request may have granted (migration 00012_fencekit_lock_grant_until). So
+// a request held in the network and delivered late either finds its
+// deadline passed (a TryAcquire that gave up at its deadline leaves
+// nothing), or lands before it and is voided by it: it stands at most
+// until the grant's deadline, 5 seconds after its send at most, plus one
+// round trip. This assumes the server's clock does not step back; a
+// server that reaches a grant past its deadline while its caller still
+// waits answers "too late", and the grant is sent again. A statement whose session broke
 // before its answer came back (pg_terminate_backend, a restart, a pooled
 // connection that died while idle) is sent again on another connection,
 // as go-redis retries the Redis lock's scripts: every statement answers a
@@ -50,8 +67,20 @@
 // the release that frees a lock hands it, in the same statement, to the
 // first waiter whose entry is live, and a NOTIFY tells that waiter its
 // token, so it holds the lock without another round trip. Each Locker
-// listens on one connection of its own (opened with the pool's settings,
-// outside the pool). A waiter that gives up leaves the queue in one round
+// listens on one connection of its own, outside the pool, opened as the
+// pool opens its own (its ConnConfig, BeforeConnect and AfterConnect); a
+// failure to connect is logged (slog's default logger, a warning at most
+// every 30 seconds) and counted (the fencekit.pglock.listener.failures
+// counter), and waiters poll meanwhile. The listener pings its connection
+// after 2 seconds without traffic and replaces it when the ping gets no
+// answer within 2 seconds: a connection gone silent without FIN or RST is
+// replaced within 4 seconds and a connect. The replacement ends the silent
+// session on the server (pg_terminate_backend, which needs the same role
+// or pg_signal_backend), so it no longer pins the database's NOTIFY queue;
+// without that right, the keepalives and the TCP user timeout the listener
+// sets on its session (about 20 seconds) end it. The listener's session
+// also sets idle_session_timeout to 0, so a database's idle timeout does
+// not end it between notifications. A waiter that gives up leaves the queue in one round
 // trip; one that vanished is handed the lock at most once, which costs the
 // waiters behind it that lease, as on Redis. Where LISTEN cannot work
 // (PgBouncer in transaction mode, which does not keep a session's LISTEN),
@@ -91,7 +120,10 @@
 // instead, whose statements stay planned in the session); a database that has only 00006 or 00007 gets the
 // same answers, more slowly (grants and releases there take the older
 // functions; the newer statements are tried again once a minute, and the
-// first grant that finds them missing takes a second round trip).
+// first grant that finds them missing takes a second round trip). A
+// database without 00012_fencekit_lock_grant_until takes the older
+// functions too, whose grants carry no deadline: a late grant there
+// stands for its lease.
 package pglock
 
 // Where things are, for those who work on this package (not part of its

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ const pgModelTTL = 400 * time.Millisecond
 // pgStepDownFloor is the least gap the judge accepts between a lost term's
 // end and the lock's next grant: a fifth of the documented default margin
 // (a quarter of the TTL), as in the Redis model.
-const pgStepDownFloor = pgModelTTL / election.DefaultStepDown / 5
+const pgStepDownFloor = pgModelTTL / election.StepDownDivisor / 5
 
 // pgModelAudit logs every write of the lock's row, in the order the row
 // lock imposes, with the server's clock at the write.
@@ -242,6 +243,10 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 	app := func(i int) string { return run + "-candidate-" + strconv.Itoa(i) }
 	observer := run + "-observer"
 	const candidates = 3
+	var (
+		proxiesMu sync.Mutex
+		proxies   []*testenv.Proxy
+	)
 	mc := electionmodel.Config{
 		Backend:    "postgres",
 		TTL:        pgModelTTL,
@@ -251,6 +256,9 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		Unfenced:   cfg.unfenced,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, target)
+			proxiesMu.Lock()
+			proxies = append(proxies, p)
+			proxiesMu.Unlock()
 			pool := pgPool(t, sc, dbURL, p.Addr(), app(i), recordTracer{hold: beforeRecord})
 			return electionmodel.Candidate{Election: newElection(pool), Cut: p.Block, Uncut: p.Unblock}
 		},
@@ -258,7 +266,7 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		ObserverReady: func(ctx context.Context) bool {
 			var n int
 			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = $1 AND query LIKE '%LISTEN fencekit_lock_record%'`, observer).Scan(&n)
+				WHERE application_name = $1 AND query LIKE '/* fencekit_lock listener */%'`, observer).Scan(&n)
 			return n > 0
 		},
 		// A record with a token above every term's (5 s of the server's
@@ -280,6 +288,29 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 				var n int
 				err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app(i)).Scan(&n)
 				return err == nil && n > 0
+			},
+		}, {
+			// Every connection open now to one candidate (the leader,
+			// half the time) goes silent for good, without FIN or RST:
+			// statements on them hang until their deadlines, its LISTEN
+			// connection must be found silent and replaced, and the
+			// silent sessions ended on the server. (Not the observer's:
+			// a term that begins and ends while the observer can neither
+			// read nor hear is one the election's doc says it can miss.)
+			Name:  "connections silent",
+			Every: 3 * pgModelTTL,
+			Do: func(ctx context.Context, leader int) bool {
+				i := leader
+				if i < 0 || rand.IntN(2) == 0 {
+					i = rand.IntN(candidates)
+				}
+				proxiesMu.Lock()
+				defer proxiesMu.Unlock()
+				if i >= len(proxies) {
+					return false
+				}
+				proxies[i].SilenceOpen()
+				return true
 			},
 		}},
 	}

@@ -95,3 +95,76 @@ func TestElectionOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestObserveTrustsOnlyItsOwnRecord: two schemas of one database each run
+// an election named "scheduler" (NOTIFY channels are per database, and a
+// record is named by the md5 of its name alone), and a role with no
+// privilege on the lock's tables sends a forged NOTIFY with a token near
+// 2^53. A's observer reports only A's terms, as A's record holds them:
+// never B's leader, never the forged one, and A's next real leader still.
+func TestObserveTrustsOnlyItsOwnRecord(t *testing.T) {
+	poolA, poolB := migrated(t), migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ea, err := election.New(newLocker(t, poolA), "scheduler", election.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := election.New(newLocker(t, poolB), "scheduler", election.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ea.Campaign(ctx, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obsCtx, stopObs := context.WithCancel(ctx)
+	defer stopObs()
+	seen := ea.Observe(obsCtx)
+	select {
+	case l := <-seen:
+		if l.Value != "node-a" {
+			t.Fatalf("A's observer first saw %+v, want node-a", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("A's observer saw nothing")
+	}
+	b, err := eb.Campaign(ctx, "node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Resign(ctx) }()
+	if _, err := poolA.Exec(ctx, `SELECT pg_notify('fencekit_lock_record', substr(md5('scheduler'), 1, 16) || ' 9000000000000000 forged')`); err != nil {
+		t.Fatal(err)
+	}
+	quiet := time.After(2 * time.Second)
+	for done := false; !done; {
+		select {
+		case l := <-seen:
+			t.Fatalf("A's observer reported %+v while A's leader is node-a (token %d)", l, a.Fence().Token)
+		case <-quiet:
+			done = true
+		}
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a2, err := ea.Campaign(ctx, "node-a2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a2.Resign(ctx) }()
+	for {
+		select {
+		case l := <-seen:
+			if l.Value == "node-a2" && l.Token == a2.Fence().Token {
+				return
+			}
+			if l.Value != "node-a" {
+				t.Fatalf("A's observer reported %+v, want node-a2 (token %d)", l, a2.Fence().Token)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("A's observer never saw A's next leader")
+		}
+	}
+}

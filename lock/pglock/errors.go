@@ -57,6 +57,12 @@ func translate(ctx context.Context, op, resource string, err error) error {
 			return &notMigratedError{op: fmt.Sprintf("%s %q", op, resource), err: err}
 		case s.Code == codeTokensExhausted:
 			return fmt.Errorf("pglock: %s %q: %w", op, resource, lock.ErrTokensExhausted)
+		case ctx.Err() == nil && cutByTimeout(err):
+			name := "statement_timeout"
+			if s.Code == codeLockNotAvailable {
+				name = "lock_timeout"
+			}
+			return fmt.Errorf("pglock: %s %q: cut by the %s set on the database, role or connection, with nothing changed (lift it for the lock's pool): %w", op, resource, name, err)
 		}
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {

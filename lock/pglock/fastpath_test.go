@@ -216,7 +216,7 @@ func TestFastPathCallsNoFunction(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var reply []int64
-	if err := tx.QueryRow(ctx, grantSQL, r, "b", int64(10000), int64(60000), nil, true).Scan(&reply); err != nil || len(reply) != 3 || reply[0] != replyGranted {
+	if err := tx.QueryRow(ctx, grantSQL, r, "b", int64(10000), int64(60000), nil, true, "infinity").Scan(&reply); err != nil || len(reply) != 3 || reply[0] != replyGranted {
 		t.Fatalf("uncontended grant: %v %v, want the fast path's {1, token, lease}", reply, err)
 	}
 	var held bool
@@ -239,7 +239,7 @@ func TestFastPathCallsNoFunction(t *testing.T) {
 	if tx, err = conn.Begin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.QueryRow(ctx, grantSQL, r, "d", int64(10000), int64(60000), nil, true).Scan(&reply); err != nil || len(reply) != 5 || reply[0] != replyRefused {
+	if err := tx.QueryRow(ctx, grantSQL, r, "d", int64(10000), int64(60000), nil, true, "infinity").Scan(&reply); err != nil || len(reply) != 5 || reply[0] != replyRefused {
 		t.Fatalf("grant to d of c's lock: %v %v, want the full path's refusal", reply, err)
 	}
 	if err := tx.QueryRow(ctx, releaseSQL, r, "d", int64(60000)).Scan(&held); err != nil || held {
@@ -445,7 +445,7 @@ func TestFastGrantAfterWaitingForTheRow(t *testing.T) {
 	eventually(t, 10*time.Second, "the grant waits for the row", func() bool {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%fencekit_lock_grant(%'`).Scan(&n)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%fencekit_lock_grant%'`).Scan(&n)
 		return err == nil && n > 0
 	})
 	if err := tx.Commit(ctx); err != nil {

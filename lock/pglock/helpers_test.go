@@ -117,5 +117,5 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 // isGrantSQL reports whether sql is a grant statement of the backend's:
 // grantSQL (or a broken variant of it) or, on an older schema, acquireSQL.
 func isGrantSQL(sql string) bool {
-	return strings.Contains(sql, "fencekit_lock_grant(") || sql == acquireSQL
+	return strings.Contains(sql, "fencekit_lock_grant") || sql == acquireSQL
 }

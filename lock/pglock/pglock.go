@@ -19,7 +19,9 @@ import (
 //
 // The database needs migration 00006_fencekit_lock (run
 // migrations.UpPool once); calls on a database without it return an error
-// matching [ErrNotMigrated] that names the call. New itself sends nothing.
+// matching [ErrNotMigrated] that names the call. New returns without
+// waiting on the server; in the background it reads the server's clock
+// once (see the package doc on late grants), as the first grant would.
 //
 // opts are lock's options: [lock.WithTokenRetention] (how long the row of
 // an idle resource outlives its last lease; reclaimed after that),
@@ -30,7 +32,8 @@ import (
 // refused with an error matching [fence.ErrInvalid].
 //
 // A Locker from New holds one connection of its own for LISTEN (opened
-// with pool's settings, outside the pool) unless it polls; call
+// as pool opens its own, with its BeforeConnect and AfterConnect, outside
+// the pool) unless it polls; call
 // [lock.Locker.Close] when done with it. It never closes pool.
 func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
 	return newWith(pool, nil, opts...)
@@ -39,6 +42,12 @@ func New(pool *pgxpool.Pool, opts ...lock.Option) (*lock.Locker, error) {
 // newWith is New with the grant and release statements sql (nil: the
 // package's own).
 func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Locker, error) {
+	return newWithConfig(pool, sql, nil, opts...)
+}
+
+// newWithConfig is newWith with edit (nil: none) applied to the backend's
+// config: the tests' seams (a listener through a proxy, a control).
+func newWithConfig(pool *pgxpool.Pool, sql *statements, edit func(*config), opts ...lock.Option) (*lock.Locker, error) {
 	if pool == nil {
 		return nil, invalid("New: nil *pgxpool.Pool")
 	}
@@ -50,7 +59,10 @@ func newWith(pool *pgxpool.Pool, sql *statements, opts ...lock.Option) (*lock.Lo
 		args[i] = o
 	}
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
-		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql}
+		cfg := config{retention: s.Retention, poll: s.Poll, reclaim: reclaimEvery(s.Retention), sql: sql, meters: s.Meters}
+		if edit != nil {
+			edit(&cfg)
+		}
 		if err := checkConfig(cfg); err != nil {
 			return nil, err
 		}

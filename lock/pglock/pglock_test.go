@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,24 @@ func TestIdleRowsReclaimed(t *testing.T) {
 			}
 			return n == 0
 		})
+	}
+}
+
+// TestNotMigratedErrorNamesTheCall: on a database without the lock's
+// migrations, New succeeds (it waits on nothing) and each call's error
+// matches ErrNotMigrated and names that call: TryAcquire as TryAcquire,
+// Acquire as Acquire.
+func TestNotMigratedErrorNamesTheCall(t *testing.T) {
+	pool := testenv.Postgres(t) // a schema of its own, never migrated
+	l := newLocker(t, pool, lock.WithWait(lock.Backoff(5*time.Millisecond, 50*time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := l.TryAcquire(ctx, "r", time.Second)
+	if !errors.Is(err, pglock.ErrNotMigrated) || !strings.Contains(err.Error(), `TryAcquire "r"`) {
+		t.Errorf("TryAcquire on an unmigrated database = %v, want ErrNotMigrated naming TryAcquire", err)
+	}
+	_, err = l.Acquire(ctx, "r", time.Second)
+	if !errors.Is(err, pglock.ErrNotMigrated) || !strings.Contains(err.Error(), `Acquire "r"`) || strings.Contains(err.Error(), "TryAcquire") {
+		t.Errorf("Acquire on an unmigrated database = %v, want ErrNotMigrated naming Acquire", err)
 	}
 }

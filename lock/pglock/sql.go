@@ -31,16 +31,21 @@ const (
 	// token space ends in June 2255) the UPDATE matches no row and the function
 	// decides in exact arithmetic. $3 is the lease, $4 the retention, in
 	// ms; $5 the queue entry's life in ms (NULL: do not queue); $6 whether
-	// the caller respects the queue.
+	// the caller respects the queue; $7 the grant's deadline on the
+	// server's clock (see serverDeadline), past which the statement
+	// changes nothing and answers {3, 0, 0}: too late, the caller has gone
+	// (fencekit_lock_grant_until, migration 00012). clock_timestamp() is
+	// read when the UPDATE reads the row, and again if the row was written
+	// meanwhile (fencekit_lock_void writes it for that).
 	grantSQL = `WITH g AS (
     UPDATE fencekit_lock l SET holder = $2, token = round(date_part('epoch', now()) * 1000000)::bigint,
         expires_at = now() + $3::bigint * interval '1 millisecond',
         retain_until = now() + ($3::bigint + $4::bigint) * interval '1 millisecond'
     WHERE l.resource = $1 AND l.token > 0 AND NOT l.waiting
       AND l.token < CASE WHEN now() < '2255-01-01 00:00:00+00' THEN round(date_part('epoch', now()) * 1000000)::bigint ELSE 0 END
-      AND (l.holder IS NULL OR l.expires_at <= now())
+      AND (l.holder IS NULL OR l.expires_at <= now()) AND clock_timestamp() <= $7::timestamptz
     RETURNING ARRAY[1, l.token, $3::bigint])
-SELECT coalesce((SELECT * FROM g), fencekit_lock_grant($1, $2, $3::bigint, $4::bigint, $5::integer, $6::boolean))`
+SELECT coalesce((SELECT * FROM g), fencekit_lock_grant_until($1, $2, $3::bigint, $4::bigint, $5::integer, $6::boolean, $7::timestamptz))`
 
 	// releaseSQL frees the lock or hands it to the first live waiter, and
 	// answers whether the caller held it. The UPDATE frees a lock its
@@ -65,7 +70,7 @@ SELECT EXISTS (SELECT FROM r) OR fencekit_lock_release_full($1, $2, $3::bigint, 
 	// prepared on the server: there every statement is planned on every
 	// call, and the plain SQL's plan costs far more than a function call's,
 	// whose own statements stay planned in the session.
-	grantCallSQL   = `SELECT fencekit_lock_grant($1, $2, $3, $4, $5, $6)`
+	grantCallSQL   = `SELECT fencekit_lock_grant_until($1, $2, $3, $4, $5, $6, $7)`
 	releaseCallSQL = `SELECT fencekit_lock_release($1, $2, $3, false)`
 	leaveCallSQL   = `SELECT fencekit_lock_release($1, $2, $3, true)`
 
@@ -75,6 +80,16 @@ SELECT EXISTS (SELECT FROM r) OR fencekit_lock_release_full($1, $2, $3::bigint, 
 	// more slowly.
 	acquireSQL    = `SELECT kind, token, remaining_ms, place, ref FROM fencekit_lock_acquire($1, $2, $3, $4, $5, $6)`
 	oldReleaseSQL = `SELECT fencekit_lock_release($1, $2, $3, $4)`
+
+	// voidSQL releases a grant whose caller gave up, and its queue entry,
+	// once the grant's deadline has passed on the server: it writes the
+	// row first, so a grant that read the row before it checks its
+	// deadline again (fencekit_lock_void, migration 00012).
+	voidSQL = `SELECT fencekit_lock_void($1, $2, $3)`
+
+	// clockSQL reads the server's clock, to map the client's deadlines
+	// onto it.
+	clockSQL = `SELECT clock_timestamp()`
 
 	// extendSQL lengthens a lease, never shortening it.
 	extendSQL = `SELECT fencekit_lock_extend($1, $2, $3, $4)`
@@ -115,6 +130,7 @@ const (
 	replyRefused = 0 // refused; queued when a place is given
 	replyGranted = 1 // granted now, with a new token
 	replyHeld    = 2 // already held by this holder: a retry, or a hand-over
+	replyTooLate = 3 // the grant's deadline had passed: nothing changed
 )
 
 // Replies of fencekit_lock_set_record: a negative reply is minus the

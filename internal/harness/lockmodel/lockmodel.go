@@ -224,6 +224,17 @@ func newResult(name, label string, seed uint64) *Result {
 	return &Result{Backend: name, Label: label, Seed: seed, counts: map[string]int{}, violations: map[string][]string{}}
 }
 
+// NewResult is an empty Result, for a backend's own workload judged
+// beside the model's (PostgreSQL's late grants), reported and checked as
+// the model's are.
+func NewResult(name, label string, seed uint64) *Result { return newResult(name, label, seed) }
+
+// Add counts n judgments (or states) of kind.
+func (r *Result) Add(kind string, n int) { r.count(kind, n) }
+
+// Violate records a violation of the check kind.
+func (r *Result) Violate(kind, format string, args ...any) { r.violate(kind, format, args...) }
+
 func (r *Result) count(kind string, n int) {
 	r.mu.Lock()
 	r.counts[kind] += n

@@ -36,6 +36,10 @@ type Proxy struct {
 	holdFor  time.Duration // how long the held reply waits
 	holdArmd bool
 
+	reqFor   time.Duration // armed by HoldNextRequest: how long the request waits
+	reqReset bool          // and whether its client is reset meanwhile
+	reqArmd  bool
+
 	faults ProxyFaults // what was actually done to traffic
 }
 
@@ -49,6 +53,9 @@ type ProxyFaults struct {
 	Held int
 	// Cut counts connections cut by CutAll and CutFor, each once.
 	Cut int
+	// HeldRequests counts requests held by HoldNextRequest and then
+	// delivered to the server.
+	HeldRequests int
 }
 
 // link is one client connection and its server connection.
@@ -59,6 +66,7 @@ type link struct {
 	mu     sync.Mutex
 	server net.Conn // nil until connected
 	isCut  bool
+	silent bool // SilenceOpen: nothing more is forwarded, nothing closed
 }
 
 // cut closes both connections; it may be called any number of times, and
@@ -136,6 +144,34 @@ func (p *Proxy) LoseNextReply(then func()) {
 func (p *Proxy) HoldNextReply(d time.Duration, then func()) {
 	p.mu.Lock()
 	p.hold, p.holdFor, p.holdArmd = then, d, true
+	p.mu.Unlock()
+}
+
+// SilenceOpen makes every connection open now silent, both ways, for good:
+// nothing more is forwarded on it and nothing closes it (no FIN, no RST),
+// as a peer that vanished or a middlebox that dropped the flow would.
+// Connections made afterwards are forwarded as before.
+func (p *Proxy) SilenceOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.mu.Lock()
+		l.silent = true
+		l.mu.Unlock()
+	}
+}
+
+// HoldNextRequest arms the proxy once: the next bytes that any client
+// sends are held for d and then delivered to the server, even if the client
+// gave up on them meanwhile (its connection closed or reset): a request
+// late in the network, which the server runs after its client stopped
+// waiting. reset makes the proxy reset the client's side of that connection
+// at once (the client sees an error and may retry on another connection)
+// while the request is still held. Arming again before a request is held
+// replaces d and reset.
+func (p *Proxy) HoldNextRequest(d time.Duration, reset bool) {
+	p.mu.Lock()
+	p.reqFor, p.reqReset, p.reqArmd = d, reset, true
 	p.mu.Unlock()
 }
 
@@ -288,9 +324,53 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		l.mu.Lock()
+		silent := l.silent
+		l.mu.Unlock()
+		if silent {
+			// Swallowed, a close too: the other side learns nothing;
+			// only the proxy's end (or CutAll) cuts the link.
+			<-l.done
+			return
+		}
 		if n > 0 {
 			if !p.sleep(l, time.Now()) || !p.wait(l) {
 				return
+			}
+			if !fromServer {
+				if d, reset, ok := p.takeHoldRequest(); ok {
+					if reset {
+						if tc, ok := l.client.(*net.TCPConn); ok {
+							_ = tc.SetLinger(0)
+						}
+						_ = l.client.Close()
+					}
+					// Held whatever the client does meanwhile: only a cut
+					// of the whole link (CutAll, the proxy's end) drops it.
+					if !p.pause(l, d) {
+						return
+					}
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						return
+					}
+					p.mu.Lock()
+					p.faults.HeldRequests++
+					p.mu.Unlock()
+					if reset {
+						// The server's reply, failing to reach the reset
+						// client, ends the link; until then the server
+						// runs the request on a session still open.
+						select {
+						case <-l.done:
+						case <-time.After(5 * time.Second):
+						}
+						return
+					}
+					if err != nil {
+						return
+					}
+					continue
+				}
 			}
 			if fromServer {
 				if then, ok := p.takeLose(); ok {
@@ -340,6 +420,16 @@ func (p *Proxy) takeHold() (time.Duration, func(), bool) {
 	p.hold, p.holdFor, p.holdArmd = nil, 0, false
 	p.faults.Held++
 	return d, then, true
+}
+
+func (p *Proxy) takeHoldRequest() (time.Duration, bool, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reqArmd {
+		return 0, false, false
+	}
+	p.reqArmd = false
+	return p.reqFor, p.reqReset, true
 }
 
 // pause waits d; it reports false once l is cut.
