@@ -41,9 +41,9 @@ type hold struct {
 func open(b *backend, s lockbackend.Settings) (*pgBackend, error) {
 	switch {
 	case s.Given&lockbackend.GivenPrefix != 0:
-		return nil, invalid("lock.WithPrefix names Redis keys; a PostgreSQL lock keeps its rows in the fencekit_lock table")
+		return nil, fmt.Errorf("%w: pglock: New: lock.WithPrefix names Redis keys; a PostgreSQL lock keeps its rows in the fencekit_lock table", lockbackend.ErrUnsupported)
 	case s.Given&lockbackend.GivenNodeTimeout != 0:
-		return nil, invalid("a node timeout is Redlock's; a PostgreSQL lock has one server, bounded by each call's context")
+		return nil, fmt.Errorf("%w: pglock: New: a node timeout is Redlock's; a PostgreSQL lock has one server, bounded by each call's context", lockbackend.ErrUnsupported)
 	}
 	p := &pgBackend{backend: b, background: s.Background, waiters: make(map[string]map[*waiter]struct{})}
 	return p, nil

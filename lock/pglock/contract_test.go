@@ -73,8 +73,8 @@ func TestContractGrantExtendReleaseTTL(t *testing.T) {
 
 func TestContractRefusesRedisOptions(t *testing.T) {
 	for _, given := range []lockbackend.Given{lockbackend.GivenPrefix, lockbackend.GivenNodeTimeout} {
-		if _, err := open(&backend{}, lockbackend.Settings{Given: given}); !errors.Is(err, fence.ErrInvalid) {
-			t.Errorf("Given %d: %v, want fence.ErrInvalid", given, err)
+		if _, err := open(&backend{}, lockbackend.Settings{Given: given}); !errors.Is(err, lockbackend.ErrUnsupported) || !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("Given %d: %v, want lock.ErrUnsupported (and fence.ErrInvalid)", given, err)
 		}
 	}
 }

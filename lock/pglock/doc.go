@@ -109,7 +109,8 @@
 //
 // [lock.Owner] (re-entrant holds), [lock.Locker.FenceLock] and
 // [lock.WithPrefix] are Redis's, and are refused with an error matching
-// [fence.ErrInvalid], with nothing sent; the Redis key getters return "".
+// [lock.ErrUnsupported] (and [fence.ErrInvalid]), with nothing sent;
+// [lock.Locker.As] has no [lock.RedisNames] to give.
 // Calls on a database without migration 00006_fencekit_lock return an
 // error matching [ErrNotMigrated] that names the call and the migration.
 // Migrations 00007_fencekit_lock_fast_path and 00008_fencekit_lock_grant,

@@ -444,8 +444,10 @@ func TestFastGrantAfterWaitingForTheRow(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, "the grant waits for the row", func() bool {
 		var n int
+		// Only a backend blocked by this test's own transaction counts:
+		// other tests' waiters on the same database must not satisfy it.
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%fencekit_lock_grant%'`).Scan(&n)
+			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%fencekit_lock_grant%'`, int(tx.Conn().PgConn().PID())).Scan(&n)
 		return err == nil && n > 0
 	})
 	if err := tx.Commit(ctx); err != nil {
