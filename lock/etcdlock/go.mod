@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/lock/etcdlock
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0-20261128005915-cc17e0112ee6
+	github.com/fencekit/fencekit v0.0.0-20261207151632-972299792068
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 )
