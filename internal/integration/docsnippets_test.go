@@ -67,6 +67,7 @@ var snippetImports = map[string]string{
 	"fence":      "github.com/fencekit/fencekit/fence",
 	"lock":       "github.com/fencekit/fencekit/lock",
 	"pglock":     "github.com/fencekit/fencekit/lock/pglock",
+	"mysqllock":  "github.com/fencekit/fencekit/lock/mysqllock",
 	"migrations": "github.com/fencekit/fencekit/migrations",
 	"postgres":   "github.com/fencekit/fencekit/storage/postgres",
 	"fkredis":    "github.com/fencekit/fencekit/storage/redis",
