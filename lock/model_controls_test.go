@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
@@ -132,12 +133,14 @@ func control(t *testing.T, what string, run func(*testing.T, modelConfig) *model
 		n += m.violations(k)
 	}
 	if n == 0 {
+		lockmodel.LogControl(t, 0, 1)
 		m.report(t, "broken lease model")
 		t.Fatalf("the model accepted %s: no %s violation in %v, where the variant went wrong %d times (seed %d)",
 			what, strings.Join(kinds, "/"), m.ran.Round(time.Millisecond), m.exposed.Load(), m.seed)
 	}
 	t.Logf("rejected %s: %d %s violations in %v, where the variant went wrong %d times (seed %d)",
 		what, n, strings.Join(kinds, "/"), m.ran.Round(time.Millisecond), m.exposed.Load(), m.seed)
+	lockmodel.LogControl(t, 1, 1)
 }
 
 // TestLockModelRejectsBrokenLeases is the model's set of negative
