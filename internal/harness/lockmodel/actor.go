@@ -1,6 +1,7 @@
 package lockmodel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -38,11 +39,11 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 	}
 }
 
-// long returns cfg.LongTTL one time in eight when it is set, ttl
+// long returns cfg.LongTTL one time in cfg.LongEvery when it is set, ttl
 // otherwise; rng is drawn from only when it is set, so that the runs
 // without it keep their schedules.
 func (m *model) long(rng *rand.Rand, ttl time.Duration) time.Duration {
-	if m.cfg.LongTTL > 0 && rng.IntN(8) == 0 {
+	if m.cfg.LongTTL > 0 && rng.IntN(cmp.Or(m.cfg.LongEvery, 8)) == 0 {
 		return m.cfg.LongTTL
 	}
 	return ttl
@@ -154,6 +155,18 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 			}
 		}
 		m.release(h, bg)
+		return
+	}
+	if m.cfg.LongTTL > 0 && ttl == m.cfg.LongTTL {
+		// A long lease is held until it ends, on its own or as its Locker
+		// learns it lost: a Locker that does not learn it is believed past
+		// the bound of a loss (Fault.Lose), where the promise check sees it.
+		select {
+		case <-lease.Done():
+		case <-m.ctx.Done():
+		}
+		m.release(h, bg)
+		m.r.count("long leases held to their end", 1)
 		return
 	}
 	if rng.IntN(4) == 0 {

@@ -146,11 +146,14 @@ type Config struct {
 	// between 170ms and 270ms. A backend whose renewal takes a consensus
 	// round (etcd) sets it longer.
 	RenewTTL time.Duration
-	// LongTTL, if positive, is the TTL of one in eight tries and waiting
+	// LongTTL, if positive, is the TTL of one in LongEvery tries and waiting
 	// acquisitions (renewed ones aside): leases that stay believed past a
 	// [Fault.Lose]'s bound unless the Locker learns of the loss, so that
 	// the promise check sees a Locker that does not.
 	LongTTL time.Duration
+	// LongEvery is how many tries and waiting acquisitions there are per
+	// long lease when LongTTL is set (default 8).
+	LongEvery int
 	// Uncontended, if positive, is a phase of that long before the random
 	// workload (and beside its budget) in which nobody queues: the actors
 	// only TryAcquire, so that the lock is granted while free or right

@@ -63,6 +63,14 @@ type held struct {
 // window is a time during which a fault was injected.
 type window struct{ from, to time.Time }
 
+// deferredPromise is a promise found not held while a loss was being
+// injected.
+type deferredPromise struct {
+	g     *grant
+	reply time.Time
+	bad   string
+}
+
 // excuse is the window of a [Fault.Lose]: the server may have ended the
 // leases of actor's Locker granted before revoked from from on, and the
 // Locker may believe them until until.
@@ -94,8 +102,12 @@ type model struct {
 	// lossPending are the excuses of losses whose grant had not returned
 	// when they were injected, by holder id: granted records them.
 	lossPending map[string]excuse
-	stopOnce    sync.Once
-	stop        context.CancelFunc
+	// losing says a loss is being injected; deferred are the promises
+	// found not held meanwhile, judged once its excuse is known.
+	losing   bool
+	deferred []deferredPromise
+	stopOnce sync.Once
+	stop     context.CancelFunc
 	// qJudged are the queue check's pairs judged so far, qAhead the
 	// grants with a live waiter ahead.
 	qJudged map[queuePair]bool
@@ -325,6 +337,10 @@ func (m *model) inject(rng *rand.Rand) {
 // lose injects f's loss and records its excuse: only for the Locker that
 // made the grant whose lease the server ended.
 func (m *model) lose(f Fault, from time.Time) error {
+	m.dmu.Lock()
+	m.losing = true
+	m.dmu.Unlock()
+	defer m.judgeDeferred()
 	l, err := f.Lose(m.ctx)
 	revoked := time.Now()
 	if err != nil || l.Holder == "" {
@@ -349,6 +365,54 @@ func (m *model) lose(f Fault, from time.Time) error {
 	}
 	m.lossPending[l.Holder] = excuse{from: from, revoked: revoked, until: revoked.Add(l.Bound)}
 	return nil
+}
+
+// judgeDeferred judges, once a loss's excuse is recorded, the promises
+// found not held while it was injected: the server may have ended the
+// lease before the excuse was known.
+func (m *model) judgeDeferred() {
+	m.dmu.Lock()
+	m.losing = false
+	ds := m.deferred
+	m.deferred = nil
+	m.dmu.Unlock()
+	for _, d := range ds {
+		m.judgePromise(d.g, d.reply, d.bad, false)
+	}
+}
+
+// judgePromise judges one promise observed at reply; bad says how the
+// observation disagreed with it ("" when it agreed). A loss's window
+// excuses the overlap between the server's end of the lease and its
+// Locker's learning of it, for that Locker's grants made before the loss,
+// and no more. While a loss is being injected, a disagreement waits for
+// its excuse (judgeDeferred) when defer is set.
+func (m *model) judgePromise(g *grant, reply time.Time, bad string, canDefer bool) {
+	if bad != "" && canDefer {
+		m.dmu.Lock()
+		if m.losing {
+			m.deferred = append(m.deferred, deferredPromise{g, reply, bad})
+			m.dmu.Unlock()
+			return
+		}
+		m.dmu.Unlock()
+	}
+	in, past := m.excused(g, reply)
+	if in {
+		m.r.count(RevokeJudged, 1)
+		if bad != "" {
+			m.r.count(RevokeExcused, 1)
+			return
+		}
+	} else if past {
+		m.r.count(RevokePast, 1)
+		if bad != "" {
+			bad += " (its Locker's lease was ended on the server, past the bound of its detection)"
+		}
+	}
+	if bad != "" {
+		m.violate(Promise, "%s", bad)
+	}
 }
 
 // excused reports whether g may be believed at at while the server has
@@ -446,25 +510,7 @@ func (m *model) observe() *Observation {
 		case o.Token != f.Token:
 			bad = fmt.Sprintf("%s lease %s (%s) held with token %d, %v before the end of its validity", m.b.Name, f, p.h.g.kind, o.Token, left)
 		}
-		// A loss's window excuses the overlap between the server's end
-		// of the lease and its Locker's learning of it, for that Locker's
-		// grants made before the loss, and no more.
-		in, past := m.excused(p.h.g, reply)
-		if in {
-			m.r.count(RevokeJudged, 1)
-			if bad != "" {
-				m.r.count(RevokeExcused, 1)
-				continue
-			}
-		} else if past {
-			m.r.count(RevokePast, 1)
-			if bad != "" {
-				bad += " (its Locker's lease was ended on the server, past the bound of its detection)"
-			}
-		}
-		if bad != "" {
-			m.violate(Promise, "%s", bad)
-		}
+		m.judgePromise(p.h.g, reply, bad, true)
 	}
 	return &o
 }
