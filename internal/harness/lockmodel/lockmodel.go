@@ -106,6 +106,12 @@ type Loss struct {
 	// "" when the lock was free and nothing was ended. Every grant of the
 	// same Locker made before Lose returned may have been on that lease.
 	Holder string
+	// Actor, when ActorKnown, is the actor whose Locker sent Holder's
+	// grant attempt (a backend that sees its calls knows it even for an
+	// attempt whose reply never came); otherwise the model finds it among
+	// the grants that returned.
+	Actor      int
+	ActorKnown bool
 	// Bound is how long after Lose returned the backend may take to learn
 	// of the loss (its stated detection bound): until then a lease of that
 	// Locker granted before the loss may still be believed while the

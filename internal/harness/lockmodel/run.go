@@ -351,6 +351,10 @@ func (m *model) lose(f Fault, from time.Time) error {
 	}
 	m.dmu.Lock()
 	defer m.dmu.Unlock()
+	if l.ActorKnown {
+		m.excuses = append(m.excuses, excuse{actor: l.Actor, from: from, revoked: revoked, until: revoked.Add(l.Bound)})
+		return nil
+	}
 	for _, g := range m.grants {
 		if g.holder == l.Holder {
 			m.excuses = append(m.excuses, excuse{actor: g.actor, from: from, revoked: revoked, until: revoked.Add(l.Bound)})
@@ -409,10 +413,19 @@ func (m *model) judgePromise(g *grant, reply time.Time, bad string, canDefer boo
 		if bad != "" {
 			bad += " (its Locker's lease was ended on the server, past the bound of its detection)"
 		}
+	} else if bad != "" && m.anyLoss() {
+		bad += " (no loss of its Locker's lease was injected after its grant was asked for)"
 	}
 	if bad != "" {
 		m.violate(Promise, "%s", bad)
 	}
+}
+
+// anyLoss reports whether a loss's excuse was recorded in the run.
+func (m *model) anyLoss() bool {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	return len(m.excuses) > 0
 }
 
 // excused reports whether g may be believed at at while the server has
