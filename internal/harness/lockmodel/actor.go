@@ -1,6 +1,7 @@
 package lockmodel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -21,9 +22,9 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 		ttl := time.Duration(40+rng.IntN(200)) * time.Millisecond
 		switch x := rng.IntN(100); {
 		case x < 30:
-			m.try(i, l, rng, ttl, "try", runEnd)
+			m.try(i, l, rng, m.long(rng, ttl), "try", runEnd)
 		case x < 62:
-			m.acquire(i, l, rng, ttl, false, runEnd)
+			m.acquire(i, l, rng, m.long(rng, ttl), false, runEnd)
 		case x < 77:
 			renewTTL := 150*time.Millisecond + ttl/2
 			if m.cfg.RenewTTL > 0 {
@@ -36,6 +37,16 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 			sleep(m.ctx, time.Duration(1+rng.IntN(30))*time.Millisecond)
 		}
 	}
+}
+
+// long returns cfg.LongTTL one time in cfg.LongEvery when it is set, ttl
+// otherwise; rng is drawn from only when it is set, so that the runs
+// without it keep their schedules.
+func (m *model) long(rng *rand.Rand, ttl time.Duration) time.Duration {
+	if m.cfg.LongTTL > 0 && rng.IntN(cmp.Or(m.cfg.LongEvery, 8)) == 0 {
+		return m.cfg.LongTTL
+	}
+	return ttl
 }
 
 func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, kind string, runEnd time.Time) {
@@ -144,6 +155,18 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 			}
 		}
 		m.release(h, bg)
+		return
+	}
+	if m.cfg.LongTTL > 0 && ttl == m.cfg.LongTTL {
+		// A long lease is held until it ends, on its own or as its Locker
+		// learns it lost: a Locker that does not learn it is believed past
+		// the bound of a loss (Fault.Lose), where the promise check sees it.
+		select {
+		case <-lease.Done():
+		case <-m.ctx.Done():
+		}
+		m.release(h, bg)
+		m.r.count("long leases held to their end", 1)
 		return
 	}
 	if rng.IntN(4) == 0 {

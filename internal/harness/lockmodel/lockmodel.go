@@ -93,6 +93,31 @@ type Fault struct {
 	Inject func(ctx context.Context) error
 	// Limit is how many times a run injects it at most; 0: no limit.
 	Limit int
+	// Lose, if not nil, is injected in place of Inject: it ends on the
+	// server the lease of the lock's holder (an external revoke) and
+	// returns what it ended. The promise check then excuses, for a bounded
+	// time, the beliefs of that holder's Locker only (see [Loss]).
+	Lose func(ctx context.Context) (Loss, error)
+}
+
+// Loss is what a [Fault.Lose] ended on the server.
+type Loss struct {
+	// Holder is the holder id of the grant whose lease the server ended;
+	// "" when the lock was free and nothing was ended. Every grant of the
+	// same Locker made before Lose returned may have been on that lease.
+	Holder string
+	// Actor, when ActorKnown, is the actor whose Locker sent Holder's
+	// grant attempt (a backend that sees its calls knows it even for an
+	// attempt whose reply never came); otherwise the model finds it among
+	// the grants that returned.
+	Actor      int
+	ActorKnown bool
+	// Bound is how long after Lose returned the backend may take to learn
+	// of the loss (its stated detection bound): until then a lease of that
+	// Locker granted before the loss may still be believed while the
+	// server has ended it, and the promise check excuses it; past it, a
+	// belief the server does not hold is a violation.
+	Bound time.Duration
 }
 
 // Config is one run's settings.
@@ -127,6 +152,14 @@ type Config struct {
 	// between 170ms and 270ms. A backend whose renewal takes a consensus
 	// round (etcd) sets it longer.
 	RenewTTL time.Duration
+	// LongTTL, if positive, is the TTL of one in LongEvery tries and waiting
+	// acquisitions (renewed ones aside): leases that stay believed past a
+	// [Fault.Lose]'s bound unless the Locker learns of the loss, so that
+	// the promise check sees a Locker that does not.
+	LongTTL time.Duration
+	// LongEvery is how many tries and waiting acquisitions there are per
+	// long lease when LongTTL is set (default 8).
+	LongEvery int
 	// Uncontended, if positive, is a phase of that long before the random
 	// workload (and beside its budget) in which nobody queues: the actors
 	// only TryAcquire, so that the lock is granted while free or right
@@ -191,6 +224,15 @@ const (
 	// the late lease ran out): the release must leave that lock alone,
 	// which the holder's promise, observed at once, judges.
 	LateReleaseMetFast = "late releases meeting a fast-path grant's lock"
+
+	// RevokeJudged are promises judged within a [Fault.Lose]'s window, of
+	// leases of the Locker whose lease it ended, granted before it;
+	// RevokeExcused those of them the server did not hold (the overlap
+	// between the server's end of the lease and the Locker's learning of
+	// it); RevokePast the promises of such leases judged after the window.
+	RevokeJudged  = "promises judged under a revoke"
+	RevokeExcused = "promises excused by a revoke"
+	RevokePast    = "promises of revoked Lockers judged past the bound"
 
 	renewalsLapsed = "renewals lapsed"
 )

@@ -3,6 +3,7 @@ package lockmodel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -62,6 +63,22 @@ type held struct {
 // window is a time during which a fault was injected.
 type window struct{ from, to time.Time }
 
+// deferredPromise is a promise found not held while a loss was being
+// injected.
+type deferredPromise struct {
+	g     *grant
+	reply time.Time
+	bad   string
+}
+
+// excuse is the window of a [Fault.Lose]: the server may have ended the
+// leases of actor's Locker granted before revoked from from on, and the
+// Locker may believe them until until.
+type excuse struct {
+	actor                int
+	from, revoked, until time.Time
+}
+
 type model struct {
 	t   testing.TB
 	b   Backend
@@ -81,8 +98,16 @@ type model struct {
 	cur        []*call
 	holderCall map[string]*call
 	faults     []window
-	stopOnce   sync.Once
-	stop       context.CancelFunc
+	excuses    []excuse
+	// lossPending are the excuses of losses whose grant had not returned
+	// when they were injected, by holder id: granted records them.
+	lossPending map[string]excuse
+	// losing says a loss is being injected; deferred are the promises
+	// found not held meanwhile, judged once its excuse is known.
+	losing   bool
+	deferred []deferredPromise
+	stopOnce sync.Once
+	stop     context.CancelFunc
 	// qJudged are the queue check's pairs judged so far, qAhead the
 	// grants with a live waiter ahead.
 	qJudged map[queuePair]bool
@@ -290,7 +315,12 @@ func (m *model) inject(rng *rand.Rand) {
 		}
 		done[i]++
 		from := time.Now()
-		err := f.Inject(m.ctx)
+		var err error
+		if f.Lose != nil {
+			err = m.lose(f, from)
+		} else {
+			err = f.Inject(m.ctx)
+		}
 		to := time.Now()
 		m.dmu.Lock()
 		m.faults = append(m.faults, window{from, to})
@@ -302,6 +332,119 @@ func (m *model) inject(rng *rand.Rand) {
 		}
 		m.r.count("faults: "+f.Name, 1)
 	}
+}
+
+// lose injects f's loss and records its excuse: only for the Locker that
+// made the grant whose lease the server ended.
+func (m *model) lose(f Fault, from time.Time) error {
+	m.dmu.Lock()
+	m.losing = true
+	m.dmu.Unlock()
+	defer m.judgeDeferred()
+	l, err := f.Lose(m.ctx)
+	revoked := time.Now()
+	if err != nil || l.Holder == "" {
+		if err == nil {
+			m.r.count("losses that found the lock free", 1)
+		}
+		return err
+	}
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	if l.ActorKnown {
+		m.excuses = append(m.excuses, excuse{actor: l.Actor, from: from, revoked: revoked, until: revoked.Add(l.Bound)})
+		return nil
+	}
+	for _, g := range m.grants {
+		if g.holder == l.Holder {
+			m.excuses = append(m.excuses, excuse{actor: g.actor, from: from, revoked: revoked, until: revoked.Add(l.Bound)})
+			return nil
+		}
+	}
+	// A grant whose reply has not come yet: its Locker is known once it
+	// comes (granted).
+	m.r.count("losses of a grant not yet returned", 1)
+	if m.lossPending == nil {
+		m.lossPending = map[string]excuse{}
+	}
+	m.lossPending[l.Holder] = excuse{from: from, revoked: revoked, until: revoked.Add(l.Bound)}
+	return nil
+}
+
+// judgeDeferred judges, once a loss's excuse is recorded, the promises
+// found not held while it was injected: the server may have ended the
+// lease before the excuse was known.
+func (m *model) judgeDeferred() {
+	m.dmu.Lock()
+	m.losing = false
+	ds := m.deferred
+	m.deferred = nil
+	m.dmu.Unlock()
+	for _, d := range ds {
+		m.judgePromise(d.g, d.reply, d.bad, false)
+	}
+}
+
+// judgePromise judges one promise observed at reply; bad says how the
+// observation disagreed with it ("" when it agreed). A loss's window
+// excuses the overlap between the server's end of the lease and its
+// Locker's learning of it, for that Locker's grants made before the loss,
+// and no more. While a loss is being injected, a disagreement waits for
+// its excuse (judgeDeferred) when defer is set.
+func (m *model) judgePromise(g *grant, reply time.Time, bad string, canDefer bool) {
+	if bad != "" && canDefer {
+		m.dmu.Lock()
+		if m.losing {
+			m.deferred = append(m.deferred, deferredPromise{g, reply, bad})
+			m.dmu.Unlock()
+			return
+		}
+		m.dmu.Unlock()
+	}
+	in, past := m.excused(g, reply)
+	if in {
+		m.r.count(RevokeJudged, 1)
+		if bad != "" {
+			m.r.count(RevokeExcused, 1)
+			return
+		}
+	} else if past {
+		m.r.count(RevokePast, 1)
+		if bad != "" {
+			bad += " (its Locker's lease was ended on the server, past the bound of its detection)"
+		}
+	} else if bad != "" && m.anyLoss() {
+		bad += " (no loss of its Locker's lease was injected after its grant was asked for)"
+	}
+	if bad != "" {
+		m.violate(Promise, "%s", bad)
+	}
+}
+
+// anyLoss reports whether a loss's excuse was recorded in the run.
+func (m *model) anyLoss() bool {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	return len(m.excuses) > 0
+}
+
+// excused reports whether g may be believed at at while the server has
+// ended it (within a loss's window), and whether a loss's window of g's
+// Locker ended before at.
+func (m *model) excused(g *grant, at time.Time) (in, past bool) {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	for _, e := range m.excuses {
+		if e.actor != g.actor || !g.start.Before(e.revoked) || !e.from.Before(at) {
+			continue
+		}
+		if at.After(e.until) {
+			past = true
+		} else {
+			in = true
+		}
+	}
+	return in, past
 }
 
 // faulted reports whether a fault was injected between from and to, or
@@ -370,15 +513,17 @@ func (m *model) observe() *Observation {
 		m.dmu.Unlock()
 		f := p.h.lease.Fence()
 		left := p.until.Sub(reply)
+		var bad string
 		switch {
 		case o.Holder == "":
-			m.violate(Promise, "%s lease %s (%s) not held, %v before the end of its validity", m.b.Name, f, p.h.g.kind, left)
+			bad = fmt.Sprintf("%s lease %s (%s) not held, %v before the end of its validity", m.b.Name, f, p.h.g.kind, left)
 		case o.Holder != f.Holder:
-			m.violate(Promise, "%s lease %s (%s) held by another holder %s with token %d, %v before the end of its validity",
+			bad = fmt.Sprintf("%s lease %s (%s) held by another holder %s with token %d, %v before the end of its validity",
 				m.b.Name, f, p.h.g.kind, fence.HolderMark(o.Holder), o.Token, left)
 		case o.Token != f.Token:
-			m.violate(Promise, "%s lease %s (%s) held with token %d, %v before the end of its validity", m.b.Name, f, p.h.g.kind, o.Token, left)
+			bad = fmt.Sprintf("%s lease %s (%s) held with token %d, %v before the end of its validity", m.b.Name, f, p.h.g.kind, o.Token, left)
 		}
+		m.judgePromise(p.h.g, reply, bad, true)
 	}
 	return &o
 }

@@ -122,6 +122,11 @@ type Backend struct {
 	// lateApply: how long the backend looks for the put of a try whose
 	// reply was lost.
 	LateApply time.Duration
+	// IgnoreLoss, when set (by tests, before the first Try), makes a
+	// broken variant that the lock model must reject: a grant's Lost
+	// channel never closes, so that its Lease is believed to its end
+	// though its lease was revoked or its key lost.
+	IgnoreLoss bool
 	// BeforeEndDelete, when set (by tests, before the first Try), runs
 	// when the backend has decided to delete a key whose end passed and
 	// before it sends the deletion: a deletion that is slow to land.

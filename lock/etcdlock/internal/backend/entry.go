@@ -126,6 +126,9 @@ type entry struct {
 // lease revoked or a key gone within a keep-alive interval (a fifth of the
 // lease's TTL) and a round trip.
 func (e *entry) Lost() <-chan struct{} {
+	if e.b.IgnoreLoss {
+		return nil // never closes
+	}
 	e.b.mu.Lock()
 	defer e.b.mu.Unlock()
 	if e.lostc == nil {

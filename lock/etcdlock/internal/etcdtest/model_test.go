@@ -34,6 +34,10 @@ type lockEtcd struct {
 	prefix  string
 	// open makes an actor's Locker's backend; etcdlock's when nil.
 	open func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error)
+	// tracked, when set (in place of open), tunes each actor's backend,
+	// which then records in actors the actor of each holder id it tries.
+	tracked func(*backend.Backend)
+	actors  sync.Map // holder id -> actor
 }
 
 func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
@@ -48,13 +52,24 @@ func (e *lockEtcd) backend() lockmodel.Backend {
 	return lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
 }
 
-func (e *lockEtcd) locker(int, func(string)) (*lock.Locker, error) {
+func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
 	cli := e.c.Client(e.t)
-	if e.open == nil {
+	open := e.open
+	if e.tracked != nil {
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+			b, err := backend.New(cli, s)
+			if err != nil {
+				return nil, err
+			}
+			e.tracked(b)
+			return trackedBackend{b, e, actor}, nil
+		}
+	}
+	if open == nil {
 		return etcdlock.New(cli, lock.WithPrefix(e.prefix))
 	}
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
-		return e.open(cli, s)
+		return open(cli, s)
 	}, []any{lock.WithPrefix(e.prefix)})
 	if err != nil {
 		return nil, err
