@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -32,21 +31,4 @@ func (l *Locker) background(parent context.Context, f func(ctx context.Context))
 		defer cancel()
 		f(ctx)
 	}()
-}
-
-// waitUntil waits for wg, or until deadline; it reports whether wg is done.
-func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }

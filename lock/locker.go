@@ -212,8 +212,8 @@ func (l *Locker) Close() {
 		l.renewMu.Unlock()
 		close(l.closing)
 		l.stopping()
-		waitUntil(&l.renewers, deadline)
-		waitUntil(&l.cleanups, deadline)
+		lockbackend.WaitUntil(&l.renewers, deadline)
+		lockbackend.WaitUntil(&l.cleanups, deadline)
 		// After the renewals, whose extensions the backend's calls may be.
 		l.b.Close(deadline)
 	})

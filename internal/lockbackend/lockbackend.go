@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -431,3 +432,22 @@ func (e replyLost) Error() string { return e.err.Error() }
 func (e replyLost) Unwrap() error { return e.err }
 
 func (e replyLost) Is(target error) bool { return target == ErrReplyLost }
+
+// WaitUntil waits for wg, or until deadline; it reports whether wg is done.
+// Close uses it to wait a bounded time for calls a backend or the Locker
+// left in flight.
+func WaitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}

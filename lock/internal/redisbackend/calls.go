@@ -2,8 +2,6 @@ package redisbackend
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"github.com/fencekit/fencekit/internal/rediscall"
 	"github.com/redis/go-redis/v9"
@@ -48,22 +46,5 @@ func (b *redisBackend) lateCleanup(ctx context.Context, resource, holder, acq st
 		ctx, cancel := context.WithTimeout(values, cleanupTimeout)
 		defer cancel()
 		_ = b.Abandon(ctx, resource, holder, acq)
-	}
-}
-
-// waitUntil waits for wg, or until deadline; it reports whether wg is done.
-func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
 	}
 }

@@ -62,7 +62,7 @@ func (r *redlock) Close(deadline time.Time) {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	waitUntil(&r.calls, deadline)
+	lockbackend.WaitUntil(&r.calls, deadline)
 	for _, n := range r.nodes {
 		n.calls.Wait(deadline)
 	}

@@ -380,7 +380,7 @@ func (h *hub) close(deadline time.Time) {
 			g.close()
 		}()
 	}
-	waitUntil(&h.wg, deadline)
+	lockbackend.WaitUntil(&h.wg, deadline)
 }
 
 // retire takes c out of service; the caller holds h.mu and closes the
