@@ -451,3 +451,27 @@ func WaitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 		return false
 	}
 }
+
+// ReclaimEvery runs reclaim every period until stop closes, each time in
+// batches of batch rows until one reclaims fewer (or fails), all within
+// one period: how the SQL lock tables drop the rows of idle resources
+// without one long statement.
+func ReclaimEvery(stop <-chan struct{}, period time.Duration, batch int, reclaim func(ctx context.Context, max int) (int, error)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		for {
+			n, err := reclaim(ctx, batch)
+			if err != nil || n < batch {
+				break
+			}
+		}
+		cancel()
+	}
+}

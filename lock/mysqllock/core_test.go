@@ -348,3 +348,33 @@ func TestTokensExhausted(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleRowsReclaimed: a Locker deletes the rows of resources idle past
+// their retention by itself, and tokens keep increasing after.
+func TestIdleRowsReclaimed(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	l := newLocker(t, db, lock.WithTokenRetention(time.Millisecond))
+	ctx := ctxFor(t, 60*time.Second)
+	var last fence.Token
+	for i := range 2 {
+		ls, err := l.TryAcquire(ctx, "idle", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Fence().Token <= last {
+			t.Fatalf("grant %d: token %d not above %d", i, ls.Fence().Token, last)
+		}
+		last = ls.Fence().Token
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			var n int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM fencekit_lock`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 0
+		})
+	}
+}

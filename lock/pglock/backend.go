@@ -586,23 +586,7 @@ func (b *backend) reclaim(ctx context.Context, max int) (int, error) {
 // reclaimLoop reclaims idle rows every period until the backend closes.
 func (b *backend) reclaimLoop(period time.Duration) {
 	defer b.bg.Done()
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), period)
-		for {
-			n, err := b.reclaim(ctx, reclaimBatch)
-			if err != nil || n < reclaimBatch {
-				break
-			}
-		}
-		cancel()
-	}
+	lockbackend.ReclaimEvery(b.stop, period, reclaimBatch, b.reclaim)
 }
 
 // watchRecord subscribes to writes of the record beside resource's lock:
