@@ -71,6 +71,11 @@ type Config struct {
 	// it acknowledged (etcd), where a cut-off elector that stops knowing at
 	// the cut is past a TTL's belief before anyone else can win.
 	UnfencedFor time.Duration
+	// ObserveEvery, if positive, says the backend's observer learns of
+	// terms only by reading the record this often (no notification: the
+	// MySQL lock): a term believed for less than two such reads is one it
+	// may miss, as the election's doc says, and is counted, not judged.
+	ObserveEvery time.Duration
 	// TermTTLs bounds how long a term acts before it resigns, in TTLs: a
 	// random while between one TTL and TermTTLs+1 (default 4).
 	TermTTLs int
@@ -110,6 +115,8 @@ type History struct {
 	Cuts [][]Interval
 	// Counts counts the faults injected, by kind.
 	Counts map[string]int
+	// ObserveEvery is Config.ObserveEvery.
+	ObserveEvery time.Duration
 }
 
 type run struct {
@@ -173,6 +180,7 @@ func Run(ctx context.Context, cfg Config) *History {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &run{cfg: cfg, heldBy: -1, cutAt: make([]time.Time, cfg.Candidates)}
+	r.h.ObserveEvery = cfg.ObserveEvery
 	r.h.Counts = map[string]int{}
 	r.h.Cuts = make([][]Interval, cfg.Candidates)
 	r.leader.Store(-1)
