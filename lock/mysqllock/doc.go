@@ -9,6 +9,9 @@
 // unchanged. Run migrations.UpMySQL once per database: migration
 // 00005_fencekit_lock creates the tables fencekit_lock and
 // fencekit_lock_waiter and the procedures below, beside the guard's.
+// MySQL has no notifications, so the election's Observe reads the record
+// every 250 ms: a term that begins and ends between two reads may go
+// unreported (every term it reports is one the record held, in order).
 //
 // # Guarantees
 //
