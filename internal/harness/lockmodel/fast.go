@@ -17,12 +17,12 @@ type released struct {
 }
 
 // uncontended runs actor i's steps of the uncontended phase, until
-// phaseEnd: TryAcquire only, so that nobody queues. A try finds the lock
+// phaseDone closes: TryAcquire only, so that nobody queues. A try finds the lock
 // free, held, or held by a lease that ran out (left to run out, or
 // released late: after it ended, once another try took the lock). Leases
 // are short and held briefly, so that the phase makes many grants.
-func (m *model) uncontended(i int, l *lock.Locker, rng *rand.Rand, phaseEnd, runEnd time.Time) {
-	for m.ctx.Err() == nil && time.Now().Before(phaseEnd) {
+func (m *model) uncontended(i int, l *lock.Locker, rng *rand.Rand, phaseDone <-chan struct{}, runEnd time.Time) {
+	for m.ctx.Err() == nil && !closed(phaseDone) {
 		ttl := time.Duration(25+rng.IntN(45)) * time.Millisecond
 		c := m.begin(i, runEnd)
 		lease, err := l.TryAcquire(m.ctx, m.cfg.Resource, ttl)
@@ -165,4 +165,14 @@ func (m *model) judgeFast() {
 	m.r.set(FastReleasesJudged, releases)
 	m.r.set("fast-path grants made", len(p.Grants))
 	m.r.set("fast-path releases made", len(p.Releases))
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

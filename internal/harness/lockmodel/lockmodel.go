@@ -165,7 +165,9 @@ type Config struct {
 	// only TryAcquire, so that the lock is granted while free or right
 	// after a lease ran out, and released with no waiter, early, late or
 	// never: the uncontended path a backend may serve otherwise than the
-	// contended one (PostgreSQL's plain SQL).
+	// contended one (PostgreSQL's plain SQL). While a floor of Floors on
+	// that path's judgments is not reached, the phase goes on, to four
+	// times Uncontended at most.
 	Uncontended time.Duration
 }
 

@@ -166,16 +166,30 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	defer cancel()
 	m.ctx, m.stop = ctx, cancel
 	start := time.Now()
-	// Calls that end by the run's end are followed as if it came at the
-	// budget's end: the earliest it can come.
-	phaseEnd := start.Add(cfg.Uncontended)
-	runEnd := phaseEnd.Add(cfg.Budget)
+	// The uncontended phase, if any, lasts cfg.Uncontended, and past it,
+	// up to four times it, while a floor of the fast path's judgments is
+	// not reached: a loaded machine makes fewer grants in the phase, and
+	// the random workload after it makes none of the states those
+	// judgments need. Only this goroutine ends the phase, so every actor
+	// leaves it after the same decision; runEnd is set before phaseDone
+	// closes. Calls that end by the run's end are followed as if it came
+	// at the budget's end: the earliest it can come.
+	phaseDone := make(chan struct{})
+	var runEnd time.Time
 	go func() {
+		sleep(ctx, cfg.Uncontended)
+		for cfg.Uncontended > 0 && ctx.Err() == nil && time.Since(start) < 4*cfg.Uncontended && m.fastShort() {
+			m.r.count("uncontended phases extended (250ms each)", 1)
+			sleep(ctx, 250*time.Millisecond)
+		}
+		phaseEnd := time.Now()
+		runEnd = phaseEnd.Add(cfg.Budget)
+		close(phaseDone)
 		// The budget, and past it, up to four times it, while a floor of
 		// cfg.Floors is not reached yet: a loaded machine slows the
 		// workload, not the judgments it must make.
-		sleep(ctx, cfg.Uncontended+cfg.Budget)
-		for ctx.Err() == nil && time.Since(start) < cfg.Uncontended+4*cfg.Budget && m.short() {
+		sleep(ctx, cfg.Budget)
+		for ctx.Err() == nil && time.Since(phaseEnd) < 4*cfg.Budget && m.short() {
 			m.r.count("runs extended past the budget (250ms each)", 1)
 			sleep(ctx, 250*time.Millisecond)
 		}
@@ -187,7 +201,14 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
 		wg.Go(func() {
 			if cfg.Uncontended > 0 {
-				m.uncontended(i, l, rng, phaseEnd, runEnd)
+				// Until the phase ends, its calls are followed to the
+				// latest the run can end.
+				m.uncontended(i, l, rng, phaseDone, start.Add(4*cfg.Uncontended+cfg.Budget))
+			}
+			select {
+			case <-phaseDone:
+			case <-ctx.Done():
+				return
 			}
 			m.actor(i, l, rng, runEnd)
 		})
@@ -227,6 +248,25 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 		r.violate(Renewal, "%s: %d of %d renewed leases held past their first validity had lapsed", b.Name, lapsed, n)
 	}
 	return r
+}
+
+// fastShort reports whether a floor of cfg.Floors on the fast path's
+// judgments (what only the uncontended phase makes) is not reached yet.
+func (m *model) fastShort() bool {
+	short := false
+	for _, k := range []string{FastGrantsJudged, FastReleasesJudged, LateReleaseMetFast} {
+		n, ok := m.cfg.Floors[k]
+		if !ok {
+			continue
+		}
+		if !short {
+			m.judgeFast()
+		}
+		if m.r.Count(k) < n {
+			short = true
+		}
+	}
+	return short
 }
 
 // short reports whether a floor of cfg.Floors is not reached yet.
