@@ -18,6 +18,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/lock/pglock"
 	"github.com/fencekit/fencekit/migrations"
 )
@@ -225,12 +226,19 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 	if cfg.stepDown != 0 {
 		opts = append(opts, election.WithStepDown(cfg.stepDown))
 	}
+	var (
+		lockersMu sync.Mutex
+		lockers   []*lock.Locker
+	)
 	newElection := func(pool *pgxpool.Pool) *election.Election {
 		l, err := pglock.New(pool)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sc.add(l.Close)
+		lockersMu.Lock()
+		lockers = append(lockers, l)
+		lockersMu.Unlock()
 		e, err := election.New(l, "model", opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -315,6 +323,26 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		}},
 	}
 	h := electionmodel.Run(ctx, mc)
+	// Once judged, the run ends faster than one close after another:
+	// the connections a fault left silent or blocked are reset (a close
+	// on one waits out its timeouts, seconds each), and the Lockers
+	// close side by side (each may wait its bound for background
+	// releases), before their pools close.
+	sc.add(func() {
+		proxiesMu.Lock()
+		for _, p := range proxies {
+			p.Unblock()
+			p.CutAll()
+		}
+		proxiesMu.Unlock()
+		var wg sync.WaitGroup
+		lockersMu.Lock()
+		for _, l := range lockers {
+			wg.Go(l.Close)
+		}
+		lockersMu.Unlock()
+		wg.Wait()
+	})
 	log := pgServerLog(t, admin)
 	log.OffsetLow = clockOffsetLow(t, admin)
 	return electionmodel.Judge(h, log, pgStepDownFloor)
