@@ -146,11 +146,15 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	m := &model{t: t, b: b, cfg: cfg, r: r, holds: map[*held]struct{}{}, cur: make([]*call, cfg.Actors),
 		holderCall: map[string]*call{}, qJudged: map[queuePair]bool{}, qAhead: map[*grant]bool{}}
 	defer func() {
+		// Side by side: each Close may wait its bound (seconds) for
+		// background releases, and the run judges nothing of it.
+		var wg sync.WaitGroup
 		for _, l := range lockers {
 			if l != nil {
-				l.Close()
+				wg.Go(l.Close)
 			}
 		}
+		wg.Wait()
 		if b.Close != nil {
 			b.Close()
 		}
