@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,8 +60,9 @@ const progressWithin = 30 * time.Second
 
 // storage builds a fresh counter store for one run.
 type storage struct {
-	name string
-	make func(t *testing.T) workload.Counter
+	name   string
+	make   func(t *testing.T) workload.Counter
+	levels []string // isolation levels its fenced transactions must each be judged at
 }
 
 func redisStorage() storage {
@@ -81,14 +83,23 @@ func postgresStorage() storage {
 	}}
 }
 
+// isoLevels are the three isolation levels PostgreSQL and MySQL run
+// (READ UNCOMMITTED runs as READ COMMITTED on PostgreSQL).
+var isoLevels = []string{"read committed", "repeatable read", "serializable"}
+
 // postgresLevelsStorage is postgresStorage on a database of the test's own
-// whose default_transaction_isolation is REPEATABLE READ (so the pipelined
-// fenced writes run at it), with each fenced read at READ COMMITTED,
-// REPEATABLE READ or SERIALIZABLE, drawn per read: a guard that admits a
-// newer holder with a snapshot older than the older holder's last commit
-// loses updates here.
-func postgresLevelsStorage() storage {
-	return storage{name: "postgres at every isolation level", make: func(t *testing.T) workload.Counter {
+// whose default_transaction_isolation is def (the fenced writes, one
+// pipelined batch each, run at it), with each fenced read at one of levels
+// drawn per read (none: at def). A guard that admits a newer holder with a
+// snapshot older than the older holder's last commit loses updates here;
+// serialization failures are refusals (workload.Refuser), never lost or
+// uncertain writes.
+func postgresLevelsStorage(name, def string, levels ...pgx.TxIsoLevel) storage {
+	want := []string{def}
+	if len(levels) > 0 {
+		want = isoLevels
+	}
+	return storage{name: name, levels: want, make: func(t *testing.T) workload.Counter {
 		ctx := context.Background()
 		u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_iso_")
 		t.Cleanup(drop)
@@ -97,19 +108,19 @@ func postgresLevelsStorage() storage {
 			t.Fatal(err)
 		}
 		defer admin.Close(ctx)
-		var name string
-		if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		var db string
+		if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_isolation = 'repeatable read'`); err != nil {
+		if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET default_transaction_isolation = '`+def+`'`); err != nil {
 			t.Fatal(err)
 		}
-		db, err := sql.Open("pgx", u)
+		sdb, err := sql.Open("pgx", u)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer db.Close()
-		if err := migrations.Up(ctx, db); err != nil {
+		defer sdb.Close()
+		if err := migrations.Up(ctx, sdb); err != nil {
 			t.Fatal(err)
 		}
 		pool, err := pgxpool.New(ctx, u)
@@ -117,27 +128,47 @@ func postgresLevelsStorage() storage {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close) // registered after drop, so it runs first
-		return &workload.PostgresCounter{Pool: pool, Levels: []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}}
+		t.Logf("database default %s, fenced reads at %v", def, levels)
+		return &workload.PostgresCounter{Pool: pool, Levels: levels, Default: def}
 	}}
 }
 
-// mysqlLevelsStorage is mysqlStorage with its sessions defaulting to
-// SERIALIZABLE (a session setting on the test's own connections) and each
-// fenced read at the session's default, READ COMMITTED, REPEATABLE READ or
-// SERIALIZABLE.
-func mysqlLevelsStorage() storage {
-	return storage{name: "mysql at every isolation level", make: func(t *testing.T) workload.Counter {
+// mysqlLevelsStorage is mysqlStorage with its sessions defaulting to def
+// (a session setting on the test's own connections) and each fenced
+// transaction at one of levels, drawn per transaction (sql.LevelDefault:
+// the session's; none: def only).
+func mysqlLevelsStorage(name, def string, levels ...sql.IsolationLevel) storage {
+	want := []string{def}
+	if len(levels) > 0 {
+		want = isoLevels
+	}
+	return storage{name: name, levels: want, make: func(t *testing.T) workload.Counter {
 		cfg := testenv.MySQLConfig(t)
 		if cfg.Params == nil {
 			cfg.Params = map[string]string{}
 		}
-		cfg.Params["tx_isolation"] = "'SERIALIZABLE'"
+		cfg.Params["tx_isolation"] = "'" + strings.ToUpper(strings.ReplaceAll(def, " ", "-")) + "'"
 		db := testenv.OpenMySQL(t, cfg)
 		if err := migrations.UpMySQL(context.Background(), db); err != nil {
 			t.Fatal(err)
 		}
-		return &workload.MySQLCounter{DB: db, Levels: []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}}
+		t.Logf("session default %s, fenced transactions at %v", def, levels)
+		return &workload.MySQLCounter{DB: db, Levels: levels, Default: def}
 	}}
+}
+
+// drawLevel is one of isoLevels, drawn.
+func drawLevel() string { return isoLevels[rand.IntN(len(isoLevels))] }
+
+// requireLevels fails a run that judged no fenced transaction at one of
+// the isolation levels its storage runs (the counts are in the run's log).
+func requireLevels(t *testing.T, st storage, res workload.Result) {
+	t.Helper()
+	for _, l := range st.levels {
+		if c := res.Levels[l]; c.Judged() == 0 {
+			t.Errorf("isolation level %s: no fenced transaction ended admitted or refused (%+v, all: %v)", l, c, res.Levels)
+		}
+	}
 }
 
 func mysqlStorage() storage {
@@ -223,12 +254,24 @@ func requireSafe(t *testing.T, res workload.Result) {
 // does not lose Redis data.
 func TestFencedNoLostUpdates(t *testing.T) {
 	t.Parallel()
-	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage(), postgresLevelsStorage(), mysqlLevelsStorage()} {
+	every := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+	everySQL := []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+	pgDefault, myDefault, pgOne, myOne := isoLevels[1+rand.IntN(2)], drawLevel(), drawLevel(), drawLevel()
+	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage(),
+		// Every level mixed, each transaction's drawn, the database's or
+		// the sessions' default changed; and one level alone, drawn.
+		postgresLevelsStorage("postgres at every isolation level", pgDefault, every...),
+		mysqlLevelsStorage("mysql at every isolation level", myDefault, everySQL...),
+		postgresLevelsStorage("postgres at "+pgOne, pgOne),
+		mysqlLevelsStorage("mysql at "+myOne, myOne),
+	} {
 		t.Run(st.name+"/pause past the lease", func(t *testing.T) {
-			requireSafe(t, run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced}))
+			res := run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced})
+			requireSafe(t, res)
+			requireLevels(t, st, res)
 		})
 		t.Run(st.name+"/delayed write", func(t *testing.T) {
-			requireSafe(t, run(t, workload.Config{
+			res := run(t, workload.Config{
 				Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced,
 				Pause: func(*rand.Rand) time.Duration { return 0 },
 				DelayWrite: func(r *rand.Rand) time.Duration {
@@ -237,7 +280,9 @@ func TestFencedNoLostUpdates(t *testing.T) {
 					}
 					return 0
 				},
-			}))
+			})
+			requireSafe(t, res)
+			requireLevels(t, st, res)
 		})
 	}
 }

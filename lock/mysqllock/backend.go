@@ -46,6 +46,8 @@ type backend struct {
 	background func(ctx context.Context, f func(ctx context.Context))
 	onGrant    func(holder string) // tests: called before each grant is sent
 	noKill     bool                // tests: a control that never kills a session whose reply was lost
+	noDeadline bool                // tests: a control whose grants carry no deadline
+	window     time.Duration       // grantWindow, or a test's
 	onRecord   func()              // tests: called before each record write is sent
 	noFast     bool                // tests: every grant and release through the procedures
 	fastGrant  string              // fastGrantSQL, or a test's broken variant
@@ -58,6 +60,10 @@ type backend struct {
 	nSessions atomic.Int64
 	mariaDB   atomic.Int32 // 0 unknown, 1 MariaDB, 2 MySQL
 	sent      atomic.Int64 // statements sent, the doorbell's included (benchmarks)
+
+	clock     atomic.Pointer[clockRef] // the client's clock mapped onto the server's
+	clockBusy atomic.Bool              // a refresh of clock is under way
+	late      pending                  // grant requests that may still land
 
 	mu      sync.Mutex
 	waiters map[string]map[*waiter]struct{} // by resource
@@ -81,19 +87,22 @@ var (
 
 // config is what a backend is made with.
 type config struct {
-	retention time.Duration
-	poll      bool
-	reclaim   time.Duration       // how often idle rows are reclaimed; 0: never
-	onGrant   func(holder string) // tests
-	noKill    bool                // tests
-	onRecord  func()              // tests
-	noFast    bool                // tests
-	fastGrant string              // tests: "" for fastGrantSQL
-	fastRel   string              // tests: "" for fastReleaseSQL
+	retention  time.Duration
+	poll       bool
+	reclaim    time.Duration       // how often idle rows are reclaimed; 0: never
+	onGrant    func(holder string) // tests
+	noKill     bool                // tests
+	noDeadline bool                // tests
+	window     time.Duration       // tests: grantWindow when 0
+	onRecord   func()              // tests
+	noFast     bool                // tests
+	fastGrant  string              // tests: "" for fastGrantSQL
+	fastRel    string              // tests: "" for fastReleaseSQL
 }
 
 func newBackend(db *sql.DB, cfg config, background func(ctx context.Context, f func(ctx context.Context))) *backend {
 	b := &backend{db: db, retention: cfg.retention, poll: cfg.poll, background: background, onGrant: cfg.onGrant, noKill: cfg.noKill, onRecord: cfg.onRecord, noFast: cfg.noFast,
+		noDeadline: cfg.noDeadline, window: cmp.Or(cfg.window, grantWindow),
 		life: lockbackend.QueueLife, waiters: make(map[string]map[*waiter]struct{}), stop: make(chan struct{}),
 		fastGrant: cmp.Or(cfg.fastGrant, fastGrantSQL), fastRel: cmp.Or(cfg.fastRel, fastReleaseSQL)}
 	if !cfg.poll {
@@ -148,7 +157,14 @@ func checkArgs(ctx context.Context, op, resource, holder string, ttl time.Durati
 // call sends stmt on a connection of the pool and scans its one row into
 // dest (see do).
 func (b *backend) call(ctx context.Context, stmt string, dest ...any) error {
-	return b.do(ctx, false, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
+	return b.callTracked(ctx, nil, stmt, dest...)
+}
+
+// callTracked is call, setting *unkilled (when not nil) if a try whose
+// reply was lost, tried again, may still run later (its session could not
+// be killed).
+func (b *backend) callTracked(ctx context.Context, unkilled *bool, stmt string, dest ...any) error {
+	return b.do(ctx, false, unkilled, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
 		return conn.QueryRowContext(ctx, stmt).Scan(dest...)
 	})
 }
@@ -161,8 +177,8 @@ var errNoFastPath = errors.New("mysqllock: the session does not autocommit")
 // autocommits, and returns the rows it changed and the reply's
 // last-insert-id; errNoFastPath (nothing sent) when the session does not
 // autocommit.
-func (b *backend) exec(ctx context.Context, stmt string) (affected, lastID int64, err error) {
-	err = b.do(ctx, true, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
+func (b *backend) exec(ctx context.Context, unkilled *bool, stmt string) (affected, lastID int64, err error) {
+	err = b.do(ctx, true, unkilled, stmt, func(ctx context.Context, conn *sql.Conn, stmt string) error {
 		res, err := conn.ExecContext(ctx, stmt)
 		if err != nil {
 			return err
@@ -184,8 +200,10 @@ func (b *backend) exec(ctx context.Context, stmt string) (affected, lastID int64
 //
 // When no answer came back and the request may have run, the error is a
 // *sentError naming the session it went out on (see mayHaveRun): the
-// caller kills that session before it cleans up.
-func (b *backend) do(ctx context.Context, fast bool, stmt string, run func(context.Context, *sql.Conn, string) error) error {
+// caller kills that session before it cleans up. *unkilled (when not nil)
+// is set if an earlier try may still run later: its session could not be
+// killed before the next try.
+func (b *backend) do(ctx context.Context, fast bool, unkilled *bool, stmt string, run func(context.Context, *sql.Conn, string) error) error {
 	var (
 		ran     bool   // an earlier try may have run
 		session uint64 // the session of the last try that may have run
@@ -221,7 +239,9 @@ func (b *backend) do(ctx context.Context, fast bool, stmt string, run func(conte
 			if broken < brokenTries {
 				if sent != nil {
 					// Nothing of the first try may run after the second.
-					b.kill(ctx, sent.session)
+					if !b.kill(ctx, sent.session) && unkilled != nil {
+						*unkilled = true
+					}
 				}
 				if b.pause(ctx, 0) {
 					continue
@@ -332,18 +352,23 @@ func (b *backend) session(ctx context.Context, conn *sql.Conn) (sessionInfo, err
 // kill ends session (a connection whose request's reply was lost), so that
 // the request can run nothing after this returns: a statement the session
 // is running is rolled back unless it committed, and one still on its way
-// never runs. A session already gone is fine.
-func (b *backend) kill(ctx context.Context, session uint64) {
-	if session == 0 || b.noKill {
-		return
+// never runs. A session already gone is fine. It reports whether the
+// session is known ended (session 0: nothing was sent); false when ctx
+// ended first (the server could not be reached).
+func (b *backend) kill(ctx context.Context, session uint64) bool {
+	if session == 0 {
+		return true
+	}
+	if b.noKill {
+		return false
 	}
 	for attempt := 0; ; attempt++ {
 		_, err := b.db.ExecContext(ctx, killSQL+strconv.FormatUint(session, 10))
 		if me, ok := serverError(err); err == nil || ok && me.Number == errUnknownThread {
-			return
+			return true
 		}
 		if ctx.Err() != nil || !b.pause(ctx, attempt+3) {
-			return
+			return false
 		}
 	}
 }
@@ -366,21 +391,26 @@ func (b *backend) inBackground(ctx context.Context, f func(ctx context.Context))
 // giveBack is the cleanup of a grant attempt of holder that may have run
 // unseen: its session is killed, so the request can run nothing more, then
 // holder's grant (one handed over included) is released and its queue
-// entry taken out. After it returns no grant of that attempt stands.
-func (b *backend) giveBack(ctx context.Context, resource, holder string, err error) {
+// entry taken out. After it returns no grant of that attempt stands, but
+// one made by a request whose session could not be killed (the server out
+// of reach), which is released again once its deadline late has passed.
+func (b *backend) giveBack(ctx context.Context, resource, holder string, err error, late time.Time) {
 	var sent *sentError
 	session := uint64(0)
 	if errors.As(err, &sent) {
 		session = sent.session
 	}
 	b.inBackground(ctx, func(ctx context.Context) {
-		b.kill(ctx, session)
+		if !b.kill(ctx, session) {
+			b.late.note(resource, holder, late)
+		}
 		for attempt := 0; ; attempt++ {
 			_, err := b.release(ctx, "Acquire", resource, holder, true)
 			if err == nil || ctx.Err() != nil || !b.pause(ctx, attempt+3) {
-				return
+				break
 			}
 		}
+		b.giveUp(resource, holder)
 	})
 }
 
@@ -401,26 +431,60 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	if b.onGrant != nil {
 		b.onGrant(req.Holder)
 	}
-	if !b.noFast {
-		stmt := fmt.Sprintf(b.fastGrant, literal(req.Resource), literal(req.Holder), nowSQL, ms(req.TTL), ms(b.retention))
-		n, token, err := b.exec(ctx, stmt)
-		switch {
-		case err == nil && n == 1 && token > 0:
-			return lockbackend.Outcome{
-				Granted: true,
-				Hold:    hold{req.Resource, req.Holder},
-				Token:   fence.Token(token),
-				Holder:  req.Holder,
-				Known:   req.TTL,
-			}, nil
-		case err != nil && !errors.Is(err, errNoFastPath):
-			return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err))
-		}
-	}
 	var kind, token, rem, place, ref sql.NullInt64
-	stmt := callSQL(grantProc, req.Resource, req.Holder, ms(req.TTL), ms(b.retention), life, req.Ordered, bellID)
-	if err := b.call(ctx, stmt, &kind, &token, &rem, &place, &ref); err != nil {
-		return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err))
+	for tries := 1; ; tries++ {
+		// The grant's deadline: the caller's, or the grant window from now.
+		late := time.Now().Add(b.window)
+		if d, ok := ctx.Deadline(); ok && d.Before(late) {
+			late = d
+		}
+		var until any // NULL: no deadline (a control of the tests)
+		if !b.noDeadline {
+			at, err := b.serverDeadline(ctx, late)
+			if err != nil {
+				return lockbackend.Outcome{}, translate(ctx, "Acquire", req.Resource, err)
+			}
+			until = at
+		}
+		var unkilled bool
+		if !b.noFast {
+			stmt := fmt.Sprintf(b.fastGrant, literal(req.Resource), literal(req.Holder), nowSQL, ms(req.TTL), ms(b.retention), untilSQL(until))
+			n, token, err := b.exec(ctx, &unkilled, stmt)
+			if unkilled {
+				b.late.note(req.Resource, req.Holder, late)
+			}
+			switch {
+			case err == nil && n == 1 && token > 0:
+				return lockbackend.Outcome{
+					Granted: true,
+					Hold:    hold{req.Resource, req.Holder},
+					Token:   fence.Token(token),
+					Holder:  req.Holder,
+					Known:   req.TTL,
+				}, nil
+			case err != nil && !errors.Is(err, errNoFastPath):
+				return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err), late)
+			}
+		}
+		stmt := callSQL(grantProc, req.Resource, req.Holder, ms(req.TTL), ms(b.retention), life, req.Ordered, bellID, until)
+		err := b.callTracked(ctx, &unkilled, stmt, &kind, &token, &rem, &place, &ref)
+		if unkilled {
+			b.late.note(req.Resource, req.Holder, late)
+		}
+		if err != nil {
+			return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err), late)
+		}
+		if kind.Int64 != replyTooLate {
+			break
+		}
+		// The server reached the request past its deadline and changed
+		// nothing: send it again while the caller waits.
+		if cerr := ctx.Err(); cerr != nil {
+			return lockbackend.Outcome{}, fmt.Errorf("mysqllock: Acquire %q: %w", req.Resource, cerr)
+		}
+		if tries >= tooLateTries {
+			return lockbackend.Outcome{}, fmt.Errorf("mysqllock: Acquire %q: the server reached the grant after its deadline %d times (is its clock stepping back?)", req.Resource, tries)
+		}
 	}
 	remaining := time.Duration(rem.Int64) * time.Millisecond
 	switch kind.Int64 {
@@ -455,9 +519,9 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 
 // tryFailed is Try's error err: when the grant may have been made, it is
 // undone (its session killed, then released, the queue entry with it).
-func (b *backend) tryFailed(ctx context.Context, req *lockbackend.Request, err error) error {
+func (b *backend) tryFailed(ctx context.Context, req *lockbackend.Request, err error, late time.Time) error {
 	if ctx.Err() != nil || mayHaveRun(err) {
-		b.giveBack(ctx, req.Resource, req.Holder, err)
+		b.giveBack(ctx, req.Resource, req.Holder, err, late)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, err)
 		}
@@ -486,7 +550,7 @@ func (b *backend) release(ctx context.Context, op, resource, holder string, leav
 		return false, err
 	}
 	if !leaving && !b.noFast {
-		n, _, err := b.exec(ctx, fmt.Sprintf(b.fastRel, literal(resource), literal(holder), nowSQL, ms(b.retention)))
+		n, _, err := b.exec(ctx, nil, fmt.Sprintf(b.fastRel, literal(resource), literal(holder), nowSQL, ms(b.retention)))
 		switch {
 		case err == nil && n == 1:
 			return true, nil
@@ -522,6 +586,7 @@ func (b *backend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Durat
 func (b *backend) Release(ctx context.Context, h lockbackend.Hold) error {
 	hd := h.(hold)
 	held, err := b.release(ctx, "Release", hd.resource, hd.holder, false)
+	b.giveUp(hd.resource, hd.holder)
 	if err != nil {
 		return unknown(ctx, err)
 	}
@@ -554,6 +619,7 @@ func (b *backend) Abandon(ctx context.Context, resource, holder, acq string) err
 		return fmt.Errorf("mysqllock: Abandon %q with an owner's hold: %w", resource, lockbackend.ErrUnsupported)
 	}
 	_, err := b.release(ctx, "Acquire", resource, holder, true)
+	b.giveUp(resource, holder)
 	return err
 }
 

@@ -8,7 +8,8 @@
 // Leader, Observe, Proclaim) and every storage guard work with it
 // unchanged. Run migrations.UpMySQL once per database: migration
 // 00005_fencekit_lock creates the tables fencekit_lock and
-// fencekit_lock_waiter and the procedures below, beside the guard's.
+// fencekit_lock_waiter and the procedures below, beside the guard's, and
+// 00006_fencekit_lock_grant_until gives grants their deadline.
 // MySQL has no notifications, so the election's Observe reads the record
 // every 250 ms: a term that begins and ends between two reads may go
 // unreported (every term it reports is one the record held, in order).
@@ -45,8 +46,16 @@
 // connection of the pool) before the statement is sent again or its grant
 // released, so a request still on its way can run nothing after that, and
 // a grant whose caller gave up stands no longer than that cleanup (a few
-// round trips, within 2 s; if the server cannot be reached for it, until
-// the lease's TTL). Deadlocks (1213) and lock wait timeouts (1205) are
+// round trips, within 2 s). A cleanup may not reach the server (a link
+// down longer than that) while the request is still in the network, so
+// every grant also carries a deadline on the server's clock, the caller's
+// or 5 s after the send, whichever comes first, mapped onto the server's
+// clock from a reading of it: a request the server reaches later grants
+// nothing (and is sent again while the caller waits), and a request whose
+// session could not be killed is released again once its deadline has
+// passed. So a grant whose caller gave up stands at most until its deadline
+// plus the release's round trip, if the server's clock does not step back.
+// Deadlocks (1213) and lock wait timeouts (1205) are
 // tried again inside the lock, never returned as a lost lock. The lock
 // holds whatever the server's or the session's isolation level, autocommit
 // (a session that does not autocommit takes the procedures, which commit
@@ -103,6 +112,6 @@
 //
 // lock.Owner (re-entrant holds), FenceLock and lock.WithPrefix are refused
 // with an error matching fence.ErrInvalid, nothing sent. A database
-// without migration 00005 answers every call with an error matching
+// without migrations 00005 and 00006 answers every call with an error matching
 // [ErrNotMigrated] that names the call and the migration to run.
 package mysqllock

@@ -17,15 +17,17 @@ import (
 
 var (
 	// ErrNotMigrated means the lock's tables or procedures are missing from
-	// the connection's database: apply migration 00005_fencekit_lock with
-	// migrations.UpMySQL first. Nothing was changed. The error's message
+	// the connection's database, or are an older migration's: apply
+	// migrations 00005_fencekit_lock and 00006_fencekit_lock_grant_until
+	// with migrations.UpMySQL first. Nothing was changed. The error's message
 	// names the call that found it.
-	ErrNotMigrated = errors.New("mysqllock: the lock's schema is missing, run migrations.UpMySQL(ctx, db) once per database (migration 00005_fencekit_lock)")
+	ErrNotMigrated = errors.New("mysqllock: the lock's schema is missing, run migrations.UpMySQL(ctx, db) once per database (migrations 00005 and 00006)")
 )
 
 // Server error numbers the backend reads.
 const (
 	errNoSuchProcedure = 1305 // ER_SP_DOES_NOT_EXIST
+	errWrongArgCount   = 1318 // ER_SP_WRONG_NO_OF_ARGS: an older migration's procedure
 	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
 	errDeadlock        = 1213 // ER_LOCK_DEADLOCK: the transaction was rolled back
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: the statement was rolled back (and the procedure's transaction by its handler)
@@ -54,7 +56,7 @@ type notMigratedError struct {
 }
 
 func (e *notMigratedError) Error() string {
-	return "mysqllock: " + e.op + ": the lock's schema is missing (migration 00005_fencekit_lock: run migrations.UpMySQL(ctx, db) once per database): " + e.err.Error()
+	return "mysqllock: " + e.op + ": the lock's schema is missing or older (migrations 00005 and 00006: run migrations.UpMySQL(ctx, db) once per database): " + e.err.Error()
 }
 
 func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }
@@ -118,7 +120,7 @@ func mayHaveRun(err error) bool {
 func translate(ctx context.Context, op, resource string, err error) error {
 	if me, ok := serverError(err); ok {
 		switch {
-		case (me.Number == errNoSuchProcedure || me.Number == errNoSuchTable) && strings.Contains(me.Message, "fencekit_lock"):
+		case (me.Number == errNoSuchProcedure || me.Number == errNoSuchTable || me.Number == errWrongArgCount) && strings.Contains(me.Message, "fencekit_lock"):
 			return &notMigratedError{op: fmt.Sprintf("%s %q", op, resource), err: err}
 		case me.Number == errSignal && strings.Contains(me.Message, "token space exhausted"):
 			return fmt.Errorf("mysqllock: %s %q: %w", op, resource, lock.ErrTokensExhausted)

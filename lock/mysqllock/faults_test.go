@@ -27,7 +27,9 @@ type lateProxy struct {
 	target string
 	mu     sync.Mutex
 	hold   time.Duration
+	match  func([]byte) bool // which request to hold; nil: any
 	held   int
+	down   time.Time // until then every other request is dropped with its connection
 }
 
 func startLateProxy(t testing.TB, target string) *lateProxy {
@@ -51,21 +53,42 @@ func startLateProxy(t testing.TB, target string) *lateProxy {
 }
 
 // holdNext holds the next request of any client for d.
-func (p *lateProxy) holdNext(d time.Duration) {
+func (p *lateProxy) holdNext(d time.Duration) { p.holdNextMatching(d, nil) }
+
+// holdNextMatching holds the next request for which match reports true
+// for d.
+func (p *lateProxy) holdNextMatching(d time.Duration, match func([]byte) bool) {
 	p.mu.Lock()
-	p.hold = d
+	p.hold, p.match = d, match
 	p.mu.Unlock()
 }
 
-func (p *lateProxy) take() time.Duration {
+// cutOthers makes the network drop, for d, every request but the held
+// one, and reset its connection, as a link that went down would for
+// requests not yet on their way: a cleanup cannot reach the server meanwhile.
+func (p *lateProxy) cutOthers(d time.Duration) {
+	p.mu.Lock()
+	p.down = time.Now().Add(d)
+	p.mu.Unlock()
+}
+
+// isDown reports whether requests are being dropped.
+func (p *lateProxy) isDown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Now().Before(p.down)
+}
+
+func (p *lateProxy) take(req []byte) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	d := p.hold
-	if d > 0 {
-		p.hold = 0
+	if d > 0 && (p.match == nil || p.match(req)) {
+		p.hold, p.match = 0, nil
 		p.held++
+		return d
 	}
-	return d
+	return 0
 }
 
 func (p *lateProxy) serve(c net.Conn) {
@@ -82,8 +105,14 @@ func (p *lateProxy) serve(c net.Conn) {
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			if d := p.take(); d > 0 {
+			if d := p.take(buf[:n]); d > 0 {
 				time.Sleep(d)
+			} else if p.isDown() {
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+				_ = c.Close()
+				break
 			}
 			if _, werr := s.Write(buf[:n]); werr != nil {
 				break
@@ -108,6 +137,13 @@ func (p *lateProxy) serve(c net.Conn) {
 // connection, which grants, and the caller releases that grant before the
 // first request is delivered.
 func lateGrant(t *testing.T, cfg config, retried bool) (stood bool) {
+	return lateGrantCut(t, cfg, retried, 0)
+}
+
+// lateGrantCut is lateGrant with every other request dropped for cut from
+// when the grant's request is held (its cleanup cannot reach the server),
+// and the request held until 400ms after that.
+func lateGrantCut(t *testing.T, cfg config, retried bool, cut time.Duration) (stood bool) {
 	t.Helper()
 	mcfg := migratedConfig(t)
 	db := testenv.OpenMySQL(t, mcfg.Clone())
@@ -131,7 +167,12 @@ func lateGrant(t *testing.T, cfg config, retried bool) (stood bool) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	proxy.holdNext(time.Second)
+	held := time.Second
+	if cut > 0 {
+		held = cut + 400*time.Millisecond
+		proxy.cutOthers(cut)
+	}
+	proxy.holdNext(held)
 	if retried {
 		lease, err := l.TryAcquire(ctx, "late", 20*time.Second)
 		if err != nil {
@@ -148,7 +189,7 @@ func lateGrant(t *testing.T, cfg config, retried bool) (stood bool) {
 			t.Fatalf("TryAcquire held in the network = %v, want its deadline", err)
 		}
 	}
-	time.Sleep(1800 * time.Millisecond)
+	time.Sleep(held + 800*time.Millisecond)
 	var holder sql.NullString
 	if err := db.QueryRowContext(ctx, `SELECT holder FROM fencekit_lock WHERE resource = 'late'
         AND expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`).Scan(&holder); err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -160,9 +201,10 @@ func lateGrant(t *testing.T, cfg config, retried bool) (stood bool) {
 // TestLateGrantNeverStands: a grant whose caller gave up while its
 // request was still in the network, delivered after the caller's cleanup,
 // never stands: the cleanup kills the request's session first, so the
-// request can run nothing when it arrives. The control without the kill
-// lets the late grant stand for its whole 20s TTL under a holder nobody
-// has. The same when the lock itself gave up on the request and sent it
+// request can run nothing when it arrives (and a grant's deadline, the
+// caller's here, is passed by then). The control without the kill and the
+// deadline lets the late grant stand for its whole 20s TTL under a holder
+// nobody has. The same when the lock itself gave up on the request and sent it
 // again: the retry grants, the caller releases, and the first request,
 // delivered after, grants nothing.
 func TestLateGrantNeverStands(t *testing.T) {
@@ -171,9 +213,26 @@ func TestLateGrantNeverStands(t *testing.T) {
 		if lateGrant(t, config{}, retried) {
 			t.Fatalf("retried %v: the grant of a caller that gave up stands", retried)
 		}
-		if !lateGrant(t, config{noKill: true}, retried) {
-			t.Fatalf("retried %v: control: without the kill the late grant did not stand: the test cannot see the defect", retried)
+		if !lateGrant(t, config{noKill: true, noDeadline: true}, retried) {
+			t.Fatalf("retried %v: control: without the kill and the deadline the late grant did not stand: the test cannot see the defect", retried)
 		}
+	}
+}
+
+// TestLateGrantPastAnUnreachableCleanup: the grant's request is held in
+// the network while every other request is dropped for longer than the
+// cleanup lasts (a link down: the cleanup's KILL cannot reach the server),
+// then delivered. The server reaches it past its deadline and grants
+// nothing. Without the deadline (the control, the code before migration
+// 00006) the grant stands for its whole 20s TTL.
+func TestLateGrantPastAnUnreachableCleanup(t *testing.T) {
+	t.Parallel() // mostly waits for the held request
+	cut := cleanupBound + 600*time.Millisecond
+	if lateGrantCut(t, config{}, false, cut) {
+		t.Fatal("the grant of a caller that gave up stands, delivered after its cleanup could not reach the server")
+	}
+	if !lateGrantCut(t, config{noDeadline: true}, false, cut) {
+		t.Fatal("control: without the deadline the late grant did not stand: the test cannot see the defect")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,6 +213,13 @@ func modelFloors() map[string]int {
 func TestLockModelMySQL(t *testing.T) {
 	testenv.Slow(t)
 	m, _ := newMyModel(t)
+	// In two runs of three the actors' sessions default to an isolation
+	// level and, one run of two each, to short statement, lock wait and
+	// idle timeouts.
+	if rng := rand.New(rand.NewPCG(lockmodel.Seed(t), 11)); rng.IntN(3) != 0 {
+		m.actorsCfg.Params = lateSessionDefaults(rng)
+	}
+	t.Logf("the actors' session defaults of this run: %v", m.actorsCfg.Params)
 	floors := modelFloors()
 	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)

@@ -18,8 +18,9 @@ import (
 // statement (a CALL), decided on the server's clock, with a token above
 // every earlier one of the resource.
 //
-// The database needs migration 00005_fencekit_lock of migrations.MySQLFS
-// (run migrations.UpMySQL once); calls on a database without it return an
+// The database needs migrations 00005_fencekit_lock and
+// 00006_fencekit_lock_grant_until of migrations.MySQLFS (run
+// migrations.UpMySQL once); calls on a database without them return an
 // error matching [ErrNotMigrated] that names the call. New itself sends
 // nothing.
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // The statements of the lock. Each is one CALL of a procedure that
-// migration 00005_fencekit_lock creates, one round trip, in the text
+// migrations 00005_fencekit_lock and 00006 create, one round trip, in the text
 // protocol with its arguments written as literals (see call): strings as
 // hexadecimal literals, which mean the same bytes whatever the session's
 // character set and sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES), numbers
@@ -56,6 +56,7 @@ const (
 	replyRefused = 0 // refused; queued when a place is given
 	replyGranted = 1 // granted now, with a new token
 	replyHeld    = 2 // already held by this holder: a retry, or a hand-over
+	replyTooLate = 3 // the server reached the request past its deadline: nothing changed
 )
 
 // notHeld is fencekit_lock_extend's and fencekit_lock_ttl's reply when the
@@ -128,7 +129,7 @@ const (
     holder = %[2]s, expires_us = %[3]s + %[4]d * 1000, handed_ref = NULL, handed_us = NULL,
     token = LAST_INSERT_ID(GREATEST(token + 1, %[3]s))
 WHERE resource = %[1]s AND NOT waiting AND (holder IS NULL OR expires_us <= %[3]s)
-  AND GREATEST(token + 1, %[3]s) <= 9007199254740991`
+  AND GREATEST(token + 1, %[3]s) <= 9007199254740991 AND %[3]s <= %[6]s`
 
 	fastReleaseSQL = `UPDATE fencekit_lock SET
     retain_until_us = GREATEST(%[3]s, token) + %[4]d * 1000,
@@ -139,6 +140,15 @@ WHERE resource = %[1]s AND holder = %[2]s AND expires_us > %[3]s AND NOT waiting
 	// the session's time zone, constant within a statement.
 	nowSQL = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 )
+
+// untilSQL is a grant's deadline in the fast path's UPDATE: µs on the
+// server's clock, or one no clock reaches (NULL would match nothing).
+func untilSQL(until any) string {
+	if us, ok := until.(int64); ok {
+		return strconv.FormatInt(us, 10)
+	}
+	return "9223372036854775807"
+}
 
 // literal is a as an SQL literal (see writeLiteral).
 func literal(a any) string {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencekit/fencekit/election"
 	"github.com/fencekit/fencekit/fence"
@@ -20,16 +23,64 @@ import (
 // lostUpdateRun is what one run of the increment workload saw.
 type lostUpdateRun struct {
 	acked, refused, final, paused int64
+	retryable                     int64 // refused by a deadlock or a lock wait timeout
+
+	mu      sync.Mutex
+	byLevel map[string]*[3]int64 // isolation level -> fenced transactions committed, stale, retryable
 }
 
-func (r lostUpdateRun) lost() int64 { return r.acked - r.final }
+// isoLevels are the levels the workload's transactions are drawn from.
+var isoLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+
+// note counts a transaction at level that ended with err.
+func (r *lostUpdateRun) note(level sql.IsolationLevel, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byLevel == nil {
+		r.byLevel = map[string]*[3]int64{}
+	}
+	c := r.byLevel[level.String()]
+	if c == nil {
+		c = new([3]int64)
+		r.byLevel[level.String()] = c
+	}
+	switch {
+	case err == nil:
+		c[0]++
+	case errors.Is(err, fence.ErrStale):
+		c[1]++
+	case errors.Is(err, mysqlstore.ErrRetryable):
+		c[2]++
+	}
+}
+
+// levels says what each level's transactions ended as, and whether every
+// level judged one.
+func (r *lostUpdateRun) levels() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, all := "", true
+	for _, l := range isoLevels {
+		c := r.byLevel[l.String()]
+		if c == nil {
+			c = new([3]int64)
+		}
+		all = all && c[0]+c[1]+c[2] > 0
+		out += fmt.Sprintf("; %s: committed %d, stale %d, serialization failures %d", l, c[0], c[1], c[2])
+	}
+	return out[2:], all
+}
+
+func (r *lostUpdateRun) lost() int64 { return r.acked - r.final }
 
 // runIncrements runs the lock-set workload: workers, each a Locker of New
 // of its own, acquire the MySQL lock, read a counter, sometimes pause past
 // their lease, write the counter plus one and release. fenced: the read
 // and the write pass storage/mysql's guard with the lease's fence;
-// otherwise they are plain transactions under the lock alone.
-func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpdateRun {
+// otherwise they are plain transactions under the lock alone. Each
+// transaction runs at an isolation level drawn for it; a deadlock or lock
+// wait timeout (the transaction rolled back) is a refusal.
+func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) *lostUpdateRun {
 	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE `+table+` (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB`); err != nil {
@@ -45,23 +96,35 @@ func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpda
 		pause   = 400 * time.Millisecond
 	)
 	var (
-		run lostUpdateRun
+		run = &lostUpdateRun{}
 		wg  sync.WaitGroup
 	)
 	resource := "counter-" + table
-	inTx := func(f fence.Fence, fn mysqlstore.TxFunc) error {
+	inTx := func(rng *rand.Rand, f fence.Fence, fn mysqlstore.TxFunc) error {
+		level := isoLevels[rng.IntN(len(isoLevels))]
+		opts := &sql.TxOptions{Isolation: level}
 		if fenced {
-			return mysqlstore.InTx(ctx, db, nil, f, fn)
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
+			err := mysqlstore.InTx(ctx, db, opts, f, fn)
+			run.note(level, err)
 			return err
 		}
-		if err := fn(ctx, tx); err != nil {
-			_ = tx.Rollback()
-			return err
+		err := func() error {
+			tx, err := db.BeginTx(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if err := fn(ctx, tx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}()
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout) {
+			// Rolled back, nothing changed: a refusal, as the guard's.
+			err = fmt.Errorf("%w: %w", mysqlstore.ErrRetryable, err)
 		}
-		return tx.Commit()
+		return err
 	}
 	for w := range workers {
 		l := newLocker(t, db)
@@ -77,10 +140,13 @@ func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpda
 				}
 				f := ls.Fence()
 				var n int64
-				err = inTx(f, func(ctx context.Context, tx *sql.Tx) error {
+				err = inTx(rng, f, func(ctx context.Context, tx *sql.Tx) error {
 					return tx.QueryRowContext(ctx, `SELECT n FROM `+table+` WHERE id = 1`).Scan(&n)
 				})
-				if errors.Is(err, fence.ErrStale) {
+				if errors.Is(err, mysqlstore.ErrRetryable) {
+					atomic.AddInt64(&run.retryable, 1)
+				}
+				if errors.Is(err, fence.ErrStale) || errors.Is(err, mysqlstore.ErrRetryable) {
 					atomic.AddInt64(&run.refused, 1)
 					_ = ls.Release(ctx)
 					continue
@@ -94,13 +160,16 @@ func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpda
 					atomic.AddInt64(&run.paused, 1)
 					time.Sleep(pause)
 				}
-				err = inTx(f, func(ctx context.Context, tx *sql.Tx) error {
+				err = inTx(rng, f, func(ctx context.Context, tx *sql.Tx) error {
 					_, err := tx.ExecContext(ctx, `UPDATE `+table+` SET n = ? WHERE id = 1`, n+1)
 					return err
 				})
 				switch {
 				case errors.Is(err, fence.ErrStale):
 					atomic.AddInt64(&run.refused, 1)
+				case errors.Is(err, mysqlstore.ErrRetryable):
+					atomic.AddInt64(&run.refused, 1)
+					atomic.AddInt64(&run.retryable, 1)
 				case err != nil:
 					t.Error(err)
 					return
@@ -119,16 +188,21 @@ func runIncrements(t *testing.T, db *sql.DB, table string, fenced bool) lostUpda
 }
 
 // TestNoLostUpdateOnMySQLAlone is the lost-update proof with nothing but
-// MariaDB: the MySQL lock's fence, admitted by storage/mysql's guard,
-// loses no acknowledged increment, while the same workload under the same
+// MariaDB: the MySQL lock's fence, admitted by storage/mysql's guard, each
+// transaction at READ COMMITTED, REPEATABLE READ or SERIALIZABLE, loses
+// no acknowledged increment, while the same workload under the same
 // lock without the guard loses some (the negative control).
 func TestNoLostUpdateOnMySQLAlone(t *testing.T) {
 	t.Parallel() // mostly pauses past the lease
 	db := migrated(t)
 	fenced := runIncrements(t, db, "fenced_counter", true)
 	plain := runIncrements(t, db, "plain_counter", false)
-	t.Logf("fenced: %d acknowledged, %d refused as stale, %d paused past the lease, final %d, lost %d",
-		fenced.acked, fenced.refused, fenced.paused, fenced.final, fenced.lost())
+	levels, all := fenced.levels()
+	t.Logf("fenced: %d acknowledged, %d refused (%d by a deadlock or lock wait timeout), %d paused past the lease, final %d, lost %d; by isolation level: %s",
+		fenced.acked, fenced.refused, fenced.retryable, fenced.paused, fenced.final, fenced.lost(), levels)
+	if !all {
+		t.Errorf("fenced: a level judged no transaction: %s", levels)
+	}
 	t.Logf("plain lock: %d acknowledged, %d paused past the lease, final %d, lost %d",
 		plain.acked, plain.paused, plain.final, plain.lost())
 	if fenced.lost() != 0 {

@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
@@ -19,9 +21,55 @@ import (
 // lostUpdateRun is what one run of the increment workload saw.
 type lostUpdateRun struct {
 	acked, refused, final, paused int64
+	retryable                     int64 // refused by a serialization failure
+
+	mu      sync.Mutex
+	byLevel map[pgx.TxIsoLevel]*[3]int64 // fenced transactions committed, stale, retryable
 }
 
-func (r lostUpdateRun) lost() int64 { return r.acked - r.final }
+func (r *lostUpdateRun) lost() int64 { return r.acked - r.final }
+
+// isoLevels are the levels the workload's transactions are drawn from.
+var isoLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+
+// note counts a transaction at level that ended with err.
+func (r *lostUpdateRun) note(level pgx.TxIsoLevel, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byLevel == nil {
+		r.byLevel = map[pgx.TxIsoLevel]*[3]int64{}
+	}
+	c := r.byLevel[level]
+	if c == nil {
+		c = new([3]int64)
+		r.byLevel[level] = c
+	}
+	switch {
+	case err == nil:
+		c[0]++
+	case errors.Is(err, fence.ErrStale):
+		c[1]++
+	case errors.Is(err, postgres.ErrRetryable):
+		c[2]++
+	}
+}
+
+// levels says what each level's transactions ended as, and whether every
+// level judged one.
+func (r *lostUpdateRun) levels() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out, all := "", true
+	for _, l := range isoLevels {
+		c := r.byLevel[l]
+		if c == nil {
+			c = new([3]int64)
+		}
+		all = all && c[0]+c[1]+c[2] > 0
+		out += fmt.Sprintf("; %s: committed %d, stale %d, serialization failures %d", l, c[0], c[1], c[2])
+	}
+	return out[2:], all
+}
 
 // runIncrements runs the lock-set workload (after Jepsen's): workers, each
 // a Locker of pglock.New of its own as a process would have, acquire the
@@ -29,7 +77,9 @@ func (r lostUpdateRun) lost() int64 { return r.acked - r.final }
 // counter plus one and release. fenced: the read and the write pass the
 // PostgreSQL guard (storage/postgres) with the lease's fence; otherwise
 // they are plain statements under the lock alone. Nothing else: no Redis.
-func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) lostUpdateRun {
+// Each transaction runs at an isolation level drawn for it; a
+// serialization failure (the transaction rolled back) is a refusal.
+func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) *lostUpdateRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -43,9 +93,25 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 		pause   = 400 * time.Millisecond
 	)
 	var (
-		run lostUpdateRun
+		run = &lostUpdateRun{}
 		wg  sync.WaitGroup
 	)
+	inTx := func(rng *rand.Rand, f fence.Fence, fn func(ctx context.Context, tx pgx.Tx) error) error {
+		level := isoLevels[rng.IntN(len(isoLevels))]
+		opts := pgx.TxOptions{IsoLevel: level}
+		if !fenced {
+			err := pgx.BeginTxFunc(ctx, pool, opts, func(tx pgx.Tx) error { return fn(ctx, tx) })
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
+				// Rolled back, nothing changed: a refusal, as the guard's.
+				err = fmt.Errorf("%w: %w", postgres.ErrRetryable, err)
+			}
+			return err
+		}
+		err := postgres.InTx(ctx, pool, opts, f, fn)
+		run.note(level, err)
+		return err
+	}
 	resource := "counter-" + table
 	for w := range workers {
 		l := newLocker(t, pool)
@@ -64,12 +130,11 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 				read := func(ctx context.Context, tx pgx.Tx) error {
 					return tx.QueryRow(ctx, `SELECT n FROM `+table+` WHERE id = 1`).Scan(&n)
 				}
-				if fenced {
-					err = postgres.InTx(ctx, pool, pgx.TxOptions{}, f, read)
-				} else {
-					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return read(ctx, tx) })
+				err = inTx(rng, f, read)
+				if errors.Is(err, postgres.ErrRetryable) {
+					atomic.AddInt64(&run.retryable, 1)
 				}
-				if errors.Is(err, fence.ErrStale) {
+				if errors.Is(err, fence.ErrStale) || errors.Is(err, postgres.ErrRetryable) {
 					atomic.AddInt64(&run.refused, 1)
 					_ = ls.Release(ctx)
 					continue
@@ -87,14 +152,13 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 					_, err := tx.Exec(ctx, `UPDATE `+table+` SET n = $1 WHERE id = 1`, n+1)
 					return err
 				}
-				if fenced {
-					err = postgres.InTx(ctx, pool, pgx.TxOptions{}, f, write)
-				} else {
-					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return write(ctx, tx) })
-				}
+				err = inTx(rng, f, write)
 				switch {
 				case errors.Is(err, fence.ErrStale):
 					atomic.AddInt64(&run.refused, 1)
+				case errors.Is(err, postgres.ErrRetryable):
+					atomic.AddInt64(&run.refused, 1)
+					atomic.AddInt64(&run.retryable, 1)
 				case err != nil:
 					t.Error(err)
 					return
@@ -114,15 +178,20 @@ func runIncrements(t *testing.T, pool *pgxpool.Pool, table string, fenced bool) 
 
 // TestNoLostUpdateOnPostgresAlone is the lost-update proof with nothing
 // but PostgreSQL: the PostgreSQL lock's fence, admitted by the PostgreSQL
-// guard, loses no acknowledged increment, while the same workload under
+// guard, each transaction at READ COMMITTED, REPEATABLE READ or
+// SERIALIZABLE, loses no acknowledged increment, while the same workload under
 // the same lock without the guard loses some in the same run (the
 // negative control, which shows the workload can see a loss).
 func TestNoLostUpdateOnPostgresAlone(t *testing.T) {
 	pool := migrated(t)
 	fenced := runIncrements(t, pool, "fenced_counter", true)
 	plain := runIncrements(t, pool, "plain_counter", false)
-	t.Logf("fenced: %d acknowledged, %d refused as stale, %d paused past the lease, final %d, lost %d",
-		fenced.acked, fenced.refused, fenced.paused, fenced.final, fenced.lost())
+	levels, all := fenced.levels()
+	t.Logf("fenced: %d acknowledged, %d refused (%d by a serialization failure), %d paused past the lease, final %d, lost %d; by isolation level: %s",
+		fenced.acked, fenced.refused, fenced.retryable, fenced.paused, fenced.final, fenced.lost(), levels)
+	if !all {
+		t.Errorf("fenced: a level judged no transaction: %s", levels)
+	}
 	t.Logf("plain lock: %d acknowledged, %d paused past the lease, final %d, lost %d",
 		plain.acked, plain.paused, plain.final, plain.lost())
 	if fenced.lost() != 0 {

@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -97,6 +98,47 @@ func modelDatabase(t *testing.T, rawURL string) string {
 	return dbURL
 }
 
+// drawDefaults sets, in two runs of three, defaults of the database at
+// dbURL (the test's own) that its sessions take: an isolation level, and
+// each of statement_timeout, lock_timeout and idle_session_timeout in one
+// run of two; it logs them.
+func drawDefaults(t *testing.T, dbURL string, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	if rng.IntN(3) == 0 {
+		t.Log("database defaults of this run: the server's")
+		return
+	}
+	settings := map[string]string{
+		"default_transaction_isolation": []string{"read committed", "repeatable read", "serializable"}[rng.IntN(3)],
+	}
+	if rng.IntN(2) == 0 {
+		settings["lock_timeout"] = "200ms"
+	}
+	if rng.IntN(2) == 0 {
+		settings["statement_timeout"] = "500ms"
+	}
+	if rng.IntN(2) == 0 {
+		settings["idle_session_timeout"] = "1s"
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for k, v := range settings {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+" SET "+k+" = '"+v+"'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("database defaults of this run: %v", settings)
+}
+
 // seenTracer tells the model the holder id of every grant attempt an
 // actor's pool sends (the grant statement's second argument).
 type seenTracer struct{ seen func(holder string) }
@@ -134,6 +176,12 @@ func newPgModel(t *testing.T, dbURL, actorsURL string) *pgModel {
 	}
 	cfg.MaxConns = 2
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fencekit_lmodel_watcher"
+	// The watcher is not under test: the database's defaults a run draws
+	// (drawDefaults) are the actors'.
+	for k, v := range map[string]string{"statement_timeout": "0", "lock_timeout": "0", "idle_session_timeout": "0",
+		"default_transaction_isolation": "read committed"} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	observer, err := pgxpool.NewWithConfig(ctxFor(t, 10*time.Second), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +313,7 @@ func (p *pgModel) terminate(ctx context.Context) error {
 func TestLockModelPostgres(t *testing.T) {
 	testenv.Slow(t)
 	db := modelDatabase(t, testenv.PostgresBaseURL(t))
+	drawDefaults(t, db, lockmodel.Seed(t))
 	p := newPgModel(t, db, db)
 	floors := modelFloors()
 	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/mysql"
@@ -27,9 +28,38 @@ const (
 // transaction.
 type MySQLCounter struct {
 	DB *sql.DB
-	// Levels, when set, are the isolation levels a fenced read runs at,
-	// one drawn for each; sql.LevelDefault (or none) is the session's.
+	// Levels, when set, are the isolation levels a fenced read or write
+	// runs at, one drawn for each transaction; sql.LevelDefault (or none)
+	// is the session's.
 	Levels []sql.IsolationLevel
+	// Default names the sessions' default level, for the counts per
+	// level. default: "default"
+	Default string
+
+	counts levelCounts
+}
+
+// Refused reports a deadlock or a lock wait timeout: the transaction
+// rolled back, nothing changed.
+func (c *MySQLCounter) Refused(err error) bool { return errors.Is(err, mysql.ErrRetryable) }
+
+// LevelCounts counts the fenced transactions per isolation level.
+func (c *MySQLCounter) LevelCounts() map[string]LevelCount { return c.counts.snapshot() }
+
+// txLevel draws a transaction's level: its options and its name.
+func (c *MySQLCounter) txLevel() (*sql.TxOptions, string) {
+	name := c.Default
+	if name == "" {
+		name = "default"
+	}
+	if len(c.Levels) == 0 {
+		return nil, name
+	}
+	l := c.Levels[rand.IntN(len(c.Levels))]
+	if l == sql.LevelDefault {
+		return nil, name
+	}
+	return &sql.TxOptions{Isolation: l}, strings.ToLower(l.String())
 }
 
 // Name names the storage.
@@ -56,15 +86,11 @@ func (c *MySQLCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resou
 		err := c.DB.QueryRowContext(ctx, mySelect, resource).Scan(&s.N, &s.Last)
 		return s, err
 	}
-	var opts *sql.TxOptions
-	if len(c.Levels) > 0 {
-		if l := c.Levels[rand.IntN(len(c.Levels))]; l != sql.LevelDefault {
-			opts = &sql.TxOptions{Isolation: l}
-		}
-	}
+	opts, level := c.txLevel()
 	err := mysql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, mySelect, resource).Scan(&s.N, &s.Last)
 	})
+	c.counts.note(level, err, mysql.ErrRetryable)
 	return s, err
 }
 
@@ -75,7 +101,8 @@ func (c *MySQLCounter) Write(ctx context.Context, mode Mode, f fence.Fence, reso
 		_, err := c.DB.ExecContext(ctx, myUpdate, s.N, int64(s.Last), resource)
 		return err
 	}
-	return mysql.InTx(ctx, c.DB, nil, f, func(ctx context.Context, tx *sql.Tx) error {
+	opts, level := c.txLevel()
+	err := mysql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, myUpdate, s.N, int64(s.Last), resource)
 		if err != nil {
 			return err
@@ -87,6 +114,8 @@ func (c *MySQLCounter) Write(ctx context.Context, mode Mode, f fence.Fence, reso
 		}
 		return err
 	})
+	c.counts.note(level, err, mysql.ErrRetryable)
+	return err
 }
 
 // Final selects the counter without a fence.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/postgres"
@@ -31,6 +32,26 @@ type PostgresCounter struct {
 	// Levels, when set, are the isolation levels a fenced read runs at,
 	// one drawn for each; empty means the database's default.
 	Levels []pgx.TxIsoLevel
+	// Default names the database's default level, which the fenced
+	// writes (one pipelined batch each) run at, for the counts per level.
+	// default: "default"
+	Default string
+
+	counts levelCounts
+}
+
+// Refused reports a serialization failure or a deadlock: the transaction
+// rolled back, nothing changed.
+func (c *PostgresCounter) Refused(err error) bool { return errors.Is(err, postgres.ErrRetryable) }
+
+// LevelCounts counts the fenced transactions per isolation level.
+func (c *PostgresCounter) LevelCounts() map[string]LevelCount { return c.counts.snapshot() }
+
+func (c *PostgresCounter) defaultLevel() string {
+	if c.Default == "" {
+		return "default"
+	}
+	return c.Default
 }
 
 // Name names the storage.
@@ -58,12 +79,15 @@ func (c *PostgresCounter) Read(ctx context.Context, mode Mode, f fence.Fence, re
 		return s, err
 	}
 	var opts pgx.TxOptions
+	level := c.defaultLevel()
 	if len(c.Levels) > 0 {
 		opts.IsoLevel = c.Levels[rand.IntN(len(c.Levels))]
+		level = strings.ToLower(string(opts.IsoLevel))
 	}
 	err := postgres.InTx(ctx, c.Pool, opts, f, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, pgSelect, resource).Scan(&s.N, &s.Last)
 	})
+	c.counts.note(level, err, postgres.ErrRetryable)
 	return s, err
 }
 
@@ -78,6 +102,7 @@ func (c *PostgresCounter) Write(ctx context.Context, mode Mode, f fence.Fence, r
 	if err == nil && tags[0].RowsAffected() != 1 {
 		return errors.New("workload: counter row missing")
 	}
+	c.counts.note(c.defaultLevel(), err, postgres.ErrRetryable)
 	return err
 }
 

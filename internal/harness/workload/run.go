@@ -84,11 +84,17 @@ const (
 
 // Result is what a run did and what the checker found.
 type Result struct {
-	Mode      Mode
-	Storage   string
-	Attempts  int64 // operations that got a lease
-	Acked     int64 // writes acknowledged
-	Stale     int64 // reads or writes refused as stale
+	Mode     Mode
+	Storage  string
+	Attempts int64 // operations that got a lease
+	Acked    int64 // writes acknowledged
+	Stale    int64 // reads or writes refused as stale
+	// Retryable counts reads or writes the store refused without a stale
+	// fence, changing nothing (a Refuser's: serialization failures).
+	Retryable int64
+	// Levels counts, per isolation level, how the fenced transactions
+	// ended (a LevelReporter's; nil otherwise).
+	Levels    map[string]LevelCount
 	Uncertain int64 // writes that failed otherwise: they may or may not have landed
 	LockErr   int64 // failed acquisitions (Redis down, for example)
 	Final     int64 // sum of the final counters
@@ -118,8 +124,12 @@ type Result struct {
 func (r Result) Safe() bool { return r.Lost == 0 && r.Regressions == 0 && r.Phantom == 0 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%s/%s: attempts=%d acked=%d stale=%d uncertain=%d lockErr=%d final=%d lost=%d regressions=%d phantom=%d ackedAfterFault=%d firstAckAfterFault=%v in %v",
-		r.Storage, r.Mode, r.Attempts, r.Acked, r.Stale, r.Uncertain, r.LockErr, r.Final, r.Lost, r.Regressions, r.Phantom, r.AckedAfterFault, r.FirstAckAfterFault, r.Elapsed.Round(time.Millisecond))
+	s := fmt.Sprintf("%s/%s: attempts=%d acked=%d stale=%d retryable=%d uncertain=%d lockErr=%d final=%d lost=%d regressions=%d phantom=%d ackedAfterFault=%d firstAckAfterFault=%v in %v",
+		r.Storage, r.Mode, r.Attempts, r.Acked, r.Stale, r.Retryable, r.Uncertain, r.LockErr, r.Final, r.Lost, r.Regressions, r.Phantom, r.AckedAfterFault, r.FirstAckAfterFault, r.Elapsed.Round(time.Millisecond))
+	if len(r.Levels) > 0 {
+		s += " (by isolation level: " + levelsString(r.Levels) + ")"
+	}
+	return s
 }
 
 type perResource struct {
@@ -159,10 +169,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	var (
 		attempts, acked, stale, lockErr, regressions, afterFault atomic.Int64
+		retryable                                                atomic.Int64
 		opID                                                     atomic.Int64
 		faultDone                                                atomic.Int64 // ns since start; 0 while running
 		firstAfterFault                                          atomic.Int64 // ns since start of the first ack after it
 	)
+	refuser, _ := c.Counter.(Refuser)
+	refusedOtherwise := func(err error) bool { return refuser != nil && refuser.Refused(err) }
 	start := time.Now()
 	emit := func(e Event) {
 		if c.Events != nil {
@@ -248,6 +261,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 						refused(err)
 						_ = lease.Release(opCtx)
 						continue
+					case refusedOtherwise(err):
+						retryable.Add(1)
+						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Failed, Err: err})
+						_ = lease.Release(opCtx)
+						continue
 					case err != nil:
 						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Failed, Err: err})
 						_ = lease.Release(opCtx)
@@ -282,6 +300,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Written, State: next})
 					case errors.Is(err, fence.ErrStale):
 						refused(err)
+					case refusedOtherwise(err):
+						// Nothing changed: not uncertain, so a write
+						// refused this way that landed is a phantom.
+						retryable.Add(1)
+						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Failed, Err: err})
 					default:
 						st.uncertain.Add(1)
 						emit(Event{Op: op, Worker: w, Resource: resource, Token: f.Token, Kind: Failed, Err: err})
@@ -294,6 +317,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	res.Attempts, res.Acked, res.Stale = attempts.Load(), acked.Load(), stale.Load()
+	res.Retryable = retryable.Load()
+	if lr, ok := c.Counter.(LevelReporter); ok {
+		res.Levels = lr.LevelCounts()
+	}
 	res.LockErr, res.Regressions = lockErr.Load(), regressions.Load()
 	res.AckedAfterFault = afterFault.Load()
 	if first := firstAfterFault.Load(); first > 0 {
