@@ -127,6 +127,12 @@ type Backend struct {
 	// channel never closes, so that its Lease is believed to its end
 	// though its lease was revoked or its key lost.
 	IgnoreLoss bool
+	// ResumeCompactedUnread, when set (by tests, before the first
+	// WatchRecord), makes a broken variant that the election model must
+	// reject: a record watch whose revision the cluster compacted resumes
+	// from the compaction's revision without reading the record, so a
+	// term written in between is never reported.
+	ResumeCompactedUnread bool
 	// BeforeEndDelete, when set (by tests, before the first Try), runs
 	// when the backend has decided to delete a key whose end passed and
 	// before it sends the deletion: a deletion that is slow to land.
