@@ -55,11 +55,11 @@ const restoreFresh = 2
 // actors' backends that record their grants for its judge, and the
 // observation refused while a belief of before may last.
 type restoreNemesis struct {
-	c       *Cluster
-	e       *lockEtcd
-	bump    uint64
-	path    string
-	dirs    []string
+	c    *Cluster
+	e    *lockEtcd
+	bump uint64
+	path string
+	dirs []string
 	// longest is the longest lease the model's actors take: observations
 	// are refused for its detection bound after the restore.
 	longest time.Duration
