@@ -68,7 +68,7 @@ func (m *etcdModel) compactionObserver(t *testing.T, cfg etcdModelRun, prefix, n
 	}
 	return e, []electionmodel.Fault{{
 		Name:  "record watch cut, compacted past",
-		Every: 2 * etcdModelTTL,
+		Every: etcdModelTTL,
 		Do: func(ctx context.Context, _ int) bool {
 			return compactionCut(ctx, proxies, direct, prefix, dir+"/r")
 		},
@@ -128,7 +128,7 @@ func compactionCut(ctx context.Context, proxies []*testenv.Proxy, direct *client
 func TestElectionModelEtcdCompaction(t *testing.T) {
 	testenv.Slow(t)
 	m := &etcdModel{c: StartCluster(t, 1), mu: new(sync.Mutex)}
-	budget := electionmodel.Budget(t, 8*time.Second)
+	budget := electionmodel.Budget(t, 15*time.Second)
 	t.Run("fenced", func(t *testing.T) {
 		t.Parallel()
 		floors := map[string]int{
