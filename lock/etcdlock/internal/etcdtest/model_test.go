@@ -339,23 +339,7 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
-	// A Locker whose release deletes whatever key holds the lock: a late
-	// release (after its lease ended on the local clock, once another
-	// holder has the lock) frees that holder's lock.
-	anyKey := newLockEtcd(t, c)
-	anyKey.open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
-		b, err := backend.New(cli, s)
-		if err != nil {
-			return nil, err
-		}
-		b.ReleaseFirstKey = true
-		return b, nil
-	}
 	cs := []lockmodel.Control{{
-		Name:     "release without the holder check",
-		CaughtBy: []string{lockmodel.Promise, lockmodel.Release},
-		Install:  func(testing.TB) (lockmodel.Backend, func()) { return anyKey.backend(), func() {} },
-	}, {
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return e.backend(), func() {} },
