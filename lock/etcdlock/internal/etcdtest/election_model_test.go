@@ -54,10 +54,6 @@ type etcdModelRun struct {
 	// proxies of its own, which the nemesis cuts while a term writes its
 	// record and the cluster compacts past it.
 	compaction bool
-	// resumeUnread makes the observer's backend the broken variant whose
-	// watch resumes from a compaction's revision without reading the
-	// record.
-	resumeUnread bool
 }
 
 // recordHold is a unary interceptor that calls hold before each
@@ -276,7 +272,7 @@ func (m *etcdModel) run(t *testing.T, cfg etcdModelRun, seed uint64, budget time
 		Faults:   m.faults(t),
 	}
 	if cfg.compaction {
-		mc.Observer, mc.Faults = m.compactionObserver(t, cfg, prefix, name, dir, direct)
+		mc.Observer, mc.Faults = m.compactionObserver(t, prefix, name, dir, direct)
 	}
 	h := electionmodel.Run(ctx, mc)
 	// Every write of the run, seen by the watch: up to the end's put.
