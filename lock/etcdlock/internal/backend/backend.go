@@ -127,6 +127,17 @@ type Backend struct {
 	// channel never closes, so that its Lease is believed to its end
 	// though its lease was revoked or its key lost.
 	IgnoreLoss bool
+	// ReleaseFirstKey, when set (by tests, before the first Try), makes a
+	// broken variant that the lock model must reject: a release deletes
+	// the key that holds the lock when it is sent, without checking that
+	// it is the grant's own (a late release frees another holder's lock).
+	ReleaseFirstKey bool
+	// ResumeCompactedUnread, when set (by tests, before the first
+	// WatchRecord), makes a broken variant that the election model must
+	// reject: a record watch whose revision the cluster compacted resumes
+	// from the compaction's revision without reading the record, so a
+	// term written in between is never reported.
+	ResumeCompactedUnread bool
 	// BeforeEndDelete, when set (by tests, before the first Try), runs
 	// when the backend has decided to delete a key whose end passed and
 	// before it sends the deletion: a deletion that is slow to land.
@@ -635,6 +646,9 @@ func (b *Backend) Extend(ctx context.Context, hh lockbackend.Hold, ttl time.Dura
 // returns it, since it checks that the record's token is the first key's.
 func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	e := hh.(*entry)
+	if b.ReleaseFirstKey {
+		return b.releaseFirstKey(ctx, e)
+	}
 	b.mu.Lock()
 	gone, rev, recorded := e.gone, e.rev, e.recorded
 	if gone {
@@ -680,6 +694,23 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	b.mu.Unlock()
 	if !deleted {
 		return fmt.Errorf("etcdlock: Release %q: %w", e.resource, lockbackend.ErrNotHeld)
+	}
+	return nil
+}
+
+// releaseFirstKey is the broken variant ReleaseFirstKey: whatever key
+// holds the lock now is deleted, the grant's own or another holder's.
+func (b *Backend) releaseFirstKey(ctx context.Context, e *entry) error {
+	get, err := b.cli.Get(ctx, b.holders(e.resource), clientv3.WithFirstCreate()...)
+	if err == nil && len(get.Kvs) > 0 {
+		_, err = b.cli.Delete(ctx, string(get.Kvs[0].Key))
+	}
+	b.mu.Lock()
+	e.released = err == nil
+	b.untrackLocked(e)
+	b.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: %w", lockbackend.ErrReplyLost, b.callErr(ctx, "Release", e.resource, err))
 	}
 	return nil
 }

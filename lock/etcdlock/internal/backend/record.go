@@ -167,6 +167,9 @@ func (b *Backend) WatchRecord(ctx context.Context, resource string) <-chan lockb
 			for resp := range b.cli.Watch(wctx, b.recordKey(resource), opts...) {
 				if resp.CompactRevision != 0 {
 					compacted = true
+					if b.ResumeCompactedUnread {
+						next = resp.CompactRevision
+					}
 					break
 				}
 				if resp.Err() != nil {
@@ -189,7 +192,7 @@ func (b *Backend) WatchRecord(ctx context.Context, resource string) <-chan lockb
 				}
 			}
 			cancel()
-			if compacted {
+			if compacted && !b.ResumeCompactedUnread {
 				// The events since next are gone: what stands now is
 				// what an observer must hear, and the watch goes on
 				// after this read.

@@ -49,6 +49,11 @@ const etcdStepDownFloor = etcdModelTTL / election.StepDownDivisor / 5
 // etcdModelRun is one run's variant.
 type etcdModelRun struct {
 	unfenced bool
+	// compaction replaces the leader's restarts by the record watch's
+	// nemesis (compactionCut): the observer reaches the members through
+	// proxies of its own, which the nemesis cuts while a term writes its
+	// record and the cluster compacts past it.
+	compaction bool
 }
 
 // recordHold is a unary interceptor that calls hold before each
@@ -264,22 +269,10 @@ func (m *etcdModel) run(t *testing.T, cfg etcdModelRun, seed uint64, budget time
 			}
 		},
 		Observer: newElection(direct),
-		Faults: []electionmodel.Fault{{
-			Name:  "leader member restarted",
-			Every: 4 * etcdModelTTL,
-			Do: func(ctx context.Context, _ int) bool {
-				m.mu.Lock()
-				defer m.mu.Unlock()
-				i := m.c.Leader(t)
-				m.c.Stop(i)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Duration(500+rand.IntN(1000)) * time.Millisecond):
-				}
-				m.c.Restart(t, i)
-				return true
-			},
-		}},
+		Faults:   m.faults(t),
+	}
+	if cfg.compaction {
+		mc.Observer, mc.Faults = m.compactionObserver(t, prefix, name, dir, direct)
 	}
 	h := electionmodel.Run(ctx, mc)
 	// Every write of the run, seen by the watch: up to the end's put.
@@ -297,6 +290,26 @@ func (m *etcdModel) run(t *testing.T, cfg etcdModelRun, seed uint64, budget time
 		t.Fatal("the watch ended before the run's end")
 	}
 	return electionmodel.Judge(h, etcdServerLog(seen, dir), etcdStepDownFloor)
+}
+
+// faults are the model's own faults on etcd: the leader member restarted.
+func (m *etcdModel) faults(t *testing.T) []electionmodel.Fault {
+	return []electionmodel.Fault{{
+		Name:  "leader member restarted",
+		Every: 4 * etcdModelTTL,
+		Do: func(ctx context.Context, _ int) bool {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			i := m.c.Leader(t)
+			m.c.Stop(i)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(500+rand.IntN(1000)) * time.Millisecond):
+			}
+			m.c.Restart(t, i)
+			return true
+		},
+	}}
 }
 
 // retryEtcd runs call until it succeeds, for up to a minute: a member

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,14 +18,22 @@ import (
 func (c *Cluster) Backup(t testing.TB, i int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := c.backup(i, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// backup is Backup to path, for a caller off the test's goroutine.
+func (c *Cluster) backup(i int, path string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := clientConfig(c.Members[i].DirectURL())
 	cfg.Context = ctx
 	if _, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, path); err != nil {
-		t.Fatalf("etcdtest: snapshot save: %v", err)
+		return fmt.Errorf("etcdtest: snapshot save: %w", err)
 	}
-	return path
+	return nil
 }
 
 // Restore stops every member and starts the cluster again from the
@@ -35,13 +44,25 @@ func (c *Cluster) Backup(t testing.TB, i int) string {
 // not 0).
 func (c *Cluster) Restore(t testing.TB, path string, bump uint64) {
 	t.Helper()
+	dirs := make([]string, len(c.Members))
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	if err := c.restore(path, bump, dirs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restore is Restore into the data directories dirs (one per member, each
+// new), for a caller off the test's goroutine.
+func (c *Cluster) restore(path string, bump uint64, dirs []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.Members {
 		m.stop()
 	}
-	for _, m := range c.Members {
-		m.dir = t.TempDir()
+	for i, m := range c.Members {
+		m.dir = dirs[i]
 		err := etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
 			SnapshotPath:        path,
 			Name:                m.Name,
@@ -53,7 +74,7 @@ func (c *Cluster) Restore(t testing.TB, path string, bump uint64) {
 			MarkCompacted:       bump != 0,
 		})
 		if err != nil {
-			t.Fatalf("etcdtest: snapshot restore of %s: %v", m.Name, err)
+			return fmt.Errorf("etcdtest: snapshot restore of %s: %w", m.Name, err)
 		}
 		m.dir = filepath.Join(m.dir, "restored")
 	}
@@ -70,9 +91,27 @@ func (c *Cluster) Restore(t testing.TB, path string, bump uint64) {
 			errs <- err
 		}()
 	}
+	var first error
 	for range c.Members {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
+	return first
+}
+
+// waitLeader waits up to d for a member to lead, for a caller off the
+// test's goroutine.
+func (c *Cluster) waitLeader(d time.Duration) error {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c.mu.Lock()
+		for _, m := range c.Members {
+			if m.etcd != nil && m.etcd.Server.Leader() != 0 && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+				c.mu.Unlock()
+				return nil
+			}
+		}
+		c.mu.Unlock()
+	}
+	return fmt.Errorf("etcdtest: no leader after %v", d)
 }

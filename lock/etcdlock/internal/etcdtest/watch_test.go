@@ -20,11 +20,22 @@ import (
 // event the watch saw, and breaks the watch for a second while a new term
 // writes its record. Once the watch is back, the observer must hear the
 // term written while it was cut off (read as the current record: its
-// event was compacted away) and every term after.
+// event was compacted away) and every term after. Its control, a watch
+// that resumes from the compaction's revision without reading the record
+// (ResumeCompactedUnread), must never hear that term.
 func TestRecordWatchResumesAfterCompaction(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sound", true: "control"}[broken], func(t *testing.T) {
+			recordWatchAfterCompaction(t, broken)
+		})
+	}
+}
+
+func recordWatchAfterCompaction(t *testing.T, broken bool) {
 	c := StartCluster(t, 1)
 	m := c.Members[0]
 	watcher := newBackend(t, c.ClientOf(t, m.ClientURL()))
+	watcher.ResumeCompactedUnread = broken
 	direct := c.ClientOf(t, m.DirectURL())
 	writer := newBackendAt(t, direct, watcher)
 	ctx := ctxFor(t, 60*time.Second)
@@ -82,8 +93,40 @@ func TestRecordWatchResumesAfterCompaction(t *testing.T) {
 	// its record, and the cluster compacts past it.
 	m.Proxy.CutFor(time.Second)
 	cutTerm, end := start("while cut off")
-	if _, err := direct.Compact(ctx, resp.Header.Revision+2, clientv3.WithCompactPhysical()); err != nil {
+	// Past the term's record too: a write after it, and the compaction
+	// at that write's revision.
+	past, err := direct.Put(ctx, watcher.Prefix()+"filler", "past")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if past.Header.Revision <= resp.Header.Revision+2 {
+		t.Fatalf("the term's record was not written after revision %d", resp.Header.Revision)
+	}
+	if _, err := direct.Compact(ctx, past.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if broken {
+		// The term stands until end: a watch that resumed without the
+		// read never reports it, whatever comes after.
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case rec, ok := <-recs:
+				if ok && rec.Token == cutTerm {
+					t.Fatalf("a watch resumed past the compaction unread reported term %d: the control shows nothing", cutTerm)
+				}
+				if ok {
+					continue
+				}
+			case <-deadline:
+			}
+			break
+		}
+		end()
+		after := term("after")
+		hear(after, "after")
+		t.Logf("rejected as it must be: term %d, written while the watch was cut, never heard; term %d after it was", cutTerm, after)
+		return
 	}
 	hear(cutTerm, "while cut off")
 	end()

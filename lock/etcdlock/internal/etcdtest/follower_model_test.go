@@ -1,0 +1,47 @@
+package etcdtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
+)
+
+// TestLockModelEtcdFollowerCutOff runs the lock model while a follower is
+// cut off from its peers for the whole run, every actor's client still
+// reaching it: quorum stands, so the renewed leases must be kept. No fault
+// is declared to the model, so none of its renewals is excused: the
+// renewal check judges every AutoRenew lease held past its first
+// validity (by rate, as on every backend), with the safety checks beside
+// it. The keep-alives and lease reads that the client sends to the
+// follower go unanswered, and are sent again to another member within a
+// part of the TTL (the hedged attempts); without that the renewals sent
+// there lapse.
+func TestLockModelEtcdFollowerCutOff(t *testing.T) {
+	c := StartCluster(t, 3)
+	e := newLockEtcd(t, c)
+	m := c.Members[(c.Leader(t)+1)%len(c.Members)]
+	// The watcher reads from the other two: a linearizable read the
+	// follower cannot answer would stall the observations, not the lock.
+	var others []string
+	for _, o := range c.Members {
+		if o != m {
+			others = append(others, o.DirectURL())
+		}
+	}
+	e.watcher = c.ClientOf(t, others...)
+	c.Peers.Isolate(m)
+	defer c.Peers.Heal()
+	floors := etcdFloors()
+	floors[lockmodel.Renewal] = 3
+	delete(floors, lockmodel.Anchor)
+	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t),
+		Floors: floors, Label: "follower cut off"}
+	start := time.Now()
+	r := lockmodel.Run(t, e.backend(), cfg)
+	r.Report(t)
+	r.Check(t, floors)
+	lapsed := r.Count("renewals lapsed")
+	t.Logf("renewed leases kept while a follower was cut off from its peers (quorum standing): %d of %d judged; the follower knew a leader at the end: %v (run %v)",
+		r.Count(lockmodel.Renewal)-lapsed, r.Count(lockmodel.Renewal), c.memberLeader(m) != 0, time.Since(start).Round(time.Millisecond))
+}
