@@ -287,15 +287,7 @@ func fastTryWithoutQueue(t *testing.T) func(m *model) redis.Hook {
 // 7 when it did so to another holder's lock, which the hook counts as
 // exposed and turns back into the 1 such a release would answer.
 func releaseWithoutHolderCheck(t *testing.T) func(m *model) redis.Hook {
-	src := breakScript(t, "release",
-		"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n    return 0\n  end\n  if redis.call('EXISTS', KEYS[4]) == 0 then\n    redis.call('DEL', KEYS[1])\n    return 1\n  end",
-		"  if redis.call('EXISTS', KEYS[4]) == 0 then\n    local cur = redis.call('GET', KEYS[1])\n    redis.call('DEL', KEYS[1])\n    if cur and cur ~= ARGV[1] then\n      return 7\n    end\n    return 1\n  end",
-		"local holder = ARGV[1]\nlocal acq = ARGV[2]\n",
-		"local freed_other = false\nlocal holder = ARGV[1]\nlocal acq = ARGV[2]\n",
-		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  return not_held()\nend",
-		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  if not redis.call('GET', KEYS[1]) then\n    return not_held()\n  end\n  freed_other = true\nend",
-		"    publish(channel, sharded, '')\n  end\nend\nreturn 1\n",
-		"    publish(channel, sharded, '')\n  end\nend\nif freed_other then\n  return 7\nend\nreturn 1\n")
+	src := releaseWithoutHolderCheckSource(t)
 	return func(m *model) redis.Hook {
 		return swapHook{m: m, name: "release", src: src, exposed: func(m *model, _ scriptCall, c *redis.Cmd, _ time.Time) {
 			if n, ok := c.Val().(int64); ok && n == 7 {
@@ -304,4 +296,19 @@ func releaseWithoutHolderCheck(t *testing.T) func(m *model) redis.Hook {
 			}
 		}}
 	}
+}
+
+// releaseWithoutHolderCheckSource is the release script of
+// releaseWithoutHolderCheck: it answers 7 where it freed another holder's
+// lock.
+func releaseWithoutHolderCheckSource(t *testing.T) string {
+	return breakScript(t, "release",
+		"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n    return 0\n  end\n  if redis.call('EXISTS', KEYS[4]) == 0 then\n    redis.call('DEL', KEYS[1])\n    return 1\n  end",
+		"  if redis.call('EXISTS', KEYS[4]) == 0 then\n    local cur = redis.call('GET', KEYS[1])\n    redis.call('DEL', KEYS[1])\n    if cur and cur ~= ARGV[1] then\n      return 7\n    end\n    return 1\n  end",
+		"local holder = ARGV[1]\nlocal acq = ARGV[2]\n",
+		"local freed_other = false\nlocal holder = ARGV[1]\nlocal acq = ARGV[2]\n",
+		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  return not_held()\nend",
+		"elseif redis.call('GET', KEYS[1]) ~= holder then\n  if not redis.call('GET', KEYS[1]) then\n    return not_held()\n  end\n  freed_other = true\nend",
+		"    publish(channel, sharded, '')\n  end\nend\nreturn 1\n",
+		"    publish(channel, sharded, '')\n  end\nend\nif freed_other then\n  return 7\nend\nreturn 1\n")
 }

@@ -83,7 +83,7 @@ func TestLockModelNeutralOnRedis(t *testing.T) {
 // "<n> <h>" or "<n> <g> <h>", when its holder mark is the lock holder's;
 // the floor is the server's clock in µs less one, below every later
 // token (max(n+1, clock)).
-func observeNeutral(ctx context.Context, c *redis.Client, keys []string) (lockmodel.Observation, error) {
+func observeNeutral(ctx context.Context, c redis.Scripter, keys []string) (lockmodel.Observation, error) {
 	var o lockmodel.Observation
 	raw, err := neutralObserveScript.Run(ctx, c, keys).Slice()
 	if err != nil {

@@ -105,6 +105,30 @@ func Judge(h *History, s *ServerLog, floor time.Duration) *Verdict {
 	return v
 }
 
+// JudgeNodes judges a run on a lock of several independent servers
+// (Redlock): the client's history once, as Judge does, and each server's
+// own history of writes alone against it (every record a node wrote names
+// the grant that node held, never replaces a newer record there, and a
+// term whose lock ran out on the node ended a floor before the node
+// granted the lock to another term). A server-side violation names its
+// node after its kind.
+func JudgeNodes(h *History, logs []*ServerLog, floor time.Duration) *Verdict {
+	v := Judge(h, nil, floor)
+	for i, s := range logs {
+		n := &Verdict{Counts: map[string]int{}}
+		judgeRecords(n, s)
+		judgeStepDown(n, h, s, floor)
+		for k, c := range n.Counts {
+			v.count(k, c)
+		}
+		for _, x := range n.Violations {
+			v.violate("%s (node %d)", x, i)
+		}
+		v.Gaps = append(v.Gaps, n.Gaps...)
+	}
+	return v
+}
+
 // judgeBelievers: every act of every term against the start of every term
 // that began after that term did.
 func judgeBelievers(v *Verdict, terms []*Term) {

@@ -105,6 +105,12 @@ func (m *model) judgeReleases(sent time.Time, o Observation) {
 	m.relPending = rest
 	m.dmu.Unlock()
 	for _, r := range bad {
+		if m.lostBetween(r.reply, sent) {
+			// Answered by a server lost since: its deletion may not have
+			// been copied to the one that took over.
+			m.r.count(FailoverReleasesExcused, 1)
+			continue
+		}
 		m.violate(Release, "%s lease %s (%s) still held with token %d, %v after its release answered that it held it",
 			m.b.Name, fence.HolderMark(r.g.holder), r.g.kind, o.Token, sent.Sub(r.reply))
 	}

@@ -98,6 +98,17 @@ type Fault struct {
 	// returns what it ended. The promise check then excuses, for a bounded
 	// time, the beliefs of that holder's Locker only (see [Loss]).
 	Lose func(ctx context.Context) (Loss, error)
+	// Fail, if not nil, is injected in place of Inject: it stops for good
+	// the server that holds the resource, so that another one takes it
+	// over with what was copied to it (a Redis Cluster master killed and
+	// its replica promoted: replication is asynchronous, so the newest
+	// writes may be missing there). It calls lost once the server is
+	// stopped, and returns once another one serves the resource (or ctx
+	// ended). The promise and release checks excuse only what the lost
+	// server may have done alone: the promises of grants asked for before
+	// lost was called, and the releases whose reply came before it; a
+	// grant or a release sent after it is judged as any other.
+	Fail func(ctx context.Context, lost func()) error
 }
 
 // Loss is what a [Fault.Lose] ended on the server.
@@ -235,6 +246,19 @@ const (
 	RevokeJudged  = "promises judged under a revoke"
 	RevokeExcused = "promises excused by a revoke"
 	RevokePast    = "promises of revoked Lockers judged past the bound"
+
+	// FailoverJudged are promises judged after a [Fault.Fail] of leases
+	// granted before it; FailoverExcused those of them the new server did
+	// not hold (the lost server granted them, and their write may not have
+	// been copied); FailoverReleasesExcused the releases answered by the
+	// lost server that the new one had not seen.
+	FailoverJudged          = "promises judged across a failover"
+	FailoverExcused         = "promises excused by a failover (granted by the lost server)"
+	FailoverReleasesExcused = "releases excused by a failover (answered by the lost server)"
+	// FailoverTokens are token pairs judged across a [Fault.Fail]: the
+	// earlier grant returned before the server was lost, the later one
+	// was asked for after it. Tokens are not excused.
+	FailoverTokens = "token pairs judged across a failover"
 
 	renewalsLapsed = "renewals lapsed"
 )

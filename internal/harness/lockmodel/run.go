@@ -99,6 +99,9 @@ type model struct {
 	holderCall map[string]*call
 	faults     []window
 	excuses    []excuse
+	// lost are the moments a [Fault.Fail] stopped a server: what it
+	// granted or released alone may be gone.
+	lost []time.Time
 	// lossPending are the excuses of losses whose grant had not returned
 	// when they were injected, by holder id: granted records them.
 	lossPending map[string]excuse
@@ -360,9 +363,16 @@ func (m *model) inject(rng *rand.Rand) {
 		done[i]++
 		from := time.Now()
 		var err error
-		if f.Lose != nil {
+		switch {
+		case f.Lose != nil:
 			err = m.lose(f, from)
-		} else {
+		case f.Fail != nil:
+			err = f.Fail(m.ctx, func() {
+				m.dmu.Lock()
+				m.lost = append(m.lost, time.Now())
+				m.dmu.Unlock()
+			})
+		default:
 			err = f.Inject(m.ctx)
 		}
 		to := time.Now()
@@ -445,6 +455,15 @@ func (m *model) judgePromise(g *grant, reply time.Time, bad string, canDefer boo
 		}
 		m.dmu.Unlock()
 	}
+	if m.lostBetween(g.start, reply) {
+		// The server that granted it may have been lost since, with the
+		// grant's write: the new one is not bound by it.
+		m.r.count(FailoverJudged, 1)
+		if bad != "" {
+			m.r.count(FailoverExcused, 1)
+			return
+		}
+	}
 	in, past := m.excused(g, reply)
 	if in {
 		m.r.count(RevokeJudged, 1)
@@ -463,6 +482,20 @@ func (m *model) judgePromise(g *grant, reply time.Time, bad string, canDefer boo
 	if bad != "" {
 		m.violate(Promise, "%s", bad)
 	}
+}
+
+// lostBetween reports whether a [Fault.Fail] stopped a server after from
+// and before to: a grant asked for before it, or a release answered
+// before it, may have been the lost server's alone.
+func (m *model) lostBetween(from, to time.Time) bool {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	for _, at := range m.lost {
+		if from.Before(at) && at.Before(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // anyLoss reports whether a loss's excuse was recorded in the run.
@@ -587,6 +620,12 @@ func (m *model) granted(g *grant) {
 		}
 		m.r.count(Tokens, 1)
 		g.judged = true
+		for _, at := range m.lost {
+			if e.end.Before(at) && at.Before(g.start) {
+				m.r.count(FailoverTokens, 1)
+				break
+			}
+		}
 		if e.token >= g.token && (worst == nil || e.token > worst.token) {
 			worst = e
 		}

@@ -194,3 +194,110 @@ func SlotMasters(ctx context.Context, c interface {
 		return ""
 	}, nil
 }
+
+// MoveSlot moves the slot of key, with its keys, from the master that
+// serves it to another running master, as a resharding does: the target
+// imports it, the source migrates it, its keys go over in MIGRATE calls
+// (each moves its keys at once, with their expiry), and then every running
+// node is told the slot's new master. Meanwhile the source answers ASK
+// for a key it no longer has and TRYAGAIN for a call whose keys are split
+// between the two; a client that follows redirects sees no key lost. It
+// returns the source and the target.
+func (c *Cluster) MoveSlot(ctx context.Context, key string) (from, to *RedisServer, err error) {
+	from, err = c.MasterOf(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	src := redis.NewClient(&redis.Options{Addr: from.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer src.Close()
+	slot, err := src.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	shards, err := src.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			if n.Role == "master" && n.Health == "online" && addr != from.Addr() && c.node(addr) != nil && to == nil {
+				to = c.node(addr)
+			}
+		}
+	}
+	if to == nil {
+		return nil, nil, fmt.Errorf("no other running master to move slot %d to", slot)
+	}
+	dst := redis.NewClient(&redis.Options{Addr: to.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer dst.Close()
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return nil, nil, err
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return nil, nil, fmt.Errorf("importing: %w", err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return nil, nil, fmt.Errorf("migrating: %w", err)
+	}
+	host, port, _ := net.SplitHostPort(to.Addr())
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			return nil, nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	// The target first, then the source (which then redirects with MOVED
+	// rather than ASK), then the others.
+	for _, n := range append([]*RedisServer{to, from}, c.Nodes...) {
+		if !n.running() {
+			continue
+		}
+		rc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+		err := rc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		_ = rc.Close()
+		if err != nil && (n == to || n == from) {
+			return nil, nil, fmt.Errorf("setslot node on %s: %w", n.Addr(), err)
+		}
+	}
+	return from, to, nil
+}
+
+// Failover kills the master that serves key's slot with SIGKILL, calls
+// killed (if not nil) once it has exited, and waits until another node
+// serves the slot (its replica, promoted after [ClusterNodeTimeout]) and
+// the running nodes report the cluster healthy. The killed node stays
+// down: its replica was promoted, and it would come back empty. It
+// returns the killed node.
+func (c *Cluster) Failover(ctx context.Context, key string, killed func()) (*RedisServer, error) {
+	victim, err := c.MasterOf(key)
+	if err != nil {
+		return nil, err
+	}
+	victim.Kill()
+	if killed != nil {
+		killed()
+	}
+	for ctx.Err() == nil {
+		if m, err := c.MasterOf(key); err == nil && m != victim && c.unhealthy() == "" {
+			return victim, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return victim, ctx.Err()
+}

@@ -1,0 +1,411 @@
+package election_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/election"
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/electionmodel"
+	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/lock"
+)
+
+// The election model on the other Redis deployments: a Redis Cluster of
+// three masters with a replica each (the election's keys in one slot, so
+// the server's history is the MONITOR feed of that slot's master), and
+// Redlock over five private servers (each node's own MONITOR feed, judged
+// alone: a node writes a record only while it holds the writer's lock, and
+// never over a newer one, and a term whose lock ran out ended a floor
+// before the node granted the lock to the next term). The workload, its
+// faults and the broken variants are the single server's
+// (model_test.go); on Redlock a variant of the record's script is sent by
+// a hook on each node's client, since the script is the single node's.
+
+// electionModelFloors are the floors of a run on Redis, Cluster or
+// Redlock, summed over up to four runs.
+func electionModelFloors() map[string]int {
+	return map[string]int{
+		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
+		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
+		"record writes judged (holder)": 4, "record writes held past the TTL": 1, "records planted": 1,
+		"terms run out (step-down gap judged)": 1,
+	}
+}
+
+// TestElectionModelCluster runs the model and its controls on one private
+// cluster, each run under a key prefix of its own.
+func TestElectionModelCluster(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	cl := testenv.StartCluster(t, 3, 1)
+	budget := electionmodel.Budget(t, 3*time.Second)
+	run := func(t *testing.T, cfg modelRun) func(seed uint64) *electionmodel.Verdict {
+		return func(seed uint64) *electionmodel.Verdict { return runClusterElectionModel(t, cl, cfg, seed, budget) }
+	}
+	t.Run("model", func(t *testing.T) {
+		electionmodel.Check(t, "redis-cluster", electionModelFloors(), 4, run(t, modelRun{}))
+	})
+	for _, c := range electionControls(t) {
+		t.Run("rejects "+c.name, func(t *testing.T) {
+			electionmodel.Rejects(t, "redis-cluster", c.name, c.kind, 3, 2, run(t, c.cfg))
+		})
+	}
+}
+
+// TestElectionModelRedlock runs the model and its controls on Redlock,
+// five private servers a run. A loaded machine makes fewer Redlock terms
+// (a campaign needs a quorum in a third of the TTL): 4 s runs, up to six.
+func TestElectionModelRedlock(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	budget := electionmodel.Budget(t, 4*time.Second)
+	run := func(t *testing.T, cfg modelRun) func(seed uint64) *electionmodel.Verdict {
+		return func(seed uint64) *electionmodel.Verdict { return runRedlockElectionModel(t, cfg, seed, budget) }
+	}
+	t.Run("model", func(t *testing.T) {
+		electionmodel.Check(t, "redlock", electionModelFloors(), 6, run(t, modelRun{}))
+	})
+	// Redlock's waiters poll and a campaign needs a quorum within the node
+	// timeout: on a loaded machine the next term was granted 350 ms to 1.2 s
+	// after a lost term's end (the right margin is 75 ms). So the unfenced
+	// elector believes three TTLs past its last knowledge, not one (as on
+	// etcd), and there is no step-down control: a step-down within the
+	// drift allowance, or with no margin at all, was never caught (0 of 2
+	// seeds each), and one only once a renewal fails in 1 of 3. The
+	// step-down check still judges every lost term (its floor).
+	cs := electionControls(t)[:3]
+	for _, c := range cs {
+		t.Run("rejects "+c.name, func(t *testing.T) {
+			electionmodel.Rejects(t, "redlock", c.name, c.kind, 3, 2, run(t, c.cfg))
+		})
+	}
+}
+
+type electionControl struct {
+	name, kind string
+	cfg        modelRun
+}
+
+// electionControls are the single server's controls (model_test.go).
+func electionControls(t *testing.T) []electionControl {
+	return []electionControl{
+		{"unfenced elector", "one believer", modelRun{unfenced: true}},
+		{"record written without the holder check", "record holder", modelRun{setLeader: brokenSetLeader(t, setLeaderCheck, "")}},
+		{"record admitted below a newer one", "record token", modelRun{setLeader: brokenSetLeader(t, setLeaderAdmit, "if false then")}},
+		{"step-down within the drift allowance", "step-down", modelRun{stepDown: election.Drift(modelTTL)}},
+	}
+}
+
+// runClusterElectionModel makes one run on cl under a prefix of its own.
+func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
+	t.Helper()
+	prefix := "elcluster:" + fence.NewHolder()[:12] + ":"
+	oc := cl.Client()
+	watcher, err := election.New(newLocker(t, oc, prefix), "model", election.WithTTL(modelTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := electionKeys(watcher)
+	recKey := keys.RecordKey
+	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
+	master, err := cl.MasterOf(recKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := master.Client()
+	mon := startMonitor(t, master.Addr())
+	h := electionmodel.Run(context.Background(), electionmodel.Config{
+		Backend:  "redis-cluster",
+		TTL:      modelTTL,
+		Budget:   budget,
+		Seed:     seed,
+		Unfenced: cfg.unfenced,
+		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
+			// A proxy of the candidate's own before every node: the
+			// cluster client dials a node's address through its proxy, so
+			// that cutting the candidate cuts it off from the whole
+			// cluster.
+			proxies := map[string]*testenv.Proxy{}
+			var addrs []string
+			for _, n := range cl.Nodes {
+				proxies[n.Addr()] = testenv.StartProxy(t, n.Addr())
+				addrs = append(addrs, n.Addr())
+			}
+			var d net.Dialer
+			c := redis.NewClusterClient(&redis.ClusterOptions{
+				Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond, MaxRetries: -1,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if p := proxies[addr]; p != nil {
+						addr = p.Addr()
+					}
+					return d.DialContext(ctx, network, addr)
+				},
+			})
+			t.Cleanup(func() { _ = c.Close() })
+			e, err := election.New(newLocker(t, c, prefix), "model", election.WithTTL(modelTTL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.setLeader != "" {
+				election.UseSetLeader(e, cfg.setLeader)
+			}
+			if cfg.stepDown != 0 {
+				election.SetStepDown(e, cfg.stepDown)
+			}
+			c.AddHook(recordHook{hash: election.SetLeaderHash(e), hold: beforeRecord})
+			cut := func(block bool) func() {
+				return func() {
+					for _, p := range proxies {
+						if block {
+							p.Block()
+						} else {
+							p.Unblock()
+						}
+					}
+				}
+			}
+			return electionmodel.Candidate{Election: e, Cut: cut(true), Uncut: cut(false)}
+		},
+		Observer: watcher,
+		ObserverReady: func(ctx context.Context) bool {
+			// On a cluster the channel is sharded: its master counts it.
+			return mc.PubSubShardNumSub(ctx, keys.Channel).Val()[keys.Channel] >= 1
+		},
+		Plant: func(ctx context.Context) bool { return plantRecord(ctx, []*redis.Client{mc}, recKey) },
+	})
+	return electionmodel.Judge(h, redisServerLog(mon.stop(), lockKey, recKey), stepDownFloor)
+}
+
+// plantRecord writes, on every client's server, a record 5 s of the
+// server's clock above the newest record there (the same on each), as a
+// server whose clock went back would leave; false when no server had a
+// record.
+func plantRecord(ctx context.Context, cs []*redis.Client, recKey string) bool {
+	var top uint64
+	for _, c := range cs {
+		if tok, err := c.HGet(ctx, recKey, "t").Uint64(); err == nil {
+			top = max(top, tok)
+		}
+	}
+	if top == 0 {
+		return false
+	}
+	planted := strconv.FormatUint(top+5_000_000, 10)
+	done := false
+	for _, c := range cs {
+		if c.HSet(ctx, recKey, "v", "planted", "t", planted, "h", "planted-holder").Err() == nil {
+			c.PExpire(ctx, recKey, 3*modelTTL)
+			done = true
+		}
+	}
+	return done
+}
+
+// runRedlockElectionModel makes one run on five private servers.
+func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
+	t.Helper()
+	const nodes = 5
+	const prefix = "elredlock:"
+	var srvs []*testenv.RedisServer
+	var direct []*redis.Client
+	var watchClients []redis.UniversalClient
+	for range nodes {
+		s := testenv.StartRedis(t)
+		srvs = append(srvs, s)
+		c := s.Client()
+		direct = append(direct, c)
+		watchClients = append(watchClients, c)
+	}
+	// Candidates poll (Redlock opens no subscription): every few
+	// milliseconds, so that the next term begins soon after a lock runs
+	// out and the step-down gap is judged against it.
+	wait := lock.WithWait(lock.Backoff(2*time.Millisecond, 5*time.Millisecond))
+	// Five monitored nodes answer slowly on a loaded machine: a node
+	// timeout of a third of the TTL, not the default 50 ms, lets a quorum
+	// answer in time.
+	nodeTimeout := lock.WithNodeTimeout(modelTTL / 3)
+	wl, err := lock.NewRedlock(watchClients, lock.WithPrefix(prefix), wait, nodeTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Close)
+	watcher, err := election.New(wl, "model", election.WithTTL(modelTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := electionKeys(watcher)
+	recKey := keys.RecordKey
+	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
+	var mons []*monitor
+	for _, s := range srvs {
+		mons = append(mons, startMonitor(t, s.Addr()))
+	}
+	realHash := sha1Hex(election.SetLeaderSource())
+	var unfencedFor time.Duration
+	if cfg.unfenced {
+		unfencedFor = 3 * modelTTL // see TestElectionModelRedlock
+	}
+	h := electionmodel.Run(context.Background(), electionmodel.Config{
+		Backend:     "redlock",
+		TTL:         modelTTL,
+		Budget:      budget,
+		Seed:        seed,
+		Unfenced:    cfg.unfenced,
+		UnfencedFor: unfencedFor,
+		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
+			var proxies []*testenv.Proxy
+			var clients []redis.UniversalClient
+			once := &heldOnce{hold: beforeRecord, writes: map[string]chan struct{}{}}
+			for _, s := range srvs {
+				p := testenv.StartProxy(t, s.Addr())
+				proxies = append(proxies, p)
+				c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1})
+				t.Cleanup(func() { _ = c.Close() })
+				// The hold first (a record write is held on every node
+				// at once), then the broken script, if any.
+				c.AddHook(redlockRecordHook{hash: realHash, once: once})
+				if cfg.setLeader != "" {
+					c.AddHook(scriptSwapHook{hash: realHash, src: cfg.setLeader})
+				}
+				clients = append(clients, c)
+			}
+			l, err := lock.NewRedlock(clients, lock.WithPrefix(prefix), wait, nodeTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			e, err := election.New(l, "model", election.WithTTL(modelTTL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.stepDown != 0 {
+				election.SetStepDown(e, cfg.stepDown)
+			}
+			cut := func(block bool) func() {
+				return func() {
+					for _, p := range proxies {
+						if block {
+							p.Block()
+						} else {
+							p.Unblock()
+						}
+					}
+				}
+			}
+			return electionmodel.Candidate{Election: e, Cut: cut(true), Uncut: cut(false)}
+		},
+		Observer: watcher,
+		ObserverReady: func(ctx context.Context) bool {
+			for _, c := range direct {
+				if c.PubSubNumSub(ctx, keys.Channel).Val()[keys.Channel] < 1 {
+					return false
+				}
+			}
+			return true
+		},
+		Plant: func(ctx context.Context) bool { return plantRecord(ctx, direct, recKey) },
+	})
+	// Each node's history alone, its grants only those of terms: a
+	// candidate's attempt that a quorum refused may take a node whose
+	// copy of the lock ran out while the term goes on at the quorum.
+	terms := map[string]bool{}
+	for _, r := range h.Terms {
+		terms[r.Holder] = true
+	}
+	var logs []*electionmodel.ServerLog
+	for _, m := range mons {
+		s := redisServerLog(m.stop(), lockKey, recKey)
+		kept := s.Events[:0]
+		for _, e := range s.Events {
+			if e.Kind != electionmodel.Granted || terms[e.Holder] {
+				kept = append(kept, e)
+			}
+		}
+		s.Events = kept
+		logs = append(logs, s)
+	}
+	if h.FirstCampaignError != nil {
+		t.Logf("redlock: the first campaign that failed: %v", h.FirstCampaignError)
+	}
+	return electionmodel.JudgeNodes(h, logs, stepDownFloor)
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// heldOnce calls hold once per record write of a Redlock candidate, from
+// the first node's call; the other nodes' calls of the same write wait
+// for it, so that the whole write is held.
+type heldOnce struct {
+	hold   func()
+	mu     sync.Mutex
+	writes map[string]chan struct{}
+}
+
+func (o *heldOnce) before(write string) {
+	o.mu.Lock()
+	ch, ok := o.writes[write]
+	if !ok {
+		ch = make(chan struct{})
+		o.writes[write] = ch
+	}
+	o.mu.Unlock()
+	if ok {
+		<-ch
+		return
+	}
+	o.hold()
+	close(ch)
+}
+
+// redlockRecordHook runs once.before for each call of the record's script
+// (by its hash, or by its source after a NOSCRIPT), named by the write's
+// holder and token.
+type redlockRecordHook struct {
+	hash string
+	once *heldOnce
+}
+
+func (redlockRecordHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (redlockRecordHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h redlockRecordHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		// EVALSHA hash 2 lock record holder token ...
+		if a := cmd.Args(); len(a) > 6 && a[0] == "evalsha" && a[1] == h.hash {
+			h.once.before(fmt.Sprint(a[5], " ", a[6]))
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// scriptSwapHook sends src by EVAL in place of the script whose hash is
+// hash: a broken variant of it on a backend whose scripts a test cannot
+// replace otherwise.
+type scriptSwapHook struct{ hash, src string }
+
+func (scriptSwapHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (scriptSwapHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h scriptSwapHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.hash {
+			a[0], a[1] = "eval", h.src
+		}
+		return next(ctx, cmd)
+	}
+}
