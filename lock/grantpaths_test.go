@@ -2,12 +2,14 @@ package lock_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestEveryGrantPathHoldsWhatItPromises: whichever script grants the lock
@@ -104,5 +106,54 @@ func TestEveryGrantPathHoldsWhatItPromises(t *testing.T) {
 	}
 	if lease := <-got; lease != nil {
 		check("a hand-over (release.lua)", "handed", lease)
+	}
+}
+
+// slowReply holds every reply for delay before the caller sees it: the
+// time a reply spends in a slow network or a paused client.
+type slowReply struct{ delay atomic.Int64 }
+
+func (h *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		time.Sleep(time.Duration(h.delay.Load()))
+		return err
+	}
+}
+
+// TestValidityCountsFromBeforeTheSend: a lease's Validity, after a grant
+// or an extension whose reply took 400 ms to arrive, is at most the TTL
+// less those 400 ms: Redis started the lease when the script ran, before
+// the reply's delay, so a lease counted from the reply would be believed
+// past the key's end.
+func TestValidityCountsFromBeforeTheSend(t *testing.T) {
+	ctx := context.Background()
+	const ttl, delay = 3 * time.Second, 400 * time.Millisecond
+	slow := &slowReply{}
+	c := testenv.Redis(t) // a client of this test's own
+	c.AddHook(slow)
+	l := newLocker(t, c)
+	defer l.Close()
+	slow.delay.Store(int64(delay))
+	lease, err := l.TryAcquire(ctx, "slow", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := lease.Validity(); v > ttl-delay {
+		t.Fatalf("Validity %v after a grant whose reply took %v: want at most %v", v, delay, ttl-delay)
+	}
+	if err := lease.Extend(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if v := lease.Validity(); v > ttl-delay {
+		t.Fatalf("Validity %v after an extension whose reply took %v: want at most %v", v, delay, ttl-delay)
+	}
+	slow.delay.Store(0)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
