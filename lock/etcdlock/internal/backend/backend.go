@@ -132,6 +132,11 @@ type Backend struct {
 	// the key that holds the lock when it is sent, without checking that
 	// it is the grant's own (a late release frees another holder's lock).
 	ReleaseFirstKey bool
+	// RecordUnchecked, when set (by tests, before the first PutRecord),
+	// makes a broken variant that the election model must reject: a record
+	// is written whether or not its grant still holds the lock, on no
+	// lease.
+	RecordUnchecked bool
 	// ResumeCompactedUnread, when set (by tests, before the first
 	// WatchRecord), makes a broken variant that the election model must
 	// reject: a record watch whose revision the cluster compacted resumes

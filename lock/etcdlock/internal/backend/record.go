@@ -24,6 +24,13 @@ func (b *Backend) PutRecord(ctx context.Context, f fence.Fence, value string, li
 	}
 	rkey := b.recordKey(f.Resource)
 	rev := int64(f.Token - TokenBase)
+	if b.RecordUnchecked {
+		_, err := b.cli.Txn(ctx).Then(clientv3.OpPut(rkey, formatRecord(f.Token, value))).Commit()
+		if err != nil {
+			return b.callErr(ctx, "PutRecord", f.Resource, err)
+		}
+		return nil
+	}
 	kv, err := b.fenceKey(ctx, f, true)
 	if err != nil {
 		return b.callErr(ctx, "PutRecord", f.Resource, err)

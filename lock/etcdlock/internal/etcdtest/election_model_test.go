@@ -16,8 +16,10 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
+	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/fencekit/fencekit/lock/etcdlock"
+	"github.com/fencekit/fencekit/lock/etcdlock/internal/backend"
 )
 
 // The election model (internal/harness/electionmodel) on etcd. Each
@@ -54,6 +56,9 @@ type etcdModelRun struct {
 	// proxies of its own, which the nemesis cuts while a term writes its
 	// record and the cluster compacts past it.
 	compaction bool
+	// recordUnchecked makes the candidates' backends the broken variant
+	// that writes a record whether or not its grant still holds the lock.
+	recordUnchecked bool
 }
 
 // recordHold is a unary interceptor that calls hold before each
@@ -205,12 +210,19 @@ func (m *etcdModel) run(t *testing.T, cfg etcdModelRun, seed uint64, budget time
 	direct := m.c.Client(t)
 	opts := []election.Option{election.WithTTL(etcdModelTTL)}
 	newElection := func(cli *clientv3.Client) *election.Election {
-		l, err := etcdlock.New(cli, lock.WithPrefix(prefix))
+		l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
+			b, err := backend.New(cli, s)
+			if err != nil {
+				return nil, err
+			}
+			b.RecordUnchecked = cfg.recordUnchecked
+			return b, nil
+		}, []any{lock.WithPrefix(prefix)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(l.Close)
-		e, err := election.New(l, name, opts...)
+		t.Cleanup(l.(*lock.Locker).Close)
+		e, err := election.New(l.(*lock.Locker), name, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
