@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,10 +47,19 @@ type variant struct {
 func main() {
 	n := flag.Int("n", 1000, "pairs in the shorter run (the longer has 3n)")
 	luaDir := flag.String("lua", "../lock/internal/redisbackend", "fencekit's Redis lock backend, for its scripts")
+	only := flag.String("only", "", "run only the variants whose name matches this regular expression")
+	flag.StringVar(&keep, "keep", "", "keep callgrind's output of each longer run in this directory, for callgrind_annotate")
 	flag.Parse()
 	vs, err := variants(*luaDir)
 	if err != nil {
 		fail(err)
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fail(fmt.Errorf("-only: %w", err))
+		}
+		vs = slices.DeleteFunc(vs, func(v variant) bool { return !re.MatchString(v.name) })
 	}
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		fail(errors.New("valgrind not found: install it (Debian: apt-get install valgrind)"))
@@ -59,11 +69,11 @@ func main() {
 	fmt.Println("|---|---|---|---|")
 	var base float64
 	for i, v := range vs {
-		short, err := count(v, *n)
+		short, err := count(v, *n, "")
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", v.name, err))
 		}
-		long, err := count(v, 3**n)
+		long, err := count(v, 3**n, keep)
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", v.name, err))
 		}
@@ -80,9 +90,13 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// keep is the -keep flag.
+var keep string
+
 // count starts redis-server under callgrind, runs n pairs of v, stops the
-// server and returns the instructions callgrind collected.
-func count(v variant, n int) (int64, error) {
+// server and returns the instructions callgrind collected; with keepDir,
+// callgrind's output stays there, named for v.
+func count(v variant, n int, keepDir string) (int64, error) {
 	port, err := freePort()
 	if err != nil {
 		return 0, err
@@ -122,6 +136,12 @@ func count(v variant, n int) (int64, error) {
 	_ = c.Do(ctx, "shutdown", "nosave").Err() // the connection closes: no reply
 	if err := cmd.Wait(); err != nil {
 		return 0, fmt.Errorf("%w: %s", err, log.String())
+	}
+	if keepDir != "" {
+		name := regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(v.name, "_")
+		if err := os.Rename(filepath.Join(dir, "out"), filepath.Join(keepDir, "callgrind.out."+name)); err != nil {
+			return 0, err
+		}
 	}
 	m := regexp.MustCompile(`Collected : (\d+)`).FindStringSubmatch(log.String())
 	if m == nil {
