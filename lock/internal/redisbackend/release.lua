@@ -87,7 +87,7 @@ if acq ~= '' then
     end
   end
   redis.call('DEL', KEYS[3])
-elseif redis.call('GET', KEYS[1]) ~= holder then
+elseif not held_by_caller and redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
 end
 local retention = tonumber(string.sub(ARGV[3], 2))
