@@ -9,11 +9,12 @@
 // the uncontended pair (TryAcquire + Release of one repeated resource,
 // serial) of fencekit, bsm/redislock, rueidislock and the floors,
 // interleaved operation by operation (pairs per second); the Redis server's
-// time per pair of each, each contender alone (INFO commandstats: the
-// scripts' time, which includes the commands they call, plus the plain
-// commands the client sent); and the contended hand-off of fencekit and
-// rueidislock with each number of waiters of -waiters on one Locker, the two
-// alternating run by run (grants per second, the hand-off's p50 and p99).
+// time per pair of each (INFO commandstats: the scripts' time, which
+// includes the commands they call, plus the plain commands the client
+// sent), the contenders taking turns in chunks of 100 pairs; and the
+// contended hand-off of fencekit and rueidislock with each number of waiters
+// of -waiters on one Locker, the two alternating run by run (grants per
+// second, the hand-off's p50 and p99).
 package main
 
 import (
@@ -84,12 +85,36 @@ func main() {
 			for name, d := range u.Mean {
 				r.pairsPS[name] = 1 / d.Seconds()
 			}
-			for _, name := range uncontenders {
-				c, err := suite.MeasureCost(ctx, name, lockers[name], srv, costOps, "cost"+strconv.Itoa(run))
-				if err != nil {
-					return err
+			// Server time, interleaved too: every contender in turn runs a
+			// chunk of pairs between two readings of INFO commandstats, so
+			// that all see the same load.
+			const chunk = 100
+			usec := map[string]int64{}
+			for round := range costOps / chunk {
+				for k := range uncontenders {
+					name := uncontenders[(k+round)%len(uncontenders)]
+					before, err := srv.Stats(ctx)
+					if err != nil {
+						return err
+					}
+					for range chunk {
+						h, err := lockers[name].TryAcquire(ctx, "cost"+strconv.Itoa(run))
+						if err == nil {
+							err = h.Release(ctx)
+						}
+						if err != nil {
+							return fmt.Errorf("%s: %w", name, err)
+						}
+					}
+					after, err := srv.Stats(ctx)
+					if err != nil {
+						return err
+					}
+					usec[name] += suite.ServerUsec(name, before, after)
 				}
-				r.serverUs[name] = c.ServerUs
+			}
+			for name, us := range usec {
+				r.serverUs[name] = float64(us) / float64(costOps/chunk*chunk)
 			}
 			seq := 0
 			for _, w := range ws {
