@@ -166,14 +166,14 @@ func main() {
 		fmt.Println()
 	}
 	fmt.Printf("\nContended hand-off on one Locker: fencekit against rueidislock\n\n")
-	fmt.Println("| run | waiters | fencekit grants/s | rueidislock grants/s | ratio | fencekit p50 | rueidislock p50 | ratio | fencekit p99 | rueidislock p99 | commands/grant |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| run | waiters | fencekit grants/s | rueidislock grants/s | ratio | fencekit p50 | rueidislock p50 | ratio | fencekit p99 | rueidislock p99 | commands/grant | allocations/grant |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range ws {
 		for i, r := range results {
 			f, q := r.handoffs[suite.Fencekit+"/"+strconv.Itoa(w)], r.handoffs[suite.Rueidislock+"/"+strconv.Itoa(w)]
-			fmt.Printf("| %d | %d | %.0f | %.0f | %.2f× | %v | %v | %.2f× | %v | %v | %.2f / %.2f |\n", i+1, w, f.GrantsPS, q.GrantsPS, f.GrantsPS/q.GrantsPS,
+			fmt.Printf("| %d | %d | %.0f | %.0f | %.2f× | %v | %v | %.2f× | %v | %v | %.2f / %.2f | %.0f / %.0f |\n", i+1, w, f.GrantsPS, q.GrantsPS, f.GrantsPS/q.GrantsPS,
 				f.P50.Round(time.Microsecond), q.P50.Round(time.Microsecond), float64(f.P50)/float64(q.P50),
-				f.P99.Round(time.Microsecond), q.P99.Round(time.Microsecond), f.Cmds, q.Cmds)
+				f.P99.Round(time.Microsecond), q.P99.Round(time.Microsecond), f.Cmds, q.Cmds, f.Allocs, q.Allocs)
 		}
 	}
 }
