@@ -261,7 +261,10 @@ return 0`
 		if err := tryS.Run(ctx, c, []string{k[0], k[1], k[3]}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
 			return fmt.Errorf("acquire: %w", err)
 		}
-		res, err := acqS.Run(ctx, c, k[:5], waiter, ttlMS, retentionMS, "", 3000, channel, "").Int64Slice()
+		// The entry lives a minute: under valgrind on a busy machine the
+		// release can come seconds after the waiter queued, and a lapsed
+		// entry is passed over.
+		res, err := acqS.Run(ctx, c, k[:5], waiter, ttlMS, retentionMS, "", 60000, channel, "").Int64Slice()
 		if err != nil || len(res) < 1 || res[0] != 0 {
 			return fmt.Errorf("queue: %v %w", res, err)
 		}
