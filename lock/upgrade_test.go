@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -66,9 +67,10 @@ func readerOfPlainNews(payload string) (first []string, ok bool) {
 // the third. It also measures the broadcast: what every grant costs each
 // subscribed Locker.
 //
-// Every grant from the queue publishes two messages, the grant and the
-// announcement of the new first waiters, and each reaches every Locker
-// subscribed to the channel: draining n waiters of n Lockers costs about
+// Every grant from the queue of a lease shorter than a queue refresh (the
+// leases here) publishes two messages, the grant and the announcement of the
+// new first waiters, and each reaches every Locker subscribed to the
+// channel: draining n waiters of n Lockers costs about
 // 2n² deliveries (the grant alone, before announcements: n²). The second
 // run drains 128 waiters of 128 Lockers, one grant each, and measures it
 // (about 255 deliveries per grant).
@@ -127,7 +129,10 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 					// Each waits for up to every other one's turn: on a
 					// loaded machine under -race, 128 turns took over 10 s.
 					actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-					lease, err := l.Acquire(actx, resource, 5*time.Second)
+					// Under a second: a grant of a longer lease from the
+					// queue announces nothing (its waiters learn their
+					// places from their refreshes).
+					lease, err := l.Acquire(actx, resource, 900*time.Millisecond)
 					cancel()
 					if err != nil {
 						t.Error(err)
@@ -135,7 +140,9 @@ func testAnnouncements(t *testing.T, lockers, perLocker int, grantsTotal int64) 
 					}
 					grants.Add(1)
 					time.Sleep(2 * time.Millisecond)
-					if err := lease.Release(ctx); err != nil {
+					// A lease that ran out while the machine stalled is
+					// not what this test is about.
+					if err := lease.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
 						t.Error(err)
 						return
 					}

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,10 +47,19 @@ type variant struct {
 func main() {
 	n := flag.Int("n", 1000, "pairs in the shorter run (the longer has 3n)")
 	luaDir := flag.String("lua", "../lock/internal/redisbackend", "fencekit's Redis lock backend, for its scripts")
+	only := flag.String("only", "", "run only the variants whose name matches this regular expression")
+	flag.StringVar(&keep, "keep", "", "keep callgrind's output of each longer run in this directory, for callgrind_annotate")
 	flag.Parse()
 	vs, err := variants(*luaDir)
 	if err != nil {
 		fail(err)
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fail(fmt.Errorf("-only: %w", err))
+		}
+		vs = slices.DeleteFunc(vs, func(v variant) bool { return !re.MatchString(v.name) })
 	}
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		fail(errors.New("valgrind not found: install it (Debian: apt-get install valgrind)"))
@@ -59,11 +69,11 @@ func main() {
 	fmt.Println("|---|---|---|---|")
 	var base float64
 	for i, v := range vs {
-		short, err := count(v, *n)
+		short, err := count(v, *n, "")
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", v.name, err))
 		}
-		long, err := count(v, 3**n)
+		long, err := count(v, 3**n, keep)
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", v.name, err))
 		}
@@ -80,9 +90,13 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// keep is the -keep flag.
+var keep string
+
 // count starts redis-server under callgrind, runs n pairs of v, stops the
-// server and returns the instructions callgrind collected.
-func count(v variant, n int) (int64, error) {
+// server and returns the instructions callgrind collected; with keepDir,
+// callgrind's output stays there, named for v.
+func count(v variant, n int, keepDir string) (int64, error) {
 	port, err := freePort()
 	if err != nil {
 		return 0, err
@@ -105,7 +119,8 @@ func count(v variant, n int) (int64, error) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), ReadTimeout: -1, MaxRetries: -1})
 	defer c.Close()
 	up := false
-	for deadline := time.Now().Add(30 * time.Second); !up && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	// Valgrind starts slowly on a loaded machine.
+	for deadline := time.Now().Add(2 * time.Minute); !up && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if conn, err := net.Dial("tcp", c.Options().Addr); err == nil {
 			conn.Close()
 			up = c.Ping(ctx).Err() == nil
@@ -122,6 +137,12 @@ func count(v variant, n int) (int64, error) {
 	_ = c.Do(ctx, "shutdown", "nosave").Err() // the connection closes: no reply
 	if err := cmd.Wait(); err != nil {
 		return 0, fmt.Errorf("%w: %s", err, log.String())
+	}
+	if keepDir != "" {
+		name := regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(v.name, "_")
+		if err := os.Rename(filepath.Join(dir, "out"), filepath.Join(keepDir, "callgrind.out."+name)); err != nil {
+			return 0, err
+		}
 	}
 	m := regexp.MustCompile(`Collected : (\d+)`).FindStringSubmatch(log.String())
 	if m == nil {
@@ -150,7 +171,7 @@ func variants(dir string) ([]variant, error) {
 		return string(b), err
 	}
 	var src = map[string]string{}
-	for _, f := range []string{"try_fast.lua", "tokenstate.lua", "try.lua", "release_plain.lua", "handover.lua", "release.lua"} {
+	for _, f := range []string{"try_fast.lua", "tokenstate.lua", "try.lua", "release_plain.lua", "handover.lua", "release.lua", "acquire.lua"} {
 		s, err := read(f)
 		if err != nil {
 			return nil, fmt.Errorf("%w (run in bench/, or pass -lua)", err)
@@ -226,6 +247,39 @@ return 0`
 		return err
 	}
 
+	// A hand-over as the queue makes it: a holder takes the lock, a waiter
+	// queues behind it (acquire.lua, refused), the holder's release grants
+	// the lock to the waiter and publishes the grant, and the waiter
+	// releases. No client subscribes: what a subscriber costs the server is
+	// the same for every variant.
+	acqS := redis.NewScript(src["tokenstate.lua"] + src["handover.lua"] + src["acquire.lua"])
+	tryS, relS := redis.NewScript(trySrc), redis.NewScript(relSrc)
+	handOver := func(ctx context.Context, c *redis.Client, resource string) error {
+		k := keys(resource)
+		holder, waiter := fence.NewHolder(), fence.NewHolder()
+		channel := lock.DefaultPrefix + "{" + resource + "}:released"
+		if err := tryS.Run(ctx, c, []string{k[0], k[1], k[3]}, holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		// The entry lives a minute: under valgrind on a busy machine the
+		// release can come seconds after the waiter queued, and a lapsed
+		// entry is passed over.
+		res, err := acqS.Run(ctx, c, k[:5], waiter, ttlMS, retentionMS, "", 60000, channel, "").Int64Slice()
+		if err != nil || len(res) < 1 || res[0] != 0 {
+			return fmt.Errorf("queue: %v %w", res, err)
+		}
+		for _, h := range []string{holder, waiter} {
+			n, err := relS.Run(ctx, c, k[:5], fullArgs(h)...).Int64()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("released %d", n)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
 	vs := []variant{
 		{"fencekit (its Locker)", "nothing", contender(suite.Fencekit)},
 		{"fencekit's scripts, run bare", "nothing (checks that the variants below are sent as the Locker sends)",
@@ -245,6 +299,8 @@ return 0`
 		{"rueidislock", "the token (a peer without one)", contender(suite.Rueidislock)},
 		{suite.FloorLua, "the token and the compare before the delete", contender(suite.FloorLua)},
 		{suite.Floor, "the scripts", contender(suite.Floor)},
+		{"hand-over cycle (not a pair)", "nothing: a grant, a waiter queued, a release that hands the lock to it, its release",
+			handOver},
 	}
 	return vs, nil
 }

@@ -31,6 +31,9 @@ type Handoff struct {
 	MeanHold  time.Duration // the hold as measured (HoldFor keeps it close to Hold)
 	RTT       time.Duration // median PING round trip before the run
 	Errors    int           // acquisitions that failed for a reason other than the end of the run
+	// Allocs is heap allocations per grant in the whole process over the
+	// window: the contender's clients and waiters, and the workload's own.
+	Allocs float64
 }
 
 // HoldFor holds for d as exactly as the machine allows. A sleep cannot:
@@ -144,11 +147,14 @@ func RunHandoff(ctx context.Context, srv *Server, contender string, waiters, loc
 	}
 	time.Sleep(warm)
 	cmds0, err0 := count()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	t0 := time.Now()
 	measuring.Store(true)
 	time.Sleep(window)
 	measuring.Store(false)
 	h.Window = time.Since(t0)
+	runtime.ReadMemStats(&m1)
 	cmds1, err1 := count()
 	cancel()
 	wg.Wait()
@@ -164,6 +170,7 @@ func RunHandoff(ctx context.Context, srv *Server, contender string, waiters, loc
 	h.P50 = percentile(handoffs, 0.50)
 	h.P99 = percentile(handoffs, 0.99)
 	h.Cmds = float64(cmds1-cmds0) / float64(h.Grants)
+	h.Allocs = float64(m1.Mallocs-m0.Mallocs) / float64(h.Grants)
 	h.MeanHold = time.Duration(held.Load() / int64(h.Grants))
 	return h, nil
 }

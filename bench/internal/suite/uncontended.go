@@ -158,14 +158,24 @@ func MeasureCost(ctx context.Context, contender string, l Locker, stats interfac
 		if name == "info" {
 			continue
 		}
-		// A script's time includes the commands it calls, which the server
-		// also counts under their own names: add only what clients send.
-		if name == "evalsha" || name == "eval" || plainCommands[contender][name] {
-			c.ServerUs += float64(d.Usec) / float64(ops)
-		}
 		c.ServerCalls[name] = float64(d.Calls) / float64(ops)
 	}
+	c.ServerUs = float64(ServerUsec(contender, before, after)) / float64(ops)
 	return c, nil
+}
+
+// ServerUsec is the Redis server time, in µs, that contender's operations
+// took between two readings of INFO commandstats: the scripts' time, which
+// includes the commands they call (which the server also counts under their
+// own names), plus that of the plain commands the contender sends.
+func ServerUsec(contender string, before, after map[string]CommandStat) int64 {
+	var us int64
+	for name, d := range diffStats(before, after) {
+		if name == "evalsha" || name == "eval" || plainCommands[contender][name] {
+			us += d.Usec
+		}
+	}
+	return us
 }
 
 // plainCommands are the commands each contender sends outside a script on

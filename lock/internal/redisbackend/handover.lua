@@ -42,7 +42,8 @@ end
 -- as acquire.lua makes one (a new token, the waiter's lease, its hold
 -- record) and "<holder> <token> <refreshed µs> <age ms>" is published: the
 -- waiter takes the grant from the message without another round trip; the
--- waiters now first are then told so (announce_queue).
+-- waiters now first are then told so (announce_queue) when the new lease is
+-- shorter than a queue refresh.
 -- refreshed names the entry's last refresh (acquire.lua returned it to the
 -- waiter) and age is how long before the grant that was, rounded down, so
 -- the waiter can date its lease no later than the grant. When the token
@@ -89,7 +90,16 @@ local function hand_over(channel, sharded, retention)
       -- 0 when this server's clock is behind the one that wrote the entry
       -- (a failover), which still dates the lease no later than the grant.
       publish(channel, sharded, w .. ' ' .. ts .. ' ' .. ref .. ' ' .. tostring(math.max(0, math.floor((now - tonumber(ref)) / 1000))))
-      announce_queue(channel, sharded)
+      -- The waiters now first are told where they stand only when the new
+      -- lease is shorter than a queue refresh (1000 ms, the client's
+      -- QueueRefresh): each waiter refreshes its entry within that time and
+      -- the refresh's reply tells it the same, before a longer lease can
+      -- end, so the announcement would move no try and would only delay
+      -- this script's reply and the grant's delivery, which Redis sends
+      -- once the script is done.
+      if lease < 1000 then
+        announce_queue(channel, sharded)
+      end
       return true
     end
     top = redis.call('ZPOPMIN', KEYS[4])

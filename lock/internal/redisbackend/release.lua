@@ -22,8 +22,9 @@
 -- of a hold that is still counted elsewhere returns 1 again.
 --
 -- Hand-over (handover.lua): the lock goes to the first live queued waiter,
--- and the grant is published, followed by the names of the waiters now
--- first and the new lease's length (announce_queue). When waiters were queued but none is live,
+-- and the grant is published, followed, when the new lease is shorter than
+-- a queue refresh, by the names of the waiters now first and the new
+-- lease's length (announce_queue). When waiters were queued but none is live,
 -- an empty message says the lock is free. With nobody queued nothing is
 -- published: every waiter that relies on the channel is in the queue (a
 -- waiter joins it in the same try that is refused, once its subscription
@@ -86,7 +87,7 @@ if acq ~= '' then
     end
   end
   redis.call('DEL', KEYS[3])
-elseif redis.call('GET', KEYS[1]) ~= holder then
+elseif not held_by_caller and redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
 end
 local retention = tonumber(string.sub(ARGV[3], 2))

@@ -221,7 +221,16 @@ func (t *topic) deliver(holder string, g grantMsg) {
 // their place and the lease's remaining time rem, replacing what they have
 // not read yet of an earlier announcement; the caller holds h.mu, so no
 // other send comes between the drain and the send.
+//
+// An announcement of a lease that runs for a queue refresh or longer (every
+// hand-over of a lease of a second or more), or that has no expiry, only
+// drains what the waiters have not read: each waiter refreshes its entry
+// within lockbackend.QueueRefresh and that refresh's reply tells it the same,
+// so the announcement could not move its next try earlier, and waking it
+// would take the processor from the waiter that the same release has just
+// granted the lock.
 func (t *topic) place(first []string, rem time.Duration, at time.Time) {
+	tell := rem < lockbackend.QueueRefresh && rem != lockbackend.NoExpiry
 	for _, w := range t.waiters {
 		for i, h := range first {
 			if w.holder != h {
@@ -231,7 +240,9 @@ func (t *topic) place(first []string, rem time.Duration, at time.Time) {
 			case <-w.place:
 			default:
 			}
-			w.place <- lockbackend.Place{Place: i, Remaining: rem, At: at}
+			if tell {
+				w.place <- lockbackend.Place{Place: i, Remaining: rem, At: at}
+			}
 		}
 	}
 }
