@@ -215,3 +215,56 @@ func TestVanishedWaitersCostAtMostTheirLeases(t *testing.T) {
 	}
 	stop()
 }
+
+// TestVanishedWaiterOfALongLease is the case a hand-over of a lease of a
+// second or more makes: the queue is not announced after the grant (its
+// waiters learn their places from their own refreshes, within a second),
+// so a live waiter behind a vanished one, handed the lock for 1.5 s,
+// must still take it once that lease has run out, within the bound the
+// short leases' case allows.
+func TestVanishedWaiterOfALongLease(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	const resource = "longcut"
+	const cutLease = 1500 * time.Millisecond
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
+	prefix := testenv.Prefix(t)
+	l, err := lock.New(c, lock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	cl, p := cutOff(t, srv, prefix)
+
+	holder := mustAcquire(t, l, resource, 30*time.Second)
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	cut := make(chan acquired, 1)
+	startWaiter(cctx, cl, "cut", resource, cutLease, cut)
+	waitQueued(t, c, l, resource, 1)
+	live := make(chan acquired, 1)
+	startWaiter(ctx, l, "live", resource, time.Second, live)
+	waitQueued(t, c, l, resource, 2)
+
+	afterRefresh(t, c, l, resource, 1)
+	p.Block()
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := receive(t, live, 10*time.Second)
+	late := time.Since(released)
+	t.Logf("a cut-off waiter handed a %v lease ahead: the live waiter got the lock %v after the release", cutLease, late.Round(time.Millisecond))
+	if late < cutLease {
+		t.Errorf("the live waiter got the lock %v after the release, before the vanished waiter's %v lease ended", late, cutLease)
+	}
+	if late > cutLease+vanishBound {
+		t.Errorf("the live waiter got the lock %v after the release, want within %v (the vanished waiter's lease, then %v)", late, cutLease+vanishBound, vanishBound)
+	}
+	if err := a.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+}
