@@ -143,7 +143,10 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 			}
 			var d net.Dialer
 			c := redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond, MaxRetries: -1,
+				// A dial through a loaded machine's proxy takes more than
+				// the single server's 100 ms: a cluster client dials every
+				// node, and its slot map first.
+				Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1,
 				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 					if p := proxies[addr]; p != nil {
 						addr = p.Addr()
@@ -229,11 +232,11 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	// Candidates poll (Redlock opens no subscription): every few
 	// milliseconds, so that the next term begins soon after a lock runs
 	// out and the step-down gap is judged against it.
-	wait := lock.WithWait(lock.Backoff(2*time.Millisecond, 5*time.Millisecond))
+	wait := lock.WithWait(lock.Backoff(2*time.Millisecond, 10*time.Millisecond))
 	// Five monitored nodes answer slowly on a loaded machine: a node
-	// timeout of a third of the TTL, not the default 50 ms, lets a quorum
-	// answer in time.
-	nodeTimeout := lock.WithNodeTimeout(modelTTL / 3)
+	// timeout of half the TTL, not the default 50 ms, lets a quorum answer
+	// in time (with a third, a run at load 30 made no term).
+	nodeTimeout := lock.WithNodeTimeout(modelTTL / 2)
 	wl, err := lock.NewRedlock(watchClients, lock.WithPrefix(prefix), wait, nodeTimeout)
 	if err != nil {
 		t.Fatal(err)
