@@ -31,6 +31,17 @@ import (
 // (model_test.go); on Redlock a variant of the record's script is sent by
 // a hook on each node's client, since the script is the single node's.
 
+// deployModelTTL is the Cluster and Redlock runs' TTL: twice the single
+// server's, since a candidate's calls there cross a proxy per node and
+// (Redlock) five monitored servers, which answer slowly on a loaded
+// machine: with 300 ms, at load 40, most Redlock campaigns failed and six
+// runs made two terms, and the cluster's terms ended about as soon as
+// their campaign returned (12 acts in four runs). The unfenced elector
+// believes three of them past its last knowledge, as on MySQL and etcd:
+// the next term began up to 520 ms (Cluster) and 1.2 s (Redlock) after a
+// lost one's step-down there.
+const deployModelTTL = 600 * time.Millisecond
+
 // electionModelFloors are the floors of a run on Redis, Cluster or
 // Redlock, summed over up to four runs.
 func electionModelFloors() map[string]int {
@@ -48,12 +59,12 @@ func TestElectionModelCluster(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
 	cl := testenv.StartCluster(t, 3, 1)
-	budget := electionmodel.Budget(t, 3*time.Second)
+	budget := electionmodel.Budget(t, 4*time.Second) // terms of 1 to 5 TTLs of 600 ms
 	run := func(t *testing.T, cfg modelRun) func(seed uint64) *electionmodel.Verdict {
 		return func(seed uint64) *electionmodel.Verdict { return runClusterElectionModel(t, cl, cfg, seed, budget) }
 	}
 	t.Run("model", func(t *testing.T) {
-		electionmodel.Check(t, "redis-cluster", electionModelFloors(), 4, run(t, modelRun{}))
+		electionmodel.Check(t, "redis-cluster", electionModelFloors(), 6, run(t, modelRun{}))
 	})
 	for _, c := range electionControls(t) {
 		t.Run("rejects "+c.name, func(t *testing.T) {
@@ -77,7 +88,7 @@ func TestElectionModelRedlock(t *testing.T) {
 	})
 	// Redlock's waiters poll and a campaign needs a quorum within the node
 	// timeout: on a loaded machine the next term was granted 350 ms to 1.2 s
-	// after a lost term's end (the right margin is 75 ms). So the unfenced
+	// after a lost term's end (with a 300 ms TTL, whose margin is 75 ms). So the unfenced
 	// elector believes three TTLs past its last knowledge, not one (as on
 	// etcd), and there is no step-down control: a step-down within the
 	// drift allowance, or with no margin at all, was never caught (0 of 2
@@ -102,7 +113,7 @@ func electionControls(t *testing.T) []electionControl {
 		{"unfenced elector", "one believer", modelRun{unfenced: true}},
 		{"record written without the holder check", "record holder", modelRun{setLeader: brokenSetLeader(t, setLeaderCheck, "")}},
 		{"record admitted below a newer one", "record token", modelRun{setLeader: brokenSetLeader(t, setLeaderAdmit, "if false then")}},
-		{"step-down within the drift allowance", "step-down", modelRun{stepDown: election.Drift(modelTTL)}},
+		{"step-down within the drift allowance", "step-down", modelRun{stepDown: election.Drift(deployModelTTL)}},
 	}
 }
 
@@ -111,7 +122,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 	t.Helper()
 	prefix := "elcluster:" + fence.NewHolder()[:12] + ":"
 	oc := cl.Client()
-	watcher, err := election.New(newLocker(t, oc, prefix), "model", election.WithTTL(modelTTL))
+	watcher, err := election.New(newLocker(t, oc, prefix), "model", election.WithTTL(deployModelTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +135,17 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 	}
 	mc := master.Client()
 	mon := startMonitor(t, master.Addr())
+	var unfencedFor time.Duration
+	if cfg.unfenced {
+		unfencedFor = 3 * deployModelTTL
+	}
 	h := electionmodel.Run(context.Background(), electionmodel.Config{
-		Backend:  "redis-cluster",
-		TTL:      modelTTL,
-		Budget:   budget,
-		Seed:     seed,
-		Unfenced: cfg.unfenced,
+		Backend:     "redis-cluster",
+		TTL:         deployModelTTL,
+		Budget:      budget,
+		Seed:        seed,
+		Unfenced:    cfg.unfenced,
+		UnfencedFor: unfencedFor,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			// A proxy of the candidate's own before every node: the
 			// cluster client dials a node's address through its proxy, so
@@ -143,7 +159,10 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 			}
 			var d net.Dialer
 			c := redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond, MaxRetries: -1,
+				// A dial through a loaded machine's proxy takes more than
+				// the single server's 100 ms: a cluster client dials every
+				// node, and its slot map first.
+				Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond, MaxRetries: -1,
 				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 					if p := proxies[addr]; p != nil {
 						addr = p.Addr()
@@ -152,7 +171,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 				},
 			})
 			t.Cleanup(func() { _ = c.Close() })
-			e, err := election.New(newLocker(t, c, prefix), "model", election.WithTTL(modelTTL))
+			e, err := election.New(newLocker(t, c, prefix), "model", election.WithTTL(deployModelTTL))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +202,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 		},
 		Plant: func(ctx context.Context) bool { return plantRecord(ctx, []*redis.Client{mc}, recKey) },
 	})
-	return electionmodel.Judge(h, redisServerLog(mon.stop(), lockKey, recKey), stepDownFloor)
+	return electionmodel.Judge(h, redisServerLog(mon.stop(), lockKey, recKey), deployModelTTL/election.StepDownDivisor/5)
 }
 
 // plantRecord writes, on every client's server, a record 5 s of the
@@ -204,7 +223,7 @@ func plantRecord(ctx context.Context, cs []*redis.Client, recKey string) bool {
 	done := false
 	for _, c := range cs {
 		if c.HSet(ctx, recKey, "v", "planted", "t", planted, "h", "planted-holder").Err() == nil {
-			c.PExpire(ctx, recKey, 3*modelTTL)
+			c.PExpire(ctx, recKey, 3*deployModelTTL)
 			done = true
 		}
 	}
@@ -229,17 +248,17 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	// Candidates poll (Redlock opens no subscription): every few
 	// milliseconds, so that the next term begins soon after a lock runs
 	// out and the step-down gap is judged against it.
-	wait := lock.WithWait(lock.Backoff(2*time.Millisecond, 5*time.Millisecond))
+	wait := lock.WithWait(lock.Backoff(2*time.Millisecond, 10*time.Millisecond))
 	// Five monitored nodes answer slowly on a loaded machine: a node
-	// timeout of a third of the TTL, not the default 50 ms, lets a quorum
-	// answer in time.
-	nodeTimeout := lock.WithNodeTimeout(modelTTL / 3)
+	// timeout of half the TTL, not the default 50 ms, lets a quorum answer
+	// in time (with a third, a run at load 30 made no term).
+	nodeTimeout := lock.WithNodeTimeout(deployModelTTL / 2)
 	wl, err := lock.NewRedlock(watchClients, lock.WithPrefix(prefix), wait, nodeTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(wl.Close)
-	watcher, err := election.New(wl, "model", election.WithTTL(modelTTL))
+	watcher, err := election.New(wl, "model", election.WithTTL(deployModelTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +272,11 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	realHash := sha1Hex(election.SetLeaderSource())
 	var unfencedFor time.Duration
 	if cfg.unfenced {
-		unfencedFor = 3 * modelTTL // see TestElectionModelRedlock
+		unfencedFor = 3 * deployModelTTL
 	}
 	h := electionmodel.Run(context.Background(), electionmodel.Config{
 		Backend:     "redlock",
-		TTL:         modelTTL,
+		TTL:         deployModelTTL,
 		Budget:      budget,
 		Seed:        seed,
 		Unfenced:    cfg.unfenced,
@@ -284,7 +303,7 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 				t.Fatal(err)
 			}
 			t.Cleanup(l.Close)
-			e, err := election.New(l, "model", election.WithTTL(modelTTL))
+			e, err := election.New(l, "model", election.WithTTL(deployModelTTL))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -337,7 +356,7 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	if h.FirstCampaignError != nil {
 		t.Logf("redlock: the first campaign that failed: %v", h.FirstCampaignError)
 	}
-	return electionmodel.JudgeNodes(h, logs, stepDownFloor)
+	return electionmodel.JudgeNodes(h, logs, deployModelTTL/election.StepDownDivisor/5)
 }
 
 func sha1Hex(s string) string {

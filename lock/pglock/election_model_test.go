@@ -262,6 +262,11 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		Budget:     budget,
 		Seed:       seed,
 		Unfenced:   cfg.unfenced,
+		// A loaded machine begins the next term 170-220 ms after a lost
+		// one's step-down: a belief of one TTL past the last it knew had
+		// ended by then in 0 of 2 seeds, so the unfenced elector believes
+		// three, as on MySQL and etcd.
+		UnfencedFor: 3 * pgModelTTL,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, target)
 			proxiesMu.Lock()
