@@ -97,6 +97,10 @@ type Calls struct {
 // New returns the Calls of client.
 func New(client any) *Calls { return &Calls{honours: HonoursDeadlines(client)} }
 
+// For returns the Calls of a client that ends each call by its context's
+// deadline itself if honours is true.
+func For(honours bool) *Calls { return &Calls{honours: honours} }
+
 // Direct reports whether a call with ctx may go straight to the client: ctx
 // has no deadline (there is none to keep), or it has one and the client ends
 // its reads and writes by it. Only a deadline that the client would not keep

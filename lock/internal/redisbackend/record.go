@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 )
@@ -25,19 +23,19 @@ import (
 var (
 	//go:embed record_put.lua
 	recordPutLua    string
-	recordPutScript = redis.NewScript(recordPutLua)
+	recordPutScript = newScript(recordPutLua)
 
 	//go:embed record_keep.lua
 	recordKeepLua    string
-	recordKeepScript = redis.NewScript(recordKeepLua)
+	recordKeepScript = newScript(recordKeepLua)
 
 	//go:embed record_read.lua
 	recordReadLua    string
-	recordReadScript = redis.NewScript(recordReadLua)
+	recordReadScript = newScript(recordReadLua)
 
 	//go:embed record_proclaim.lua
 	recordProclaimLua    string
-	recordProclaimScript = redis.NewScript(recordProclaimLua)
+	recordProclaimScript = newScript(recordProclaimLua)
 )
 
 // recordNames are resource's lock key, its record's key and the channel
@@ -165,33 +163,27 @@ func (b *redisBackend) ReadRecord(ctx context.Context, resource string) (lockbac
 
 func (b *redisBackend) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
 	_, _, ch := recordNames(b.prefix, resource)
-	return watchRecords(ctx, []redis.UniversalClient{b.client}, ch, b.sharded == "1")
+	return watchRecords(ctx, []Client{b.client}, ch)
 }
 
-// watchRecords subscribes to channel on every client and sends each
+// watchRecords listens to channel on every client and sends each
 // announcement until ctx ends, then closes the channel: the record it
 // names, or with several clients (one node's announcement is not a
 // quorum's) a zero Record.
-func watchRecords(ctx context.Context, clients []redis.UniversalClient, channel string, sharded bool) <-chan lockbackend.Record {
+func watchRecords(ctx context.Context, clients []Client, channel string) <-chan lockbackend.Record {
 	out := make(chan lockbackend.Record, 64)
-	var pss []*redis.PubSub
+	var heard []<-chan string
 	for _, c := range clients {
-		if sharded {
-			pss = append(pss, c.SSubscribe(ctx, channel))
-		} else {
-			pss = append(pss, c.Subscribe(ctx, channel))
-		}
+		heard = append(heard, c.Listen(ctx, channel))
 	}
 	go func() {
 		defer close(out)
 		msgs := make(chan string)
-		for _, ps := range pss {
-			defer ps.Close()
-			ch := ps.Channel()
+		for _, ch := range heard {
 			go func() {
-				for m := range ch {
+				for p := range ch {
 					select {
-					case msgs <- m.Payload:
+					case msgs <- p:
 					case <-ctx.Done():
 						return
 					}
@@ -223,7 +215,7 @@ func watchRecords(ctx context.Context, clients []redis.UniversalClient, channel 
 
 // recordPut is the script PutRecord runs: record_put.lua, or the variant a
 // test's control put in its place (UseRecordPut).
-func (b *redisBackend) recordPut() *redis.Script {
+func (b *redisBackend) recordPut() *script {
 	if p := b.putScript.Load(); p != nil {
 		return p
 	}
@@ -237,7 +229,7 @@ func (b *redisBackend) recordPut() *redis.Script {
 // backend, since the backend's type is not exported) and change nothing
 // else.
 func (b *redisBackend) UseRecordPut(src string) string {
-	sc := redis.NewScript(src)
+	sc := newScript(src)
 	b.putScript.Store(sc)
 	return sc.Hash()
 }

@@ -43,7 +43,7 @@ func IsNil(c redis.UniversalClient) bool {
 // that share its hash tag, and each call is one script (see scripts.go).
 // It is the Locker's backend for New.
 type redisBackend struct {
-	client      redis.UniversalClient
+	client      Client
 	prefix      string
 	retentionMS int64
 	// The scripts' per-Locker arguments, converted to interface values once
@@ -58,23 +58,28 @@ type redisBackend struct {
 	calls      *rediscall.Calls
 	hub        *hub // nil when Acquire polls (WithWait)
 	background func(ctx context.Context, f func(ctx context.Context))
-	putScript  atomic.Pointer[redis.Script] // see recordPut; nil: record_put.lua
+	putScript  atomic.Pointer[script] // see recordPut; nil: record_put.lua
 }
 
 // New returns the backend of a Locker made by lock.New on client.
 func New(client redis.UniversalClient, s lockbackend.Settings) (lockbackend.Backend, error) {
+	return newRedis(goRedisOf(client), s)
+}
+
+// NewOn returns the backend of a Locker on client, of any client library.
+func NewOn(client Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	return newRedis(client, s)
 }
 
-func newRedis(client redis.UniversalClient, s lockbackend.Settings) (*redisBackend, error) {
+func newRedis(client Client, s lockbackend.Settings) (*redisBackend, error) {
 	if s.Given&lockbackend.GivenNodeTimeout != 0 {
 		return nil, fmt.Errorf("%w: WithNodeTimeout is an option of NewRedlock", ErrUnsupported)
 	}
 	b := &redisBackend{client: client, prefix: s.Prefix, retentionMS: s.Retention.Milliseconds(),
-		calls: rediscall.New(client), background: s.Background}
+		calls: rediscall.For(client.HonoursDeadlines()), background: s.Background}
 	b.retentionArg, b.sharded = b.retentionMS, ""
 	mode := "p"
-	if _, ok := client.(*redis.ClusterClient); ok {
+	if client.Sharded() {
 		b.sharded, mode = "1", "s"
 	}
 	b.releaseMode = mode + strconv.FormatInt(b.retentionMS, 10)
@@ -188,7 +193,7 @@ func (b *redisBackend) Try(ctx context.Context, req *lockbackend.Request) (lockb
 	h.tryMS = [2]int64{ttl.Milliseconds(), ttl.Milliseconds() + b.retentionMS}
 	// A call cut short at ctx's end (see calls.go) may still take the lock:
 	// late releases it once the call has returned.
-	var late func(*redis.Cmd)
+	var late func(Reply)
 	if !b.calls.Direct(ctx) {
 		late = b.lateCleanup(ctx, resource, req.Holder, h.acq)
 	}
@@ -215,11 +220,11 @@ func (b *redisBackend) Try(ctx context.Context, req *lockbackend.Request) (lockb
 				holderArg, &h.tryMS[0], &h.tryMS[1], nil}
 			args = h.tryArgs[:8]
 		}
-		var cmd *redis.Cmd
+		var cmd Reply
 		if late == nil {
 			cmd = runScript(ctx, b.client, trySrc, args)
 		} else {
-			cmd = rediscall.Cmd(ctx, b.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, b.client, trySrc, args) }, late)
+			cmd = cutCall(ctx, b.calls, func(ctx context.Context) Reply { return runScript(ctx, b.client, trySrc, args) }, late)
 		}
 		if tok, ok := cmd.Val().(string); ok && cmd.Err() == nil {
 			// try_fast.lua's grant: the token as text, followed by " 0"
@@ -375,12 +380,12 @@ func (b *redisBackend) Release(ctx context.Context, hold lockbackend.Hold) error
 	h := hold.(*redisHold)
 	args := []any{"evalsha", releaseHash, numKeys, &h.keyBuf[0], &h.keyBuf[1], &h.keyBuf[2], &h.keyBuf[3], &h.keyBuf[4],
 		&h.holder, &h.acq, b.releaseMode}
-	var cmd *redis.Cmd
+	var cmd Reply
 	if b.calls.Direct(ctx) {
 		cmd = runScript(ctx, b.client, releaseSrc, args)
 	} else {
 		// Cut short, the release goes on in the client (see Release).
-		cmd = rediscall.Cmd(ctx, b.calls, func(ctx context.Context) *redis.Cmd { return runScript(ctx, b.client, releaseSrc, args) }, nil)
+		cmd = cutCall(ctx, b.calls, func(ctx context.Context) Reply { return runScript(ctx, b.client, releaseSrc, args) }, nil)
 	}
 	n, err := cmd.Int64()
 	switch {

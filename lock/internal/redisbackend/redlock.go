@@ -28,7 +28,7 @@ import (
 //go:embed redlock_raise.lua
 var redlockRaiseLua string
 
-var redlockRaiseScript = redis.NewScript(tokenStateLua + redlockRaiseLua)
+var redlockRaiseScript = newScript(tokenStateLua + redlockRaiseLua)
 
 // redlock is the backend of a Locker made by NewRedlock: its node set.
 type redlock struct {
@@ -69,10 +69,9 @@ func (r *redlock) Close(deadline time.Time) {
 }
 
 type redlockNode struct {
-	client  redis.UniversalClient
+	client  Client
 	calls   *rediscall.Calls // the node's calls, ended by their context (see calls.go)
 	publish string           // release.lua's ARGV[3]: "p", or "s" where releases publish with SPUBLISH
-	dials   *dialWatch       // its latest failed dial, to explain a silence
 }
 
 // NewRedlock validates clients (one per independent master, none nil,
@@ -80,26 +79,38 @@ type redlockNode struct {
 // Redlock backend, for package lock's NewRedlock; a Locker that sets no
 // node timeout gets defaultTimeout.
 func NewRedlock(clients []redis.UniversalClient, defaultTimeout time.Duration) (func(lockbackend.Settings) (lockbackend.Backend, error), error) {
+	cs := make([]Client, len(clients))
+	for i, c := range clients {
+		if !IsNil(c) { // a nil one is refused in its turn below
+			g := goRedisOf(c)
+			g.watch()
+			cs[i] = g
+		}
+	}
+	return NewRedlockOn(cs, defaultTimeout)
+}
+
+// NewRedlockOn is NewRedlock on clients of any client library, none nil.
+func NewRedlockOn(clients []Client, defaultTimeout time.Duration) (func(lockbackend.Settings) (lockbackend.Backend, error), error) {
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("%w: Redlock needs at least one Redis client", errInvalid)
 	}
 	seen := make(map[any]int, len(clients))
 	nodes := make([]redlockNode, len(clients))
 	for i, c := range clients {
-		if IsNil(c) {
+		if c == nil {
 			return nil, fmt.Errorf("%w: Redlock client %d is nil", errInvalid, i)
 		}
-		for _, id := range nodeIDs(c) {
+		for _, id := range c.IDs() {
 			if j, dup := seen[id]; dup {
 				return nil, fmt.Errorf("%w: Redlock clients %d and %d reach the same server (%v): it would vote twice", errInvalid, j, i, id)
 			}
 			seen[id] = i
 		}
 		nodes[i].client = c
-		nodes[i].calls = rediscall.New(c)
-		nodes[i].dials = watchDials(c)
+		nodes[i].calls = rediscall.For(c.HonoursDeadlines())
 		nodes[i].publish = "p"
-		if _, ok := c.(*redis.ClusterClient); ok {
+		if c.Sharded() {
 			nodes[i].publish = "s"
 		}
 	}
@@ -128,17 +139,6 @@ var _ interface {
 	lockbackend.Advancer
 	names
 } = (*redlock)(nil)
-
-// nodeIDs names what makes two clients the same voter: the client itself,
-// and for a plain client its server address and database.
-func nodeIDs(c redis.UniversalClient) []any {
-	ids := []any{c}
-	if cl, ok := c.(*redis.Client); ok {
-		o := cl.Options()
-		ids = append(ids, fmt.Sprintf("%s/%d", o.Addr, o.DB))
-	}
-	return ids
-}
 
 // drift is Redlock's allowance for clocks running at different rates.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
@@ -260,7 +260,7 @@ func fanOut[T any](ctx context.Context, r *redlock, idx []int,
 	}
 	for _, i := range idx {
 		if res[i].err != nil {
-			res[i].err = explainSilence(res[i].err, r.nodes[i].dials)
+			res[i].err = explainSilence(res[i].err, r.nodes[i].client)
 		}
 	}
 	return res

@@ -122,11 +122,11 @@ func (e *unreachableError) Unwrap() []error { return []error{e.dial, e.ended} }
 
 // explainSilence replaces err, a node call's lack of a reply, with the
 // node's latest failed dial when there is one.
-func explainSilence(err error, w *dialWatch) error {
+func explainSilence(err error, c Client) error {
 	if !errors.Is(err, errNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err
 	}
-	if d := w.failure(); d != nil {
+	if d := c.DialFailure(); d != nil {
 		return &unreachableError{dial: d, ended: err}
 	}
 	return err

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 )
@@ -150,13 +148,11 @@ func (r *redlock) ProclaimRecord(ctx context.Context, f fence.Fence, value strin
 // since one node's is not a quorum's: the watcher reads the record.
 func (r *redlock) WatchRecord(ctx context.Context, resource string) <-chan lockbackend.Record {
 	_, _, ch := recordNames(r.prefix, resource)
-	clients := make([]redis.UniversalClient, len(r.nodes))
-	sharded := false
+	clients := make([]Client, len(r.nodes))
 	for i, n := range r.nodes {
 		clients[i] = n.client
-		sharded = sharded || n.publish == "s"
 	}
-	return watchRecords(ctx, clients, ch, sharded)
+	return watchRecords(ctx, clients, ch)
 }
 
 var _ interface {

@@ -3,8 +3,6 @@ package redisbackend
 import (
 	"context"
 	_ "embed"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Each script is loaded once per process and run by EVALSHA, falling back to
@@ -22,7 +20,7 @@ var (
 
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(tokenStateLua + handOverLua + acquireLua)
+	acquireScript = newScript(tokenStateLua + handOverLua + acquireLua)
 
 	//go:embed try_fast.lua
 	tryFastLua string
@@ -30,7 +28,7 @@ var (
 	//go:embed try.lua
 	tryLua    string
 	trySrc    = tryFastLua + tokenStateLua + tryLua
-	tryScript = redis.NewScript(trySrc)
+	tryScript = newScript(trySrc)
 
 	//go:embed release_plain.lua
 	releasePlainLua string
@@ -38,23 +36,23 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseSrc    = releasePlainLua + tokenStateLua + handOverLua + releaseLua
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = newScript(releaseSrc)
 
 	//go:embed extend.lua
 	extendLua    string
-	extendScript = redis.NewScript(extendLua)
+	extendScript = newScript(extendLua)
 
 	//go:embed ttl.lua
 	ttlLua    string
-	ttlScript = redis.NewScript(ttlLua)
+	ttlScript = newScript(ttlLua)
 
 	//go:embed advance.lua
 	advanceLua    string
-	advanceScript = redis.NewScript(tokenStateLua + advanceLua)
+	advanceScript = newScript(tokenStateLua + advanceLua)
 
 	//go:embed foreign.lua
 	foreignLua    string
-	foreignScript = redis.NewScript(tokenStateLua + foreignLua)
+	foreignScript = newScript(tokenStateLua + foreignLua)
 )
 
 // The hashes of the scripts run by runScript, as interface values made
@@ -64,18 +62,11 @@ var (
 	releaseHash any = releaseScript.Hash()
 )
 
-// runScript runs a script as [redis.Script.Run] does (EVALSHA, then EVAL
-// with src if the server has not seen it) from args laid out as EVALSHA
-// takes them: "evalsha", the hash, the number of keys, the keys, the
-// arguments. The uncontended grant and release pass their keys as pointers
-// into the Lease (go-redis writes a *string as the string, and routes by
-// it on a cluster), which saves boxing each key into an interface on
-// every call, as Run would.
-func runScript(ctx context.Context, c redis.UniversalClient, src string, args []any) *redis.Cmd {
-	cmd := c.Do(ctx, args...)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", src
-		cmd = c.Do(ctx, args...)
-	}
-	return cmd
+// runScript runs a script from args laid out as EVALSHA takes them (see
+// Client.Run). The uncontended grant and release pass their keys as
+// pointers into the Lease (a client writes a *string as the string, and
+// routes by it on a cluster), which saves boxing each key into an
+// interface on every call, as script.Run would.
+func runScript(ctx context.Context, c Client, src string, args []any) Reply {
+	return c.Run(ctx, src, args)
 }

@@ -2,16 +2,12 @@ package redisbackend
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/lockbackend"
-	"github.com/redis/go-redis/v9"
 )
 
 // The subscription multiplexer: a Locker's waiters share its subscription
@@ -53,7 +49,7 @@ const (
 
 // hub is a Locker's set of subscription connections.
 type hub struct {
-	client redis.UniversalClient
+	client Client
 	mode   subMode
 	wg     sync.WaitGroup // every connection's goroutines
 
@@ -62,12 +58,12 @@ type hub struct {
 	conns  map[string]*subConn
 }
 
-func newHub(client redis.UniversalClient) *hub {
+func newHub(client Client) *hub {
 	h := &hub{client: client, conns: make(map[string]*subConn)}
-	switch client.(type) {
-	case *redis.ClusterClient:
+	switch {
+	case client.Sharded():
 		h.mode = subSharded
-	case *redis.Ring:
+	case client.PerChannel():
 		// A Ring routes a connection by its first channel: keep one channel
 		// per connection so every subscription reaches its shard.
 		h.mode = subPerChannel
@@ -83,31 +79,6 @@ func (h *hub) connKey(channel string) string {
 		return channel
 	}
 	return ""
-}
-
-// newPubSub returns a PubSub with no channel yet, so without any I/O; nil
-// on a Ring, which routes a PubSub by its first channel and so can only
-// make one that subscribes at once: the writer makes it then (see write).
-func (h *hub) newPubSub() *redis.PubSub {
-	switch c := h.client.(type) {
-	case *redis.ClusterClient:
-		return c.SSubscribe(context.Background())
-	case *redis.Ring:
-		return nil
-	}
-	return h.client.Subscribe(context.Background())
-}
-
-// ringSubscribe subscribes channel on a new PubSub of the Ring's shard for
-// it, or returns nil when the Ring has no shard to give (it panics then,
-// rather than return an error).
-func (h *hub) ringSubscribe(ctx context.Context, channel string) (ps *redis.PubSub) {
-	defer func() {
-		if recover() != nil {
-			ps = nil
-		}
-	}()
-	return h.client.Subscribe(ctx, channel)
 }
 
 // subConn is one subscription connection: a reader goroutine that receives
@@ -132,19 +103,13 @@ type subConn struct {
 
 // psGen is one PubSub; it is replaced, never reused, after a failure.
 type psGen struct {
-	// ps is set when the generation is made, or on a Ring by its first
-	// subscribe; nil until then, and for good if that subscribe failed.
-	ps      atomic.Pointer[redis.PubSub]
+	ps      PubSub
 	once    sync.Once
 	written chan struct{} // closed after the first command was written
 }
 
-// close closes the generation's PubSub, if it has one.
-func (g *psGen) close() {
-	if ps := g.ps.Load(); ps != nil {
-		_ = ps.Close()
-	}
-}
+// close closes the generation's PubSub.
+func (g *psGen) close() { _ = g.ps.Close() }
 
 type subOp struct {
 	gen     *psGen
@@ -171,12 +136,8 @@ type waiter struct {
 	owes   bool                      // took a wake-up and has not yet tried on it
 }
 
-func newGen(ps *redis.PubSub) *psGen {
-	g := &psGen{written: make(chan struct{})}
-	if ps != nil {
-		g.ps.Store(ps)
-	}
-	return g
+func newGen(ps PubSub) *psGen {
+	return &psGen{ps: ps, written: make(chan struct{})}
 }
 
 func (t *topic) setReady() {
@@ -263,7 +224,7 @@ func (h *hub) join(channel string, create bool, holder string) *waiter {
 	}
 	if c == nil {
 		c = &subConn{
-			h: h, key: key, gen: newGen(h.newPubSub()),
+			h: h, key: key, gen: newGen(h.client.NewPubSub()),
 			topics: make(map[string]*topic), pending: make(map[string]int), unsubs: make(map[string]int),
 			kick: make(chan struct{}, 1), quit: make(chan struct{}),
 		}
@@ -370,8 +331,8 @@ func (c *subConn) sweep() {
 // close stops every connection and waits for their goroutines until
 // deadline. Waiters still waiting fall back to timed retries.
 //
-// A PubSub being connected again (its dial and handshake, which go-redis
-// bounds by the read timeout only) holds its lock, which its Close needs
+// A PubSub being connected again (its dial and handshake, which a client
+// may bound by its read timeout only) holds its lock, which its Close needs
 // too, and holds our reader and writer on it: so each PubSub is closed
 // from a goroutine of its own, and what has not ended by deadline ends
 // when go-redis gives up on the connection.
@@ -446,43 +407,12 @@ func (c *subConn) writer() {
 func (c *subConn) write(op subOp) {
 	ctx, cancel := context.WithTimeout(context.Background(), subWriteTimeout)
 	defer cancel()
-	ps := op.gen.ps.Load()
-	if ps == nil {
-		// A Ring's generation: its first subscribe makes the PubSub.
-		if op.sub {
-			c.ringStart(ctx, op)
-		}
-		op.gen.once.Do(func() { close(op.gen.written) })
-		return
-	}
-	switch sharded := c.h.mode == subSharded; {
-	case op.sub && sharded:
-		_ = ps.SSubscribe(ctx, op.channel)
-	case op.sub:
-		_ = ps.Subscribe(ctx, op.channel)
-	case sharded:
-		_ = ps.SUnsubscribe(ctx, op.channel)
-	default:
-		_ = ps.Unsubscribe(ctx, op.channel)
+	if op.sub {
+		_ = op.gen.ps.Subscribe(ctx, op.channel)
+	} else {
+		_ = op.gen.ps.Unsubscribe(ctx, op.channel)
 	}
 	op.gen.once.Do(func() { close(op.gen.written) })
-}
-
-// ringStart makes the PubSub of a Ring's generation by subscribing op's
-// channel on it, and closes it again if the generation was replaced or the
-// connection retired meanwhile.
-func (c *subConn) ringStart(ctx context.Context, op subOp) {
-	ps := c.h.ringSubscribe(ctx, op.channel)
-	if ps == nil {
-		return
-	}
-	op.gen.ps.Store(ps)
-	c.h.mu.Lock()
-	dead := c.retired || c.gen != op.gen
-	c.h.mu.Unlock()
-	if dead {
-		_ = ps.Close()
-	}
 }
 
 func (c *subConn) reader() {
@@ -512,13 +442,10 @@ func (c *subConn) reader() {
 // receive handles what g's connection delivers until it breaks (false) or
 // the connection is retired (true).
 func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
-	ps := g.ps.Load()
-	if ps == nil {
-		return false // a Ring's first subscribe failed
-	}
+	ps := g.ps
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(context.Background(), healthEvery)
+		ev, err := ps.Receive(healthEvery)
 		select {
 		case <-c.quit:
 			return true
@@ -526,12 +453,12 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 		}
 		c.sweep()
 		switch {
-		case err == nil:
+		case err == nil && ev.Kind != EventNone:
 			pinged, *failures = false, 0
-			if c.handle(msg) {
+			if c.handle(ev) {
 				return false
 			}
-		case isTimeout(err):
+		case err == nil:
 			if c.retireIfIdle() {
 				return true
 			}
@@ -551,44 +478,34 @@ func (c *subConn) receive(g *psGen, failures *int) (retired bool) {
 	}
 }
 
-// isTimeout reports whether err is a read that timed out. It is apart from
-// receive so that its net.Error, which errors.As moves to the heap, is
-// allocated only on an error, not for every message received.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // handle applies one received message; it reports whether the connection
 // must be replaced (the server dropped a subscription on its own, as a
 // cluster does when the channel's slot moves).
-func (c *subConn) handle(msg any) (broken bool) {
+func (c *subConn) handle(m Event) (broken bool) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
-	switch m := msg.(type) {
-	case *redis.Subscription:
+	switch m.Kind {
+	case EventSubscribe:
 		ch := m.Channel
-		switch m.Kind {
-		case "subscribe", "ssubscribe":
-			if c.pending[ch] > 0 {
-				c.pending[ch]--
-			}
-			if c.pending[ch] == 0 {
-				delete(c.pending, ch)
-				if t := c.topics[ch]; t != nil && c.unsubs[ch] == 0 {
-					t.setReady()
-				}
-			}
-		case "unsubscribe", "sunsubscribe":
-			if c.unsubs[ch] > 0 {
-				if c.unsubs[ch]--; c.unsubs[ch] == 0 {
-					delete(c.unsubs, ch)
-				}
-			} else if c.topics[ch] != nil {
-				return true
+		if c.pending[ch] > 0 {
+			c.pending[ch]--
+		}
+		if c.pending[ch] == 0 {
+			delete(c.pending, ch)
+			if t := c.topics[ch]; t != nil && c.unsubs[ch] == 0 {
+				t.setReady()
 			}
 		}
-	case *redis.Message:
+	case EventUnsubscribe:
+		ch := m.Channel
+		if c.unsubs[ch] > 0 {
+			if c.unsubs[ch]--; c.unsubs[ch] == 0 {
+				delete(c.unsubs, ch)
+			}
+		} else if c.topics[ch] != nil {
+			return true
+		}
+	case EventMessage:
 		t := c.topics[m.Channel]
 		if t == nil {
 			break
@@ -658,7 +575,7 @@ func (c *subConn) reset(failures int) bool {
 		g.close()
 		return false
 	}
-	c.gen = newGen(c.h.newPubSub())
+	c.gen = newGen(c.h.client.NewPubSub())
 	c.pending, c.unsubs, c.ops = make(map[string]int), make(map[string]int), nil
 	for ch := range c.topics {
 		c.pending[ch] = 1

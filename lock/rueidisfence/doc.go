@@ -1,0 +1,41 @@
+// Package rueidisfence is the lock of package lock on a rueidis client
+// (github.com/redis/rueidis): the Redis lock of lock.New and the Redlock
+// of lock.NewRedlock, for programs that talk to Redis through rueidis
+// rather than go-redis.
+//
+// It is a nested module of its own, so a program that uses fencekit with
+// go-redis pulls no rueidis module; only a program that imports
+// rueidisfence does.
+//
+// The Locker it returns is the same *lock.Locker, on the same Redis
+// backend as go-redis's: one set of scripts, keys and messages, reached
+// through a small command interface that each client implements. So the
+// tokens, the wait queue and its hand-over in the release, renewal,
+// lock.Owner holds, Locker.FenceLock and the record the election keeps
+// its leader in (package election works on it) are those of lock.New, and
+// a resource may be locked by go-redis and rueidis Lockers together. On a
+// Redis Cluster client, waiters subscribe with SSUBSCRIBE on a dedicated
+// connection per slot, as on go-redis.
+//
+// # Moving from rueidislock
+//
+// rueidis's own lock package, rueidislock, gives a context that is
+// cancelled when the lock is lost; it issues no fencing token, so a
+// holder that pauses past its lease can still write over a newer holder's
+// work. Both packages can be imported by one program (the names differ),
+// so a migration can go resource by resource; a resource must be locked
+// through one of them at a time, since their keys differ. The calls
+// correspond:
+//
+//   - rueidislock.NewLocker(opts) with a rueidis.ClientOption: make the
+//     rueidis.Client yourself and pass it to New (KeyMajority > 1 is a
+//     quorum of independent servers: NewRedlock, one client each).
+//   - locker.WithContext(ctx, name): Locker.Acquire(ctx, name, ttl), which
+//     queues in arrival order and returns a *lock.Lease; lease.AutoRenew
+//     keeps it and its Done channel closes when it is lost, as the
+//     cancelled context did; lease.Release(ctx) for the cancel function.
+//   - locker.TryWithContext: Locker.TryAcquire.
+//   - what rueidislock cannot do: pass lease.Fence() (the token) to a
+//     storage guard of this module, which refuses a write made with an
+//     older token.
+package rueidisfence
