@@ -120,7 +120,7 @@ func TestLockModelPostgresLateGrants(t *testing.T) {
 	testenv.Slow(t)
 	r := runLateModel(t, false)
 	r.Report(t)
-	r.Check(t, map[string]int{lateHeld: 50, lateOrphans: 0, lateDelivered: 2, lateGaveUp: 10, lateHandOvers: 2})
+	r.Check(t, map[string]int{lateHeld: 50, lateOrphans: 0, lateDelivered: 2, lateGaveUp: 10, lateHandOvers: 1})
 }
 
 // TestLockModelPostgresLateGrantsControl: the model rejects the lock
