@@ -225,14 +225,21 @@ func TestLateGrantNeverStands(t *testing.T) {
 // then delivered. The server reaches it past its deadline and grants
 // nothing. Without the deadline (the control, the code before migration
 // 00006) the grant stands for its whole 20s TTL.
+// The grant goes out as the fast path's UPDATE, and, in its second case,
+// as the procedure's CALL.
 func TestLateGrantPastAnUnreachableCleanup(t *testing.T) {
 	t.Parallel() // mostly waits for the held request
 	cut := cleanupBound + 600*time.Millisecond
-	if lateGrantCut(t, config{}, false, cut) {
-		t.Fatal("the grant of a caller that gave up stands, delivered after its cleanup could not reach the server")
-	}
-	if !lateGrantCut(t, config{noDeadline: true}, false, cut) {
-		t.Fatal("control: without the deadline the late grant did not stand: the test cannot see the defect")
+	for _, procedure := range []bool{false, true} {
+		t.Run(fmt.Sprintf("procedure=%v", procedure), func(t *testing.T) {
+			t.Parallel()
+			if lateGrantCut(t, config{noFast: procedure}, false, cut) {
+				t.Fatal("the grant of a caller that gave up stands, delivered after its cleanup could not reach the server")
+			}
+			if !lateGrantCut(t, config{noFast: procedure, noDeadline: true}, false, cut) {
+				t.Fatal("control: without the deadline the late grant did not stand: the test cannot see the defect")
+			}
+		})
 	}
 }
 

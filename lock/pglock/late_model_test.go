@@ -120,7 +120,7 @@ func TestLockModelPostgresLateGrants(t *testing.T) {
 	testenv.Slow(t)
 	r := runLateModel(t, false)
 	r.Report(t)
-	r.Check(t, map[string]int{lateHeld: 50, lateOrphans: 0, lateDelivered: 2, lateGaveUp: 10, lateHandOvers: 2})
+	r.Check(t, map[string]int{lateHeld: 50, lateOrphans: 0, lateDelivered: 2, lateGaveUp: 10, lateHandOvers: 1})
 }
 
 // TestLockModelPostgresLateGrantsControl: the model rejects the lock
@@ -184,7 +184,10 @@ func runLateModel(t *testing.T, control bool) *lockmodel.Result {
 		settings["statement_timeout"] = "500ms"
 	}
 	if rng.IntN(2) == 0 {
-		settings["idle_session_timeout"] = "1s"
+		// Above the longest hold of a request (1.5s): a session the
+		// server ends while its request is held runs nothing, and the
+		// control would go unseen.
+		settings["idle_session_timeout"] = "3s"
 	}
 	label := "late"
 	if control {
