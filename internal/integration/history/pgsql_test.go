@@ -546,13 +546,17 @@ func (r *sqlRun) txRMW(ctx context.Context, w int, key string, f fence.Fence, d,
 		}
 	} else {
 		level := r.level()
-		err = pgsql.InTx(ctx, r.dbs[w], &sql.TxOptions{Isolation: sqlLevels[level]}, f, func(ctx context.Context, tx *sql.Tx) error {
-			if err := tx.QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
+		if !r.rrShape() && r.ownTx() {
+			err = r.ownTxRMW(ctx, w, level, f, key, d, &old)
+		} else {
+			err = pgsql.InTx(ctx, r.dbs[w], &sql.TxOptions{Isolation: sqlLevels[level]}, f, func(ctx context.Context, tx *sql.Tx) error {
+				if err := tx.QueryRowContext(ctx, pgLockedReadSQL, key).Scan(&old.Data, &old.Version); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
 				return err
-			}
-			_, err := tx.ExecContext(ctx, pgWriteSQL, key, d)
-			return err
-		})
+			})
+		}
 		r.judgedAt(level, err)
 	}
 	out := r.outcome(in, err)
@@ -612,7 +616,7 @@ func (r *sqlRun) outcome(in PgIn, err error) PgOut {
 	case errors.As(err, &conflict):
 		out.Status, out.Version = Conflict, conflict.Actual
 		r.conflict.Add(1)
-	case errors.Is(err, pgsql.ErrRetryable):
+	case errors.Is(err, pgsql.ErrRetryable), errors.Is(err, errRolledBack):
 		out.Status = Aborted
 		r.aborted.Add(1)
 	case errors.Is(err, fence.ErrNotFound), errors.Is(err, fence.ErrInvalid), errors.Is(err, pgsql.ErrNotMigrated):
