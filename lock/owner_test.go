@@ -266,8 +266,11 @@ func TestOwnerHoldNeverShortensAnother(t *testing.T) {
 
 	t.Run("nested Do", func(t *testing.T) {
 		err := l.Do(ctx, "do", 5*time.Second, func(outerCtx context.Context, _ fence.Fence) error {
-			if err := l.Do(ctx, "do", 90*time.Millisecond, func(context.Context, fence.Fence) error {
-				time.Sleep(100 * time.Millisecond) // a few renewals of the inner hold
+			// The inner hold's lease is short enough to be renewed a few
+			// times while it sleeps, and long enough that a loaded machine
+			// (CI saw a 90 ms lease lapse at load 30) renews it in time.
+			if err := l.Do(ctx, "do", 300*time.Millisecond, func(context.Context, fence.Fence) error {
+				time.Sleep(350 * time.Millisecond) // a few renewals of the inner hold
 				return nil
 			}, lock.Owner("job")); err != nil {
 				return err
