@@ -16,6 +16,7 @@ import (
 	"github.com/fencekit/fencekit/election"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
+	"github.com/fencekit/fencekit/internal/harness/redismon"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 )
@@ -134,7 +135,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 		t.Fatal(err)
 	}
 	mc := master.Client()
-	mon := startMonitor(t, master.Addr())
+	mon := redismon.Start(t, master.Addr())
 	var unfencedFor time.Duration
 	if cfg.unfenced {
 		unfencedFor = 3 * deployModelTTL
@@ -202,7 +203,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 		},
 		Plant: func(ctx context.Context) bool { return plantRecord(ctx, []*redis.Client{mc}, recKey) },
 	})
-	return electionmodel.Judge(h, redisServerLog(mon.stop(), lockKey, recKey), deployModelTTL/election.StepDownDivisor/5)
+	return electionmodel.Judge(h, redismon.ServerLog(mon.Stop(), lockKey, recKey), deployModelTTL/election.StepDownDivisor/5)
 }
 
 // plantRecord writes, on every client's server, a record 5 s of the
@@ -265,9 +266,9 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	keys := electionKeys(watcher)
 	recKey := keys.RecordKey
 	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
-	var mons []*monitor
+	var mons []*redismon.Monitor
 	for _, s := range srvs {
-		mons = append(mons, startMonitor(t, s.Addr()))
+		mons = append(mons, redismon.Start(t, s.Addr()))
 	}
 	realHash := sha1Hex(election.SetLeaderSource())
 	var unfencedFor time.Duration
@@ -343,7 +344,7 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	}
 	var logs []*electionmodel.ServerLog
 	for _, m := range mons {
-		s := redisServerLog(m.stop(), lockKey, recKey)
+		s := redismon.ServerLog(m.Stop(), lockKey, recKey)
 		kept := s.Events[:0]
 		for _, e := range s.Events {
 			if e.Kind != electionmodel.Granted || terms[e.Holder] {

@@ -2,7 +2,6 @@ package election_test
 
 import (
 	"context"
-	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/election"
-	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
+	"github.com/fencekit/fencekit/internal/harness/redismon"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 )
 
@@ -64,7 +63,7 @@ func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Durat
 	}
 	recKey := electionKeys(watcher).RecordKey
 	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
-	mon := startMonitor(t, srv.Addr())
+	mon := redismon.Start(t, srv.Addr())
 	mc := electionmodel.Config{
 		Backend:  "redis",
 		TTL:      modelTTL,
@@ -106,7 +105,7 @@ func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Durat
 		},
 	}
 	h := electionmodel.Run(context.Background(), mc)
-	return electionmodel.Judge(h, redisServerLog(mon.stop(), lockKey, recKey), stepDownFloor)
+	return electionmodel.Judge(h, redismon.ServerLog(mon.Stop(), lockKey, recKey), stepDownFloor)
 }
 
 // recordHook runs hold before each call of the election's record script.
@@ -128,96 +127,6 @@ func (r recordHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-// keyState is a key of the replay: its value (a string, or a hash's fields)
-// and when it expires (zero: never).
-type keyState struct {
-	val    string
-	fields map[string]string
-	expiry time.Time
-	exists bool
-}
-
-// alive reports whether the key exists at at, with slack in the direction
-// that judges less: a script's time and its log line's differ by a little.
-func (k *keyState) alive(at time.Time, slack time.Duration) bool {
-	return k.exists && (k.expiry.IsZero() || at.Before(k.expiry.Add(slack)))
-}
-
-// redisServerLog replays the server's MONITOR feed into the model's
-// events: the lock key's grants (set by a script) and releases (deleted,
-// or set to another holder, while it lived), and the record's writes by a
-// script with the lock key's holder then and the record they replaced.
-func redisServerLog(cmds []monCmd, lockKey, recKey string) *electionmodel.ServerLog {
-	const slack = 2 * time.Millisecond
-	s := &electionmodel.ServerLog{ReleasesKnown: true}
-	add := func(e electionmodel.Event) { s.Events = append(s.Events, e) }
-	lk, rk := &keyState{}, &keyState{}
-	for _, c := range cmds {
-		if len(c.args) < 2 {
-			continue
-		}
-		switch key := c.args[1]; {
-		case key == lockKey:
-			switch c.args[0] {
-			case "SET":
-				if len(c.args) >= 5 && strings.EqualFold(c.args[3], "PX") {
-					// Handed over by a release, unless the lock was about to
-					// run out (the log's time and the script's differ a
-					// little): a grant at its end is judged for the gap.
-					if lk.alive(c.at, -slack) && lk.val != c.args[2] {
-						add(electionmodel.Event{Kind: electionmodel.Released, At: c.at, Holder: lk.val})
-					}
-					ms, _ := strconv.ParseInt(c.args[4], 10, 64)
-					*lk = keyState{val: c.args[2], exists: true, expiry: c.at.Add(time.Duration(ms) * time.Millisecond)}
-					if c.lua {
-						add(electionmodel.Event{Kind: electionmodel.Granted, At: c.at, Holder: c.args[2]})
-					}
-				}
-			case "PEXPIRE":
-				if ms, err := strconv.ParseInt(c.args[2], 10, 64); err == nil && lk.alive(c.at, 0) {
-					lk.expiry = c.at.Add(time.Duration(ms) * time.Millisecond)
-				}
-			case "DEL":
-				if lk.alive(c.at, 0) {
-					add(electionmodel.Event{Kind: electionmodel.Released, At: c.at, Holder: lk.val})
-				}
-				*lk = keyState{}
-			}
-		case key == recKey:
-			switch c.args[0] {
-			case "HSET":
-				f := map[string]string{}
-				for j := 2; j+1 < len(c.args); j += 2 {
-					f[c.args[j]] = c.args[j+1]
-				}
-				if c.lua && f["h"] != "" && f["t"] != "" {
-					tok, _ := strconv.ParseUint(f["t"], 10, 64)
-					e := electionmodel.Event{Kind: electionmodel.Recorded, At: c.at, Holder: f["h"], Token: fence.Token(tok), Value: f["v"]}
-					if lk.alive(c.at, slack) {
-						e.LockHolder = lk.val
-					}
-					if rk.alive(c.at, -slack) {
-						was, _ := strconv.ParseUint(rk.fields["t"], 10, 64)
-						e.Replaced = &electionmodel.Record{Token: fence.Token(was), Holder: rk.fields["h"]}
-					}
-					add(e)
-				}
-				if !rk.alive(c.at, 0) {
-					*rk = keyState{exists: true, fields: map[string]string{}}
-				}
-				maps.Copy(rk.fields, f)
-			case "PEXPIRE":
-				if ms, err := strconv.ParseInt(c.args[2], 10, 64); err == nil && rk.alive(c.at, 0) {
-					rk.expiry = c.at.Add(time.Duration(ms) * time.Millisecond)
-				}
-			case "DEL":
-				*rk = keyState{}
-			}
-		}
-	}
-	return s
 }
 
 // TestElectionModel runs the model and requires no violation and enough
