@@ -22,8 +22,8 @@ import (
 // own; a record write is held through a go-redis hook on the record's
 // script; the planter writes a record above every term's straight into
 // the record's hash (as a Redis whose clock went back, or another backend,
-// would leave). The server's history is its MONITOR feed (monitor_test.go),
-// replayed: each grant and release of the lock key, and for each record a
+// would leave). The server's history is its MONITOR feed (package
+// redismon), replayed: each grant and release of the lock key, and for each record a
 // script wrote, who held the lock key then and which record it replaced
 // while that one lived, on the server's clock (this machine's).
 //

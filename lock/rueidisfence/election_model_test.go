@@ -25,8 +25,8 @@ import (
 // own and a rueidis client of its own; a record write is held before the
 // record's script is sent (the adapter's test hook); the planter writes a
 // record above every term's straight into the record's hash. The server's
-// history is its MONITOR feed, replayed (monitor_test.go, and
-// redismon.ServerLog, as in package election's model). The observer
+// history is its MONITOR feed, replayed (package redismon, as in package
+// election's model). The observer
 // watches through rueidis too. The control is an unfenced elector (it
 // believes it leads until a TTL after it last knew), which the judge must
 // catch electing two leaders at once.
