@@ -481,3 +481,11 @@ func (b *Backend) untrackLocked(e *entry) {
 		}
 	}
 }
+
+// unbusyLocked ends one try or release of key counted in Backend.busy.
+// Backend.mu is held.
+func (b *Backend) unbusyLocked(key string) {
+	if b.busy[key]--; b.busy[key] <= 0 {
+		delete(b.busy, key)
+	}
+}
