@@ -339,7 +339,9 @@ func (b *Backend) keepAlive(ctx context.Context, s *session) {
 // --bump-revision, so that no revision went back). Each such key's
 // deletion at its end is done now, conditional on its put as usual, so a
 // key the answer missed and that still stands goes too, and its slot
-// is freed only once the key is known gone.
+// is freed only once the key is known gone. A key of this Backend's slots
+// that the answer lists and that no acquisition owns is deleted
+// (dropUnowned).
 func (b *Backend) checkKeys(ctx context.Context, s *session) {
 	if b.frozen.Load() != 0 {
 		return
