@@ -347,11 +347,11 @@ func (b *Backend) checkKeys(ctx context.Context, s *session) {
 		return
 	}
 	b.mu.Lock()
-	n, ttl := len(s.entries), s.ackTTL
+	ttl := s.ackTTL
 	b.mu.Unlock()
-	if n == 0 {
-		return
-	}
+	// Asked even when no entry stands on s: calls that use it (tries
+	// refused) keep it alive, and with it any key it holds that no
+	// acquisition owns.
 	resp, err := attempts(ctx, ttl, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return b.cli.TimeToLive(ctx, s.id, clientv3.WithAttachedKeys())
 	})
