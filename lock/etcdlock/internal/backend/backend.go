@@ -83,6 +83,7 @@ type Backend struct {
 	sessions map[int64]*session   // by lease TTL in seconds
 	entries  map[holderRef]*entry // what this process put, by acquisition
 	slots    map[string]*slots    // resource -> its slot numbers
+	busy     map[string]int       // slot key -> tries and releases of it in flight
 	nextSlot int64                // the next slot number never used
 	swept    time.Time            // when idle slots were last dropped
 	closed   bool
@@ -256,6 +257,7 @@ func New(cli *clientv3.Client, s lockbackend.Settings) (*Backend, error) {
 		id:       fence.NewHolder(),
 		entries:  map[holderRef]*entry{},
 		slots:    map[string]*slots{},
+		busy:     map[string]int{},
 		stop:     make(chan struct{}),
 	}
 	return b, nil
@@ -322,7 +324,9 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	var resp *clientv3.TxnResponse
 	var s *session
 	var e *entry
-	for range 2 {
+	// Two attempts after a lease that ended under the try, and one more
+	// after a slot found holding a key this acquisition did not make.
+	for range 3 {
 		var err error
 		if s, err = b.session(ctx, secs); err != nil {
 			b.unused(e)
@@ -338,12 +342,16 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 			e.endAt(start.Add(life), true)
 		}
 		e.trying = true
+		b.busy[e.key]++
+		known := e.rev
 		b.mu.Unlock()
 		if b.BeforeTxn != nil {
 			b.BeforeTxn()
 		}
 		holders := b.holders(req.Resource)
-		put := clientv3.OpPut(e.key, req.Holder, clientv3.WithLease(s.id))
+		// The put returns the key it replaced, so that a put landing on a
+		// key this acquisition did not make is seen (see stale).
+		put := clientv3.OpPut(e.key, req.Holder, clientv3.WithLease(s.id), clientv3.WithPrevKV())
 		first := clientv3.OpGet(holders, clientv3.WithFirstCreate()...)
 		mine := clientv3.OpGet(e.key)
 		txn := b.cli.Txn(ctx)
@@ -388,6 +396,13 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 			b.mu.Unlock()
 			b.expireLater(ctx, e)
 			return lockbackend.Outcome{}, b.callErr(ctx, "Try", req.Resource, err)
+		}
+		if kv, landed := b.stale(req, known, resp); kv != nil {
+			// The slot holds a key of before: this acquisition goes on on
+			// a fresh slot, whose name no key ever had.
+			b.dropStale(ctx, e, s, kv, landed)
+			e, resp = nil, nil
+			continue
 		}
 		break
 	}
@@ -455,6 +470,78 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		HandedOver: mineKV.CreateRevision != resp.Header.Revision}, nil
 }
 
+// stale reports the key that Try's reply resp found on its slot if this
+// acquisition did not make it (nil otherwise), and whether the try's put
+// landed on it: a key of another holder id, or of another create revision
+// than the one the entry knew (known, 0 when it knew none). Such a key is
+// one that came back when the cluster was restored from a backup taken
+// before its deletion (with --bump-revision, so that no revision went
+// back): it stands on a lease of this process, which keeps that lease
+// alive for its other keys, and nobody believes in it. A put that lands on
+// it keeps its create revision, a token issued before the backup, and its
+// place in the queue; and with no put, it holds the lock for nobody.
+func (b *Backend) stale(req *lockbackend.Request, known int64, resp *clientv3.TxnResponse) (*mvccpb.KeyValue, bool) {
+	if b.OneSlot {
+		return nil, false
+	}
+	other := func(kv *mvccpb.KeyValue) bool {
+		return string(kv.Value) != req.Holder || (known != 0 && kv.CreateRevision != known)
+	}
+	if req.Queue {
+		if pr := resp.Responses[0].GetResponsePut(); pr != nil && pr.PrevKv != nil && other(pr.PrevKv) {
+			return kvOf(resp.Responses[len(resp.Responses)-1]), true
+		}
+		return nil, false
+	}
+	if resp.Succeeded {
+		return nil, false // the put made the only key of the resource
+	}
+	if kv := kvOf(resp.Responses[len(resp.Responses)-1]); kv != nil && other(kv) {
+		return kv, false
+	}
+	return nil, false
+}
+
+// dropStale deletes kv, the key stale found on e's slot (after the try's
+// put when landed), if it is still as kv says, and retires the slot with
+// every free slot of its resource, which may hold such keys too: the
+// acquisition goes on with a new entry, on a slot never used. A deletion
+// that fails is done by e's end, now, and its session's ticks when the
+// try's put landed, else by a keep-alive tick's sweep of keys no
+// acquisition owns (checkKeys), or by the key's lease's end.
+func (b *Backend) dropStale(ctx context.Context, e *entry, s *session, kv *mvccpb.KeyValue, landed bool) {
+	b.mu.Lock()
+	e.retired = true
+	if sl := b.slots[e.resource]; sl != nil {
+		sl.free = nil
+	}
+	if ref := (holderRef{e.resource, e.holder}); b.entries[ref] == e {
+		delete(b.entries, ref) // the acquisition's next entry is a new one
+	}
+	if landed && kv != nil {
+		e.moveTo(s)
+		e.rev, e.mod, e.ending = kv.CreateRevision, kv.ModRevision, false
+	}
+	b.mu.Unlock()
+	var err error
+	if kv != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBound)
+		_, err = b.cli.Txn(dctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", kv.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(e.key), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(e.key)).
+			Commit()
+		cancel()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil && landed && e.s != nil {
+		e.endAt(time.Now(), false)
+		return
+	}
+	b.untrackLocked(e)
+}
+
 // tried ends e's try, whose reply came or was lost: the entry to go on
 // with. An entry that went while the try was in flight (its lease ended,
 // or its end passed) kept its slot for the try, whose put may have landed
@@ -462,6 +549,7 @@ func (b *Backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 // Backend.mu is held.
 func (b *Backend) tried(e *entry) *entry {
 	e.trying = false
+	b.unbusyLocked(e.key)
 	if !e.gone {
 		return e
 	}
@@ -665,6 +753,7 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	// grant's, or none.
 	plain := rev != 0 && !recorded && !b.OneSlot
 	e.releasing++
+	b.busy[e.key]++
 	b.mu.Unlock()
 	var deleted bool
 	var err error
@@ -675,6 +764,7 @@ func (b *Backend) Release(ctx context.Context, hh lockbackend.Hold) error {
 	}
 	b.mu.Lock()
 	e.releasing--
+	b.unbusyLocked(e.key)
 	if err != nil {
 		if plain && !b.KeepSlotOfLostRelease {
 			// The deletion may land later, on whatever key the slot

@@ -68,6 +68,14 @@ import (
 //     of its entry is in flight (the entry is made before the put and
 //     freed only after its reply, or retired; a key whose end comes while
 //     its release is in flight leaves its slot to the release).
+//   - A restore from a backup taken before a slot's key was deleted
+//     brings the key back, with its create revision of before, on a lease
+//     the process may still keep alive: a try's put returns the key it
+//     replaced, and one this acquisition did not make (another holder id,
+//     or another create revision than the entry knew) is deleted, its
+//     slot and its resource's free slots retired (Backend.stale), and
+//     each keep-alive tick deletes the keys of the Backend's slots on its
+//     lease that no acquisition owns (checkKeys).
 //
 // A key's token stays the create revision: a name put again after its
 // deletion gets a new one, above every earlier, and a queued waiter's
@@ -479,5 +487,13 @@ func (b *Backend) untrackLocked(e *entry) {
 		if sl.used--; sl.used == 0 {
 			sl.idle = time.Now()
 		}
+	}
+}
+
+// unbusyLocked ends one try or release of key counted in Backend.busy.
+// Backend.mu is held.
+func (b *Backend) unbusyLocked(key string) {
+	if b.busy[key]--; b.busy[key] <= 0 {
+		delete(b.busy, key)
 	}
 }

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -338,17 +339,19 @@ func (b *Backend) keepAlive(ctx context.Context, s *session) {
 // --bump-revision, so that no revision went back). Each such key's
 // deletion at its end is done now, conditional on its put as usual, so a
 // key the answer missed and that still stands goes too, and its slot
-// is freed only once the key is known gone.
+// is freed only once the key is known gone. A key of this Backend's slots
+// that the answer lists and that no acquisition owns is deleted
+// (dropUnowned).
 func (b *Backend) checkKeys(ctx context.Context, s *session) {
 	if b.frozen.Load() != 0 {
 		return
 	}
 	b.mu.Lock()
-	n, ttl := len(s.entries), s.ackTTL
+	ttl := s.ackTTL
 	b.mu.Unlock()
-	if n == 0 {
-		return
-	}
+	// Asked even when no entry stands on s: calls that use it (tries
+	// refused) keep it alive, and with it any key it holds that no
+	// acquisition owns.
 	resp, err := attempts(ctx, ttl, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return b.cli.TimeToLive(ctx, s.id, clientv3.WithAttachedKeys())
 	})
@@ -365,7 +368,14 @@ func (b *Backend) checkKeys(ctx context.Context, s *session) {
 	}
 	now := time.Now()
 	var gone []*entry
+	var unowned []string
 	b.mu.Lock()
+	owned := b.ownedLocked()
+	for k := range keys {
+		if b.mine(k) && !owned[k] {
+			unowned = append(unowned, k)
+		}
+	}
 	for e := range s.entries {
 		if e.gone || e.trying || e.releasing > 0 || !e.late.IsZero() || e.mod == 0 ||
 			e.mod > resp.ResponseHeader.Revision || keys[e.key] {
@@ -377,6 +387,70 @@ func (b *Backend) checkKeys(ctx context.Context, s *session) {
 	b.mu.Unlock()
 	for _, e := range gone {
 		b.expire(ctx, e)
+	}
+	if len(unowned) > 0 {
+		b.dropUnowned(ctx, unowned)
+	}
+}
+
+// mine reports whether key names one of this Backend's slots.
+func (b *Backend) mine(key string) bool {
+	return strings.HasPrefix(key, b.prefix+"{") && strings.Contains(key[len(b.prefix):], "}/h/"+b.id+".")
+}
+
+// ownedLocked returns the keys of this Backend's slots that an acquisition
+// owns: an entry has it, or a try or a release of it is in flight. A key
+// of its slots on one of its leases that none owns is believed by nobody:
+// a key that came back when the cluster was restored from a backup taken
+// before its deletion (with --bump-revision), or the put of a try whose
+// reply was lost that landed after the backend stopped looking for it.
+// Backend.mu is held.
+func (b *Backend) ownedLocked() map[string]bool {
+	owned := make(map[string]bool, len(b.entries)+len(b.busy))
+	for _, e := range b.entries {
+		owned[e.key] = true
+	}
+	for k := range b.busy {
+		owned[k] = true
+	}
+	return owned
+}
+
+// dropUnowned deletes the keys of this Backend's slots that a keep-alive
+// tick found on one of its leases and that no acquisition owns (see
+// ownedLocked): each stood on a lease this process keeps alive for
+// other keys, so it would hold its lock, or its place in the queue, for
+// nobody until the lease ended. A key is read first and deleted only as
+// read, and only if no acquisition took its slot meanwhile: a try that
+// takes it later puts after the read, so the deletion's compare fails, or
+// it lands before that put, which then makes a new key.
+func (b *Backend) dropUnowned(ctx context.Context, keys []string) {
+	ops := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = clientv3.OpGet(k)
+	}
+	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return
+	}
+	for i, k := range keys {
+		kv := kvOf(resp.Responses[i])
+		if kv == nil {
+			continue
+		}
+		b.mu.Lock()
+		owned := b.ownedLocked()[k]
+		b.mu.Unlock()
+		if owned {
+			continue
+		}
+		if _, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(k)).
+			Commit(); err != nil {
+			return
+		}
 	}
 }
 

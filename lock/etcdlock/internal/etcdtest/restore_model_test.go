@@ -592,9 +592,12 @@ func TestLockModelEtcdRestore(t *testing.T) {
 	r, j := restoreModelRun(t, restoreBump, lockmodel.Seed(t), false)
 	r.Check(t, etcdRestoreFloors())
 	// The tokens of the restored cluster are judged as they come; the
-	// run does not require them: after a restore with the bump the lock
-	// may stay held for long by a key of before that the restore brought
-	// back (see the package's guarantees).
+	// run does not require them. A key that the restore brought back on
+	// a slot no acquisition owns is deleted at the next keep-alive tick,
+	// and one a try finds on its slot is never taken as the try's
+	// (TestRestoredKeyOnReusedSlot, TestRestoredKeyNobodyOwnsIsDeleted);
+	// yet in most runs the restored cluster still grants nothing within
+	// the 20 s the run waits (see the package's guarantees).
 	j.Check(t, map[string]int{restoreBeliefs: 1})
 	if j.Count(restoreTokensOld)+j.Count(restoreTokensFresh) == 0 {
 		t.Log("the restored cluster granted no lock asked for after the restore within the run")
