@@ -63,7 +63,7 @@ type backend struct {
 
 	clock     atomic.Pointer[clockRef] // the client's clock mapped onto the server's
 	clockBusy atomic.Bool              // a refresh of clock is under way
-	late      pending                  // grant requests that may still land
+	late      lockbackend.LateRequests // grant requests that may still land
 
 	mu      sync.Mutex
 	waiters map[string]map[*waiter]struct{} // by resource
@@ -402,7 +402,7 @@ func (b *backend) giveBack(ctx context.Context, resource, holder string, err err
 	}
 	b.inBackground(ctx, func(ctx context.Context) {
 		if !b.kill(ctx, session) {
-			b.late.note(resource, holder, late)
+			b.late.Note(resource, holder, late)
 		}
 		for attempt := 0; ; attempt++ {
 			_, err := b.release(ctx, "Acquire", resource, holder, true)
@@ -451,7 +451,7 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 			stmt := fmt.Sprintf(b.fastGrant, literal(req.Resource), literal(req.Holder), nowSQL, ms(req.TTL), ms(b.retention), untilSQL(until))
 			n, token, err := b.exec(ctx, &unkilled, stmt)
 			if unkilled {
-				b.late.note(req.Resource, req.Holder, late)
+				b.late.Note(req.Resource, req.Holder, late)
 			}
 			switch {
 			case err == nil && n == 1 && token > 0:
@@ -469,7 +469,7 @@ func (b *backend) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 		stmt := callSQL(grantProc, req.Resource, req.Holder, ms(req.TTL), ms(b.retention), life, req.Ordered, bellID, until)
 		err := b.callTracked(ctx, &unkilled, stmt, &kind, &token, &rem, &place, &ref)
 		if unkilled {
-			b.late.note(req.Resource, req.Holder, late)
+			b.late.Note(req.Resource, req.Holder, late)
 		}
 		if err != nil {
 			return lockbackend.Outcome{}, b.tryFailed(ctx, req, translate(ctx, "Acquire", req.Resource, err), late)

@@ -61,10 +61,10 @@ type backend struct {
 
 	// The mapping of the client's clock onto the server's (see
 	// serverDeadline), and the requests that may still be granted after
-	// their callers give up (see pending).
+	// their callers give up (see lockbackend.LateRequests).
 	clock     atomic.Pointer[clockRef]
 	clockBusy atomic.Bool
-	late      pending
+	late      lockbackend.LateRequests
 	noVoid    bool          // a control of the tests: grants without deadline, no void
 	window    time.Duration // grantWindow, or a test's
 
@@ -245,7 +245,7 @@ func (b *backend) try(ctx context.Context, op, resource, holder string, ttl, lif
 		if rr, ok := row.(*retryRow); ok && rr.ranBefore || err != nil && mayHaveRun(err) {
 			// This request (an earlier try of it, or the one whose
 			// reply was lost) may still be granted until late.
-			b.late.note(resource, holder, late)
+			b.late.Note(resource, holder, late)
 		}
 		if err == nil {
 			if len(reply) != 3 && len(reply) != 5 {
@@ -377,7 +377,7 @@ func (b *backend) tryAcquire(ctx context.Context, resource, holder string, ttl t
 	}
 	if r != nil {
 		// Refused, and done: a request of this try's that a retry
-		// answered in its place may still grant (see pending).
+		// answered in its place may still grant (see lockbackend.LateRequests).
 		b.giveUp(resource, holder)
 		return nil, &lock.NotAcquiredError{Resource: resource, Remaining: r.remaining}
 	}

@@ -104,7 +104,7 @@ func (p *pgBackend) Try(ctx context.Context, req *lockbackend.Request) (lockback
 		if req.Once {
 			// TryAcquire is done with this holder: a request of this
 			// try's that a retry answered in its place may still grant
-			// (see pending). Acquire's later tries keep the holder, and
+			// (see lockbackend.LateRequests). Acquire's later tries keep the holder, and
 			// its end (Release, Abandon) gives it up.
 			p.giveUp(req.Resource, req.Holder)
 		}

@@ -2,7 +2,6 @@ package pglock
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -101,50 +100,10 @@ func (b *backend) refreshClock() {
 	}()
 }
 
-// pending remembers, by resource and holder, the latest local deadline of
-// a grant request that may still reach the server: one whose reply was
-// lost, or whose retry answered in its place. Whoever gives the holder up
-// (its release, its caller's giving up) voids what such a request may
-// still grant, once that deadline has passed.
-type pending struct {
-	mu sync.Mutex
-	m  map[[2]string]time.Time
-}
-
-// note records that a request of holder's for resource, with local
-// deadline late, may still be granted.
-func (p *pending) note(resource, holder string, late time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = make(map[[2]string]time.Time)
-	}
-	now := time.Now()
-	for k, t := range p.m {
-		if now.Sub(t) > time.Minute {
-			delete(p.m, k) // long passed: nothing was given up that needs it
-		}
-	}
-	k := [2]string{resource, holder}
-	if late.After(p.m[k]) {
-		p.m[k] = late
-	}
-}
-
-// take returns and forgets the deadline noted for holder's requests.
-func (p *pending) take(resource, holder string) (time.Time, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	k := [2]string{resource, holder}
-	t, ok := p.m[k]
-	delete(p.m, k)
-	return t, ok
-}
-
 // giveUp voids, once their deadlines have passed, whatever requests of
-// holder's for resource may still grant (see pending). It does not wait.
+// holder's for resource may still grant (see lockbackend.LateRequests). It does not wait.
 func (b *backend) giveUp(resource, holder string) {
-	late, ok := b.late.take(resource, holder)
+	late, ok := b.late.Take(resource, holder)
 	if !ok || b.noVoid {
 		return
 	}
