@@ -60,13 +60,23 @@ func startRedisWith(t testing.TB, cluster, member bool, extra []string) *RedisSe
 	if err != nil {
 		unavailable(t, "redis-server binary", redisServerHow, err)
 	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
-	}
-	s := &RedisServer{t: t, bin: path, dir: t.TempDir(), port: port, cluster: cluster, member: member, extra: extra}
-	if err := s.start(); err != nil {
-		t.Fatalf("testenv: start redis-server: %v", err)
+	// A port found free may be taken by another process before the server
+	// binds it (and a cluster node binds a second one, its bus, at port +
+	// 10000): a start that fails so is tried again on other ports.
+	var s *RedisServer
+	for try := 1; ; try++ {
+		port, err := freeRedisPort(cluster)
+		if err != nil {
+			t.Fatalf("testenv: free port: %v", err)
+		}
+		s = &RedisServer{t: t, bin: path, dir: t.TempDir(), port: port, cluster: cluster, member: member, extra: extra}
+		err = s.start()
+		if err == nil {
+			break
+		}
+		if try == 5 || !strings.Contains(err.Error(), "Address already in use") {
+			t.Fatalf("testenv: start redis-server: %v", err)
+		}
 	}
 	t.Cleanup(func() { s.Kill() })
 	if cluster && !member {
@@ -194,6 +204,27 @@ func (s *RedisServer) assignSlots() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.t.Error("testenv: one-node cluster did not reach cluster_state:ok")
+}
+
+// freeRedisPort returns a free port for a redis-server; for a cluster node,
+// one whose cluster bus port (the port + 10000) is a port and free too.
+func freeRedisPort(cluster bool) (int, error) {
+	for range 100 {
+		port, err := freePort()
+		if err != nil || !cluster {
+			return port, err
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return 0, errors.New("no port whose cluster bus port is free too")
 }
 
 func freePort() (int, error) {
