@@ -32,9 +32,16 @@ func TestLockModelEtcdFollowerCutOff(t *testing.T) {
 	e.watcher = c.ClientOf(t, others...)
 	c.Peers.Isolate(m)
 	defer c.Peers.Heal()
+	// Renewals held past their first validity are rare here: in four runs
+	// of 26-36 s, CI and a quiet machine saw 0, 0, 1 and 0. So the run has
+	// no renewal floor: its safety checks are judged with their floors,
+	// its renewals by rate when there are enough, and the liveness of
+	// renewals through a cut-off follower is judged by
+	// TestRenewalsSurviveFollowerCutOff (6 of 6 renewed leases kept; 6 of
+	// 6 lost without the hedged keep-alives).
 	floors := etcdFloors()
-	floors[lockmodel.Renewal] = 3
 	delete(floors, lockmodel.Anchor)
+	delete(floors, lockmodel.Renewal)
 	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t),
 		Floors: floors, Label: "follower cut off"}
 	start := time.Now()
