@@ -67,7 +67,11 @@ func TestRedlockMessagesNameDeadNodes(t *testing.T) {
 	}
 	checkNodeMessage(t, "Acquire with a short context", err.Error(), "acquire", "node 1", "node 2")
 
-	oneDead, err := lock.NewRedlock([]redis.UniversalClient{live.Client(), other.Client(), c1})
+	// The live nodes must answer within the node timeout here: the
+	// default (tens of milliseconds) is shorter than a first call takes on
+	// a loaded machine with -race (seen: both live nodes timed out), and
+	// the dead node's dial is refused at once whatever the timeout.
+	oneDead, err := lock.NewRedlock([]redis.UniversalClient{live.Client(), other.Client(), c1}, lock.WithNodeTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,11 @@ const myModelTTL = 400 * time.Millisecond
 // end and the lock's next grant: a fifth of the documented default margin.
 const myStepDownFloor = myModelTTL / election.StepDownDivisor / 5
 
+// myLeaseFloor is the least gap the judge accepts between a lost term's
+// last act admitted by Leading and its lease's end on the server: half the
+// default margin, as on PostgreSQL.
+const myLeaseFloor = myModelTTL / election.StepDownDivisor / 2
+
 // myModelAudit logs every write of the lock's row, in the order the row
 // lock imposes, with the server's clock at the write (µs).
 var myModelAudit = []string{
@@ -203,7 +208,7 @@ func myServerLog(t *testing.T, db *sql.DB) *electionmodel.ServerLog {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	s := &electionmodel.ServerLog{ReleasesKnown: true}
+	s := &electionmodel.ServerLog{ReleasesKnown: true, LeaseFloor: myLeaseFloor}
 	granted := map[string]fence.Token{}
 	for rows.Next() {
 		var atUS int64
@@ -220,9 +225,15 @@ func myServerLog(t *testing.T, db *sql.DB) *electionmodel.ServerLog {
 				s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Released, At: at, Holder: oh.String})
 			}
 			granted[nh.String] = fence.Token(nt.Int64)
-			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Granted, At: at, Holder: nh.String, Token: fence.Token(nt.Int64)})
+			e := electionmodel.Event{Kind: electionmodel.Granted, At: at, Holder: nh.String, Token: fence.Token(nt.Int64)}
+			if ne.Valid {
+				e.Expires = time.UnixMicro(ne.Int64)
+			}
+			s.Events = append(s.Events, e)
 		} else if !nh.Valid && oldAlive {
 			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Released, At: at, Holder: oh.String})
+		} else if nh.Valid && ne.Valid && (!oe.Valid || oe.Int64 != ne.Int64) {
+			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Extended, At: at, Holder: nh.String, Expires: time.UnixMicro(ne.Int64)})
 		}
 		if nrt.Valid && (!ort.Valid || ort.Int64 != nrt.Int64 || orh != nrh || orv != nrv) {
 			e := electionmodel.Event{Kind: electionmodel.Recorded, At: at, Token: fence.Token(nrt.Int64), Holder: nrh.String,

@@ -39,6 +39,14 @@ const pgModelTTL = 400 * time.Millisecond
 // (a quarter of the TTL), as in the Redis model.
 const pgStepDownFloor = pgModelTTL / election.StepDownDivisor / 5
 
+// pgLeaseFloor is the least gap the judge accepts between a lost term's
+// last act admitted by Leading and its lease's end on the server: half the
+// default margin. An honest term's gap is at least the margin (100 ms)
+// plus the drift allowance, whatever the load; the control's (a margin of
+// the drift allowance alone) about twice the allowance (12 ms) plus the
+// time its last grant or renewal took to reach the server.
+const pgLeaseFloor = pgModelTTL / election.StepDownDivisor / 2
+
 // pgModelAudit logs every write of the lock's row, in the order the row
 // lock imposes, with the server's clock at the write.
 const pgModelAudit = `
@@ -362,7 +370,7 @@ func pgServerLog(t *testing.T, admin *pgxpool.Pool) *electionmodel.ServerLog {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	s := &electionmodel.ServerLog{ReleasesKnown: true}
+	s := &electionmodel.ServerLog{ReleasesKnown: true, LeaseFloor: pgLeaseFloor}
 	granted := map[string]fence.Token{} // holder → the token it was granted
 	for rows.Next() {
 		var at time.Time
@@ -380,9 +388,15 @@ func pgServerLog(t *testing.T, admin *pgxpool.Pool) *electionmodel.ServerLog {
 				s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Released, At: at, Holder: *oh})
 			}
 			granted[*nh] = fence.Token(*nt)
-			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Granted, At: at, Holder: *nh, Token: fence.Token(*nt)})
+			e := electionmodel.Event{Kind: electionmodel.Granted, At: at, Holder: *nh, Token: fence.Token(*nt)}
+			if ne != nil {
+				e.Expires = *ne
+			}
+			s.Events = append(s.Events, e)
 		} else if nh == nil && oldAlive {
 			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Released, At: at, Holder: *oh})
+		} else if nh != nil && ne != nil && (oe == nil || !oe.Equal(*ne)) {
+			s.Events = append(s.Events, electionmodel.Event{Kind: electionmodel.Extended, At: at, Holder: *nh, Expires: *ne})
 		}
 		if nrt != nil && (ort == nil || *ort != *nrt || str(orh) != str(nrh) || str(orv) != str(nrv)) {
 			e := electionmodel.Event{Kind: electionmodel.Recorded, At: at, Token: fence.Token(*nrt), Holder: str(nrh), Value: str(nrv),

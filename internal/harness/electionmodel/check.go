@@ -44,6 +44,9 @@ func Summary(backend, what string, v *Verdict) string {
 	if len(v.Gaps) > 0 {
 		fmt.Fprintf(&b, "; step-down gaps min %v p50 %v", pct(v.Gaps, 0), pct(v.Gaps, 50))
 	}
+	if len(v.LeaseGaps) > 0 {
+		fmt.Fprintf(&b, "; last acts before the lease's end min %v p50 %v", pct(v.LeaseGaps, 0), pct(v.LeaseGaps, 50))
+	}
 	return b.String()
 }
 

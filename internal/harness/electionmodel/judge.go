@@ -24,6 +24,8 @@ const (
 	// ("" and 0: the lock was free; either alone where the backend knows
 	// only one), over Replaced (nil: no live record).
 	Recorded
+	// Extended: Holder's lease was renewed to end at Expires.
+	Extended
 )
 
 // Record is a record as the server held it.
@@ -46,6 +48,10 @@ type Event struct {
 	Replaced   *Record
 	// Planted marks a record the planter wrote (not judged).
 	Planted bool
+	// Expires is the end of the lease a Granted or Extended event gave
+	// Holder, on the server's clock; zero where the backend's log does not
+	// record it.
+	Expires time.Time
 }
 
 // ServerLog is a backend's own history of the lock's and the record's
@@ -62,6 +68,11 @@ type ServerLog struct {
 	// candidate was cut off from before the term ended until after the
 	// next grant: no release could have reached the server.
 	ReleasesKnown bool
+	// LeaseFloor, where the log records each lease's end (Event.Expires),
+	// is the least time the judge accepts between a lost term's last act
+	// admitted by [election.Term.Leading] and the end of its lease on the
+	// server (see judgeLeaseEnd); 0: not judged.
+	LeaseFloor time.Duration
 }
 
 // Verdict is what the judge judged and found.
@@ -69,6 +80,7 @@ type Verdict struct {
 	Counts     map[string]int
 	Violations []string
 	Gaps       []time.Duration // lost terms' ends to the next grants
+	LeaseGaps  []time.Duration // lost terms' last acts to their leases' ends
 }
 
 func (v *Verdict) count(k string, n int) { v.Counts[k] += n }
@@ -101,6 +113,7 @@ func Judge(h *History, s *ServerLog, floor time.Duration) *Verdict {
 	if s != nil {
 		judgeRecords(v, s)
 		judgeStepDown(v, h, s, floor)
+		judgeLeaseEnd(v, h, s)
 	}
 	return v
 }
@@ -281,4 +294,63 @@ func cutThrough(cuts []Interval, from, to time.Time) bool {
 		}
 	}
 	return false
+}
+
+// judgeLeaseEnd judges each term whose lock ran out against the end of its
+// lease as the server recorded it (the last Expires of its grant and
+// renewals before the lock went to another holder), where the log records
+// it: the term's last act that [election.Term.Leading] admitted came at
+// least s.LeaseFloor before that end. Unlike the next grant, which a busy
+// machine delays by however long the next candidate takes, the lease's end
+// is fixed by the server when it granted or renewed, so an elector whose
+// step-down margin is too small is seen whatever the load. The act's At is
+// taken before its check, so the term believed at some instant at or after
+// it; Leading admits an act only while the lease's validity (counted from
+// before the grant or renewal was sent) is above the margin, so an honest
+// term's gap is at least its margin plus the drift allowance, however late
+// the act ran. Terms that go by Done are not judged here: a timer that
+// fires late on a busy machine closes Done late, and judgeStepDown judges
+// them.
+func judgeLeaseEnd(v *Verdict, h *History, s *ServerLog) {
+	if s.LeaseFloor <= 0 {
+		return
+	}
+	for _, r := range h.Terms {
+		if !r.ByLeading || len(r.Acts) == 0 {
+			continue
+		}
+		var end time.Time
+		granted, ranOut := false, false
+		for _, e := range s.Events {
+			if !granted {
+				if e.Kind == Granted && e.Holder == r.Holder {
+					granted = true
+					end = e.Expires
+				}
+				continue
+			}
+			if e.Kind == Released && e.Holder == r.Holder {
+				break
+			}
+			if e.Kind == Extended && e.Holder == r.Holder && e.Expires.After(end) {
+				end = e.Expires
+			}
+			if e.Kind == Granted && e.Holder != r.Holder {
+				ranOut = true
+				break
+			}
+		}
+		if !ranOut || end.IsZero() {
+			continue
+		}
+		v.count("terms run out (lease end judged)", 1)
+		last := r.Acts[len(r.Acts)-1].At
+		// The lease's end on the local clock is at most Expires less
+		// the least offset: the gap below is the largest it can be.
+		gap := end.Add(-s.OffsetLow).Sub(last)
+		v.LeaseGaps = append(v.LeaseGaps, gap)
+		if gap < s.LeaseFloor {
+			v.violate("step-down: term %d (%s) acted %v before its lease's end on the server, below the floor %v", r.Token, r.Value, gap, s.LeaseFloor)
+		}
+	}
 }

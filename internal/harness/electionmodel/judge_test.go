@@ -63,6 +63,22 @@ func TestJudge(t *testing.T) {
 			s.Events[2].At, s.ReleasesKnown = ms(105), false
 			h.Cuts[0] = []Interval{{ms(101), ms(120)}}
 		}, ""},
+		// The lease's end: a's last act at 90 ms, its lease granted to end
+		// at 110 ms and renewed to 130 ms, the floor 10 ms.
+		{"lease end: sound", leaseEnd(ms(110), ms(130), 30*time.Millisecond, true), ""},
+		{"lease end: last act within the floor of the renewed end", leaseEnd(ms(80), ms(95), 10*time.Millisecond, true), "step-down"},
+		{"lease end: the renewal counts, not the grant", leaseEnd(ms(95), ms(120), 20*time.Millisecond, true), ""},
+		{"lease end: a renewal that ends sooner does not shorten it", leaseEnd(ms(120), ms(95), 20*time.Millisecond, true), ""},
+		{"lease end: server clock ahead", func(h *History, s *ServerLog) {
+			leaseEnd(ms(110), ms(130), 30*time.Millisecond, true)(h, s)
+			s.OffsetLow = 15 * time.Millisecond
+		}, "step-down"},
+		{"lease end: a term that goes by Done is not judged", leaseEnd(ms(80), ms(95), 10*time.Millisecond, false), ""},
+		{"lease end: not judged without a floor", leaseEnd(ms(80), ms(95), 0, true), ""},
+		{"lease end: released, not judged", func(h *History, s *ServerLog) {
+			leaseEnd(ms(80), ms(95), 10*time.Millisecond, true)(h, s)
+			s.Events = append(s.Events[:3], append([]Event{{Kind: Released, At: ms(96), Holder: "ha"}}, s.Events[3:]...)...)
+		}, ""},
 		{"release unknown, cut through", func(h *History, s *ServerLog) {
 			s.Events[2].At, s.ReleasesKnown = ms(105), false
 			h.Cuts[0] = []Interval{{ms(50), ms(120)}}
@@ -84,5 +100,17 @@ func TestJudge(t *testing.T) {
 				t.Fatalf("violations %q, want one of kind %q", v.Violations, c.want)
 			}
 		})
+	}
+}
+
+// leaseEnd returns a change that gives a's grant the lease's end granted,
+// renews it to renewed, sets the lease floor, and marks a as going by
+// Leading (or by Done).
+func leaseEnd(granted, renewed time.Time, floor time.Duration, byLeading bool) func(*History, *ServerLog) {
+	return func(h *History, s *ServerLog) {
+		h.Terms[0].ByLeading = byLeading
+		s.Events[0].Expires = granted
+		s.Events = append(s.Events[:2], append([]Event{{Kind: Extended, At: granted.Add(-50 * time.Millisecond), Holder: "ha", Expires: renewed}}, s.Events[2:]...)...)
+		s.LeaseFloor = floor
 	}
 }

@@ -95,6 +95,9 @@ type Term struct {
 	DoneAt time.Time // when a goroutine saw the term's Done close
 	Acts   []Act
 	Lost   bool // ended by loss, not resignation
+	// ByLeading: the actor checked each act with Term.Leading (the
+	// others go by Term.Done).
+	ByLeading bool
 }
 
 // Act is one action taken as leader: At is taken before the leadership
@@ -198,10 +201,17 @@ func Run(ctx context.Context, cfg Config) *History {
 	defer stopObserver()
 	observed := cfg.Observer.Observe(octx)
 	obsDone := make(chan []election.Leader, 1)
+	var (
+		obsMu   sync.Mutex
+		obsSeen = map[fence.Token]bool{}
+	)
 	go func() {
 		var seen []election.Leader
 		for l := range observed {
 			seen = append(seen, l)
+			obsMu.Lock()
+			obsSeen[l.Token] = true
+			obsMu.Unlock()
 		}
 		obsDone <- seen
 	}()
@@ -269,8 +279,27 @@ func Run(ctx context.Context, cfg Config) *History {
 		r.uncut(i)
 	}
 	wg.Wait()
-	// Let the last terms be reported before the observer stops.
+	// Let the last terms be reported before the observer stops: a TTL,
+	// and then until every term that acted has been reported, for up to
+	// ten TTLs more (a busy machine delays a notification, or the read
+	// that follows a listener replaced, past one TTL; the judge still
+	// requires each term reported, by then).
 	time.Sleep(cfg.TTL)
+	for deadline := time.Now().Add(10 * cfg.TTL); time.Now().Before(deadline); time.Sleep(cfg.TTL / 20) {
+		r.mu.Lock()
+		obsMu.Lock()
+		all := true
+		for _, t := range r.h.Terms {
+			if len(t.Acts) > 0 && !obsSeen[t.Token] {
+				all = false
+			}
+		}
+		obsMu.Unlock()
+		r.mu.Unlock()
+		if all {
+			break
+		}
+	}
 	stopObserver()
 	r.h.Observed = <-obsDone
 	if e := r.firstErr.Load(); e != nil {
@@ -327,7 +356,7 @@ func (r *run) actor(ctx context.Context, id int, rng *rand.Rand) {
 			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
-		t := &Term{Actor: id, Value: value, Holder: term.Fence().Holder, Token: term.Fence().Token, Begun: time.Now()}
+		t := &Term{Actor: id, Value: value, Holder: term.Fence().Holder, Token: term.Fence().Token, Begun: time.Now(), ByLeading: id%2 == 0 && !r.cfg.Unfenced}
 		doneAt := make(chan time.Time, 1)
 		go func() {
 			<-term.Done()
