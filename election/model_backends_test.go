@@ -61,15 +61,15 @@ func TestElectionModelCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartCluster(t, 3, 1)
 	budget := electionmodel.Budget(t, 4*time.Second) // terms of 1 to 5 TTLs of 600 ms
-	run := func(t *testing.T, cfg modelRun) func(seed uint64) *electionmodel.Verdict {
+	run := func(t *testing.T, cfg electionmodel.Variant) func(seed uint64) *electionmodel.Verdict {
 		return func(seed uint64) *electionmodel.Verdict { return runClusterElectionModel(t, cl, cfg, seed, budget) }
 	}
 	t.Run("model", func(t *testing.T) {
-		electionmodel.Check(t, "redis-cluster", electionModelFloors(), 6, run(t, modelRun{}))
+		electionmodel.Check(t, "redis-cluster", electionModelFloors(), 6, run(t, electionmodel.Variant{}))
 	})
 	for _, c := range electionControls(t) {
-		t.Run("rejects "+c.name, func(t *testing.T) {
-			electionmodel.Rejects(t, "redis-cluster", c.name, c.kind, 3, 2, run(t, c.cfg))
+		t.Run("rejects "+c.Name, func(t *testing.T) {
+			electionmodel.Rejects(t, "redis-cluster", c.Name, c.Kind, 3, 2, run(t, c.Variant))
 		})
 	}
 }
@@ -81,11 +81,11 @@ func TestElectionModelRedlock(t *testing.T) {
 	testenv.Slow(t)
 	t.Parallel()
 	budget := electionmodel.Budget(t, 4*time.Second)
-	run := func(t *testing.T, cfg modelRun) func(seed uint64) *electionmodel.Verdict {
+	run := func(t *testing.T, cfg electionmodel.Variant) func(seed uint64) *electionmodel.Verdict {
 		return func(seed uint64) *electionmodel.Verdict { return runRedlockElectionModel(t, cfg, seed, budget) }
 	}
 	t.Run("model", func(t *testing.T) {
-		electionmodel.Check(t, "redlock", electionModelFloors(), 6, run(t, modelRun{}))
+		electionmodel.Check(t, "redlock", electionModelFloors(), 6, run(t, electionmodel.Variant{}))
 	})
 	// Redlock's waiters poll and a campaign needs a quorum within the node
 	// timeout: on a loaded machine the next term was granted 350 ms to 1.2 s
@@ -97,29 +97,25 @@ func TestElectionModelRedlock(t *testing.T) {
 	// step-down check still judges every lost term (its floor).
 	cs := electionControls(t)[:3]
 	for _, c := range cs {
-		t.Run("rejects "+c.name, func(t *testing.T) {
-			electionmodel.Rejects(t, "redlock", c.name, c.kind, 3, 2, run(t, c.cfg))
+		t.Run("rejects "+c.Name, func(t *testing.T) {
+			electionmodel.Rejects(t, "redlock", c.Name, c.Kind, 3, 2, run(t, c.Variant))
 		})
 	}
 }
 
-type electionControl struct {
-	name, kind string
-	cfg        modelRun
-}
-
-// electionControls are the single server's controls (model_test.go).
-func electionControls(t *testing.T) []electionControl {
-	return []electionControl{
-		{"unfenced elector", "one believer", modelRun{unfenced: true}},
-		{"record written without the holder check", "record holder", modelRun{setLeader: brokenSetLeader(t, setLeaderCheck, "")}},
-		{"record admitted below a newer one", "record token", modelRun{setLeader: brokenSetLeader(t, setLeaderAdmit, "if false then")}},
-		{"step-down within the drift allowance", "step-down", modelRun{stepDown: election.Drift(deployModelTTL)}},
+// electionControls are the single server's controls (model_test.go), for
+// the deployments' TTL.
+func electionControls(t *testing.T) []electionmodel.Control {
+	t.Helper()
+	cs, err := electionmodel.RedisControls(deployModelTTL)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return cs
 }
 
 // runClusterElectionModel makes one run on cl under a prefix of its own.
-func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
+func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg electionmodel.Variant, seed uint64, budget time.Duration) *electionmodel.Verdict {
 	t.Helper()
 	prefix := "elcluster:" + fence.NewHolder()[:12] + ":"
 	oc := cl.Client()
@@ -137,7 +133,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 	mc := master.Client()
 	mon := redismon.Start(t, master.Addr())
 	var unfencedFor time.Duration
-	if cfg.unfenced {
+	if cfg.Unfenced {
 		unfencedFor = 3 * deployModelTTL
 	}
 	h := electionmodel.Run(context.Background(), electionmodel.Config{
@@ -145,7 +141,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 		TTL:         deployModelTTL,
 		Budget:      budget,
 		Seed:        seed,
-		Unfenced:    cfg.unfenced,
+		Unfenced:    cfg.Unfenced,
 		UnfencedFor: unfencedFor,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			// A proxy of the candidate's own before every node: the
@@ -172,17 +168,11 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg modelRun, se
 				},
 			})
 			t.Cleanup(func() { _ = c.Close() })
-			e, err := election.New(newLocker(t, c, prefix), "model", election.WithTTL(deployModelTTL))
+			e, hash, err := cfg.NewElection(newLocker(t, c, prefix), "model", deployModelTTL)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.setLeader != "" {
-				election.UseSetLeader(e, cfg.setLeader)
-			}
-			if cfg.stepDown != 0 {
-				election.SetStepDown(e, cfg.stepDown)
-			}
-			c.AddHook(recordHook{hash: election.SetLeaderHash(e), hold: beforeRecord})
+			c.AddHook(recordHook{hash: hash, hold: beforeRecord})
 			cut := func(block bool) func() {
 				return func() {
 					for _, p := range proxies {
@@ -232,7 +222,7 @@ func plantRecord(ctx context.Context, cs []*redis.Client, recKey string) bool {
 }
 
 // runRedlockElectionModel makes one run on five private servers.
-func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
+func runRedlockElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budget time.Duration) *electionmodel.Verdict {
 	t.Helper()
 	const nodes = 5
 	const prefix = "elredlock:"
@@ -270,9 +260,9 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 	for _, s := range srvs {
 		mons = append(mons, redismon.Start(t, s.Addr()))
 	}
-	realHash := sha1Hex(election.SetLeaderSource())
+	realHash := sha1Hex(electionmodel.RecordPutSource())
 	var unfencedFor time.Duration
-	if cfg.unfenced {
+	if cfg.Unfenced {
 		unfencedFor = 3 * deployModelTTL
 	}
 	h := electionmodel.Run(context.Background(), electionmodel.Config{
@@ -280,7 +270,7 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 		TTL:         deployModelTTL,
 		Budget:      budget,
 		Seed:        seed,
-		Unfenced:    cfg.unfenced,
+		Unfenced:    cfg.Unfenced,
 		UnfencedFor: unfencedFor,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			var proxies []*testenv.Proxy
@@ -294,8 +284,8 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 				// The hold first (a record write is held on every node
 				// at once), then the broken script, if any.
 				c.AddHook(redlockRecordHook{hash: realHash, once: once})
-				if cfg.setLeader != "" {
-					c.AddHook(scriptSwapHook{hash: realHash, src: cfg.setLeader})
+				if cfg.RecordPut != "" {
+					c.AddHook(scriptSwapHook{hash: realHash, src: cfg.RecordPut})
 				}
 				clients = append(clients, c)
 			}
@@ -304,12 +294,13 @@ func runRedlockElectionModel(t *testing.T, cfg modelRun, seed uint64, budget tim
 				t.Fatal(err)
 			}
 			t.Cleanup(l.Close)
-			e, err := election.New(l, "model", election.WithTTL(deployModelTTL))
+			opts := []election.Option{election.WithTTL(deployModelTTL)}
+			if cfg.StepDown > 0 {
+				opts = append(opts, election.WithStepDown(cfg.StepDown))
+			}
+			e, err := election.New(l, "model", opts...)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if cfg.stepDown != 0 {
-				election.SetStepDown(e, cfg.stepDown)
 			}
 			cut := func(block bool) func() {
 				return func() {

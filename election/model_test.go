@@ -3,7 +3,6 @@ package election_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +26,12 @@ import (
 // script wrote, who held the lock key then and which record it replaced
 // while that one lived, on the server's clock (this machine's).
 //
-// The controls: an unfenced elector (it believes it leads until a TTL
-// after it last knew, as client-go's and etcd's electors let a leader that
-// pauses do), the record script without its holder check or its newer-
-// record check, and a step-down within the drift allowance alone.
+// The controls (electionmodel.RedisControls, shared with the rueidis
+// client's model in lock/rueidisfence): an unfenced elector (it believes it
+// leads until a TTL after it last knew, as client-go's and etcd's electors
+// let a leader that pauses do), the record script without its holder check
+// or its newer-record check, and a step-down within the drift allowance
+// alone.
 //
 // FENCEKIT_CHECK_TIME sets a run's budget (default 3s).
 
@@ -44,15 +45,8 @@ const modelTTL = 300 * time.Millisecond
 // seen: 30ms); a step-down within the drift allowance leaves 5-6ms.
 const stepDownFloor = modelTTL / election.StepDownDivisor / 5
 
-// modelRun is one run's variant.
-type modelRun struct {
-	unfenced  bool
-	setLeader string        // a broken set_leader.lua, or "" for the real one
-	stepDown  time.Duration // a step-down margin set past the option's checks, or 0
-}
-
 // runElectionModel makes one run of the model with cfg and judges it.
-func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Duration) *electionmodel.Verdict {
+func runElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budget time.Duration) *electionmodel.Verdict {
 	t.Helper()
 	srv := testenv.StartRedis(t)
 	const prefix = "el:"
@@ -69,22 +63,16 @@ func runElectionModel(t *testing.T, cfg modelRun, seed uint64, budget time.Durat
 		TTL:      modelTTL,
 		Budget:   budget,
 		Seed:     seed,
-		Unfenced: cfg.unfenced,
+		Unfenced: cfg.Unfenced,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, srv.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 			t.Cleanup(func() { _ = c.Close() })
-			e, err := election.New(newLocker(t, c, prefix), "model", election.WithTTL(modelTTL))
+			e, hash, err := cfg.NewElection(newLocker(t, c, prefix), "model", modelTTL)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.setLeader != "" {
-				election.UseSetLeader(e, cfg.setLeader)
-			}
-			if cfg.stepDown != 0 {
-				election.SetStepDown(e, cfg.stepDown)
-			}
-			c.AddHook(recordHook{hash: election.SetLeaderHash(e), hold: beforeRecord})
+			c.AddHook(recordHook{hash: hash, hold: beforeRecord})
 			return electionmodel.Candidate{Election: e, Cut: p.Block, Uncut: p.Unblock}
 		},
 		Observer: watcher,
@@ -144,64 +132,64 @@ func TestElectionModel(t *testing.T) {
 		"terms run out (step-down gap judged)": 1,
 	}
 	electionmodel.Check(t, "redis", floors, 4, func(seed uint64) *electionmodel.Verdict {
-		return runElectionModel(t, modelRun{}, seed, budget)
+		return runElectionModel(t, electionmodel.Variant{}, seed, budget)
 	})
 }
 
-// rejects runs the model with a broken variant over three seeds, each for
-// up to two runs until it goes wrong: the judge must report a violation
-// starting with kind in most of them.
-func rejects(t *testing.T, name string, cfg modelRun, kind string) {
+// rejects runs the model with the control named name (of
+// electionmodel.RedisControls) over three seeds, each for up to two runs
+// until it goes wrong: the judge must report a violation of the control's
+// kind in most of them.
+func rejects(t *testing.T, name string) {
 	t.Helper()
 	testenv.Slow(t)
+	c := redisControl(t, modelTTL, name)
 	budget := electionmodel.Budget(t, 3*time.Second)
-	electionmodel.Rejects(t, "redis", name, kind, 3, 2, func(seed uint64) *electionmodel.Verdict {
-		return runElectionModel(t, cfg, seed, budget)
+	electionmodel.Rejects(t, "redis", c.Name, c.Kind, 3, 2, func(seed uint64) *electionmodel.Verdict {
+		return runElectionModel(t, c.Variant, seed, budget)
 	})
+}
+
+// redisControl returns the control of electionmodel.RedisControls named
+// name, for terms of ttl.
+func redisControl(t *testing.T, ttl time.Duration, name string) electionmodel.Control {
+	t.Helper()
+	cs, err := electionmodel.RedisControls(ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no election model control named %q", name)
+	return electionmodel.Control{}
 }
 
 // TestElectionModelRejectsUnfenced is the negative control: an elector that
 // believes it leads for a TTL after it last knew (ignoring the lease's
 // validity) must be caught electing two leaders at once.
 func TestElectionModelRejectsUnfenced(t *testing.T) {
-	rejects(t, "unfenced elector", modelRun{unfenced: true}, "one believer")
-}
-
-// The broken variants the controls run: the election's record script with
-// one check taken out, and a step-down at the end of the lease's validity
-// less the drift allowance alone (the rule before the margin).
-var (
-	setLeaderCheck = "if not ok or cur ~= ARGV[1] then\n  return 0\nend"
-	setLeaderAdmit = "if was > token or (was == token and rec[2] ~= ARGV[1]) then"
-)
-
-// brokenSetLeader returns set_leader.lua with old replaced by new, and
-// fails t if old is not there (the control would run the real script).
-func brokenSetLeader(t *testing.T, old, new string) string {
-	t.Helper()
-	src := election.SetLeaderSource()
-	if !strings.Contains(src, old) {
-		t.Fatalf("set_leader.lua no longer holds %q: update the control", old)
-	}
-	return strings.Replace(src, old, new, 1)
+	rejects(t, "unfenced elector")
 }
 
 // A record script that does not check that the lock holds the writer lets
 // a candidate whose write was held past its lease record and announce
 // itself while another holds the lock: the record-holder check rejects it.
 func TestElectionModelRejectsPhantomRecord(t *testing.T) {
-	rejects(t, "record written without the holder check", modelRun{setLeader: brokenSetLeader(t, setLeaderCheck, "")}, "record holder")
+	rejects(t, "record written without the holder check")
 }
 
 // A record script that takes a lower token over a newer record (the
 // planted one) is rejected by the record-token check.
 func TestElectionModelRejectsLowerRecord(t *testing.T) {
-	rejects(t, "record admitted below a newer one", modelRun{setLeader: brokenSetLeader(t, setLeaderAdmit, "if false then")}, "record token")
+	rejects(t, "record admitted below a newer one")
 }
 
 // A leader that steps down at the end of its lease's validity less the
 // drift allowance alone (a few milliseconds before the next grant) is
 // rejected by the step-down check.
 func TestElectionModelRejectsLateStepDown(t *testing.T) {
-	rejects(t, "step-down within the drift allowance", modelRun{stepDown: election.Drift(modelTTL)}, "step-down")
+	rejects(t, "step-down within the drift allowance")
 }

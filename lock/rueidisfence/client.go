@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -20,6 +22,9 @@ import (
 type client struct {
 	c       rueidis.Client
 	cluster bool
+	// dial is the latest failed dial a call of this client met, nil once
+	// a call got a reply since (see DialFailure).
+	dial atomic.Pointer[dialFailure]
 	// before, when set (by tests), runs before each script call with the
 	// script's hash, keys and arguments; reply, when set, stands in for
 	// the reading of each reply (a test's broken adapter).
@@ -53,6 +58,7 @@ func (c *client) Run(ctx context.Context, src string, args []any) redisbackend.R
 	if e, ok := rueidis.IsRedisErr(res.Error()); ok && e.IsNoScript() {
 		res = c.c.Do(ctx, c.c.B().Eval().Script(src).Numkeys(int64(n)).Key(keys...).Arg(rest...).Build())
 	}
+	c.noteDial(res.NonRedisError())
 	if c.reply != nil {
 		return c.reply(res)
 	}
@@ -98,9 +104,43 @@ func (c *client) IDs() []any {
 	return ids
 }
 
-// DialFailure is nil: rueidis keeps its dial errors to the calls that
-// waited for them.
-func (c *client) DialFailure() error { return nil }
+// dialFailure is a failed dial and when a call met it.
+type dialFailure struct {
+	at  time.Time
+	err error
+}
+
+// dialRecency is how old a failed dial may be and still explain a node's
+// silence: rueidis dials again on the next call, so an older failure is
+// not this call's.
+const dialRecency = 5 * time.Second
+
+// noteDial records err, a call's error other than a reply, when it is a
+// failed dial, and forgets the last one when the call got a reply.
+func (c *client) noteDial(err error) {
+	var op *net.OpError
+	switch {
+	case err == nil:
+		if c.dial.Load() != nil {
+			c.dial.Store(nil)
+		}
+	case errors.As(err, &op) && op.Op == "dial":
+		c.dial.Store(&dialFailure{at: time.Now(), err: err})
+	}
+}
+
+// DialFailure is the latest failed dial that a call of this client met,
+// if it is recent and no call got a reply since. rueidis hands a dial's
+// error to the calls that waited for that dial; a call that its context
+// or Redlock's node timeout ended first is told by this one, as go-redis's
+// dial watch tells it.
+func (c *client) DialFailure() error {
+	f := c.dial.Load()
+	if f == nil || time.Since(f.at) > dialRecency {
+		return nil
+	}
+	return f.err
+}
 
 func (c *client) NewPubSub() redisbackend.PubSub { return c.newPubSub() }
 

@@ -2,11 +2,9 @@ package rueidisfence
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"net"
-	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +24,12 @@ import (
 // record's script is sent (the adapter's test hook); the planter writes a
 // record above every term's straight into the record's hash. The server's
 // history is its MONITOR feed, replayed (package redismon, as in package
-// election's model). The observer
-// watches through rueidis too. The control is an unfenced elector (it
-// believes it leads until a TTL after it last knew), which the judge must
-// catch electing two leaders at once.
+// election's model). The observer watches through rueidis too. The
+// controls are go-redis's (electionmodel.RedisControls): an unfenced
+// elector (it believes it leads until a TTL after it last knew), the
+// record script without its holder check or without its newer-record
+// check, and a step-down within the drift allowance alone; the judge must
+// reject each.
 
 const modelTTL = 300 * time.Millisecond
 
@@ -37,17 +37,6 @@ const modelTTL = 300 * time.Millisecond
 // and the lock's next grant once the lock ran out: a fifth of the
 // documented default margin, as in package election's model.
 const stepDownFloor = modelTTL / election.StepDownDivisor / 5
-
-// recordPutHash is the SHA-1 of the record script that the election's
-// record writes run.
-func recordPutHash(t *testing.T) string {
-	src, err := os.ReadFile("../internal/redisbackend/record_put.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha1.Sum(src)
-	return hex.EncodeToString(sum[:])
-}
 
 // modelClient is a rueidis client of addr for the model: short dials, and
 // calls that end with their context.
@@ -62,7 +51,7 @@ func modelClient(t *testing.T, addr string) *client {
 }
 
 // runElectionModel makes one run of the model and judges it.
-func runElectionModel(t *testing.T, unfenced bool, seed uint64, budget time.Duration) *electionmodel.Verdict {
+func runElectionModel(t *testing.T, v electionmodel.Variant, seed uint64, budget time.Duration) *electionmodel.Verdict {
 	t.Helper()
 	srv := testenv.StartRedis(t)
 	const prefix = "el:"
@@ -82,30 +71,29 @@ func runElectionModel(t *testing.T, unfenced bool, seed uint64, budget time.Dura
 	}
 	recKey := names.RecordKey
 	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
-	putHash := recordPutHash(t)
 	mon := redismon.Start(t, srv.Addr())
 	mc := electionmodel.Config{
 		Backend:  "rueidis",
 		TTL:      modelTTL,
 		Budget:   budget,
 		Seed:     seed,
-		Unfenced: unfenced,
+		Unfenced: v.Unfenced,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, srv.Addr())
 			c := modelClient(t, p.Addr())
-			c.before = func(hash string, _, _ []string) {
-				if hash == putHash {
-					beforeRecord()
-				}
-			}
 			l, err := newOn(c, []lock.Option{lock.WithPrefix(prefix)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(l.Close)
-			e, err := election.New(l, "model", election.WithTTL(modelTTL))
+			e, putHash, err := v.NewElection(l, "model", modelTTL)
 			if err != nil {
 				t.Fatal(err)
+			}
+			c.before = func(hash string, _, _ []string) {
+				if hash == putHash {
+					beforeRecord()
+				}
 			}
 			return electionmodel.Candidate{Election: e, Cut: p.Block, Uncut: p.Unblock}
 		},
@@ -141,16 +129,24 @@ func TestElectionModel(t *testing.T) {
 		"terms run out (step-down gap judged)": 1,
 	}
 	electionmodel.Check(t, "rueidis", floors, 4, func(seed uint64) *electionmodel.Verdict {
-		return runElectionModel(t, false, seed, budget)
+		return runElectionModel(t, electionmodel.Variant{}, seed, budget)
 	})
 }
 
-// TestElectionModelRejectsUnfenced is the negative control: an elector
-// that believes it leads for a TTL after it last knew must be caught
-// electing two leaders at once, in most of three seeds.
-func TestElectionModelRejectsUnfenced(t *testing.T) {
+// TestElectionModelControls runs go-redis's controls of the election
+// model on rueidis, each over three seeds, each seed for up to two runs
+// until it goes wrong: the judge must reject each in most seeds.
+func TestElectionModelControls(t *testing.T) {
 	budget := electionmodel.Budget(t, 3*time.Second)
-	electionmodel.Rejects(t, "rueidis", "unfenced elector", "one believer", 3, 2, func(seed uint64) *electionmodel.Verdict {
-		return runElectionModel(t, true, seed, budget)
-	})
+	cs, err := electionmodel.RedisControls(modelTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		t.Run(strings.ReplaceAll(c.Name, " ", "_"), func(t *testing.T) {
+			electionmodel.Rejects(t, "rueidis", c.Name, c.Kind, 3, 2, func(seed uint64) *electionmodel.Verdict {
+				return runElectionModel(t, c.Variant, seed, budget)
+			})
+		})
+	}
 }

@@ -58,6 +58,11 @@ func NewRedlock(clients []rueidis.Client, opts ...lock.Option) (*lock.Locker, er
 		}
 		cs[i] = newClient(c)
 	}
+	return newRedlockOn(cs, opts)
+}
+
+// newRedlockOn is NewRedlock on cs, one command interface per node.
+func newRedlockOn(cs []redisbackend.Client, opts []lock.Option) (*lock.Locker, error) {
 	mk, err := redisbackend.NewRedlockOn(cs, lock.DefaultNodeTimeout)
 	if err != nil {
 		return nil, err

@@ -44,5 +44,7 @@
 //
 // Files: workload.go holds the workload (Run, Config, the history),
 // judge.go the judge and the server-side events a backend supplies,
-// check.go the floors, the controls and the summary line.
+// check.go the floors, the controls' runs and the summary line,
+// controls.go the broken variants of the election on Redis
+// ([RedisControls]), shared by every Redis client's model.
 package electionmodel
