@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/fencekit/fencekit/lock/rueidisfence v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -29,3 +30,5 @@ replace github.com/fencekit/fencekit => ../
 // reach (rueidis v1.0.79 itself downloads and is the one the suite runs);
 // v1.0.78 is the newest it serves.
 replace github.com/redis/rueidis/rueidiscompat => github.com/redis/rueidis/rueidiscompat v1.0.78
+
+replace github.com/fencekit/fencekit/lock/rueidisfence => ../lock/rueidisfence

@@ -7,12 +7,13 @@
 //
 // Each run starts a private redis-server and measures on it, in this order:
 // the uncontended pair (TryAcquire + Release of one repeated resource,
-// serial) of fencekit, bsm/redislock, rueidislock and the floors,
+// serial) of fencekit (on go-redis, and on rueidis through
+// lock/rueidisfence), bsm/redislock, rueidislock and the floors,
 // interleaved operation by operation (pairs per second); the Redis server's
 // time per pair of each (INFO commandstats: the scripts' time, which
 // includes the commands they call, plus the plain commands the client
 // sent), the contenders taking turns in chunks of 100 pairs; and the
-// contended hand-off of fencekit and rueidislock with each number of waiters
+// contended hand-off of fencekit (on both clients) and rueidislock with each number of waiters
 // of -waiters on one Locker, the two alternating run by run (grants per
 // second, the hand-off's p50 and p99).
 package main
@@ -24,6 +25,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,7 +54,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	uncontenders := []string{suite.Fencekit, suite.Redislock, suite.Rueidislock, suite.Floor, suite.FloorToken}
+	uncontenders := []string{suite.Fencekit, suite.Redislock, suite.Rueidislock, suite.FencekitRueidis, suite.Floor, suite.FloorToken}
 	type runResult struct {
 		pairsPS  map[string]float64
 		serverUs map[string]float64
@@ -118,9 +120,9 @@ func main() {
 			}
 			seq := 0
 			for _, w := range ws {
-				order := []string{suite.Fencekit, suite.Rueidislock}
+				order := []string{suite.Fencekit, suite.Rueidislock, suite.FencekitRueidis}
 				if run%2 == 1 {
-					order[0], order[1] = order[1], order[0]
+					slices.Reverse(order)
 				}
 				for _, name := range order {
 					seq++
@@ -152,6 +154,11 @@ func main() {
 		}
 		fmt.Println()
 	}
+	fmt.Printf("\nOn rueidis: fencekit on rueidis / rueidislock, pairs/s, by run:")
+	for _, r := range results {
+		fmt.Printf(" %.2f×", r.pairsPS[suite.FencekitRueidis]/r.pairsPS[suite.Rueidislock])
+	}
+	fmt.Println()
 	fmt.Printf("\nRedis server time per pair, µs (INFO commandstats; fencekit / peer in parentheses)\n\n")
 	fmt.Printf("| run |")
 	for _, name := range uncontenders {
@@ -165,15 +172,17 @@ func main() {
 		}
 		fmt.Println()
 	}
-	fmt.Printf("\nContended hand-off on one Locker: fencekit against rueidislock\n\n")
-	fmt.Println("| run | waiters | fencekit grants/s | rueidislock grants/s | ratio | fencekit p50 | rueidislock p50 | ratio | fencekit p99 | rueidislock p99 | commands/grant | allocations/grant |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, w := range ws {
-		for i, r := range results {
-			f, q := r.handoffs[suite.Fencekit+"/"+strconv.Itoa(w)], r.handoffs[suite.Rueidislock+"/"+strconv.Itoa(w)]
-			fmt.Printf("| %d | %d | %.0f | %.0f | %.2f× | %v | %v | %.2f× | %v | %v | %.2f / %.2f | %.0f / %.0f |\n", i+1, w, f.GrantsPS, q.GrantsPS, f.GrantsPS/q.GrantsPS,
-				f.P50.Round(time.Microsecond), q.P50.Round(time.Microsecond), float64(f.P50)/float64(q.P50),
-				f.P99.Round(time.Microsecond), q.P99.Round(time.Microsecond), f.Cmds, q.Cmds, f.Allocs, q.Allocs)
+	for _, fk := range []string{suite.Fencekit, suite.FencekitRueidis} {
+		fmt.Printf("\nContended hand-off on one Locker: %s against rueidislock\n\n", fk)
+		fmt.Println("| run | waiters | fencekit grants/s | rueidislock grants/s | ratio | fencekit p50 | rueidislock p50 | ratio | fencekit p99 | rueidislock p99 | commands/grant | allocations/grant |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+		for _, w := range ws {
+			for i, r := range results {
+				f, q := r.handoffs[fk+"/"+strconv.Itoa(w)], r.handoffs[suite.Rueidislock+"/"+strconv.Itoa(w)]
+				fmt.Printf("| %d | %d | %.0f | %.0f | %.2f× | %v | %v | %.2f× | %v | %v | %.2f / %.2f | %.0f / %.0f |\n", i+1, w, f.GrantsPS, q.GrantsPS, f.GrantsPS/q.GrantsPS,
+					f.P50.Round(time.Microsecond), q.P50.Round(time.Microsecond), float64(f.P50)/float64(q.P50),
+					f.P99.Round(time.Microsecond), q.P99.Round(time.Microsecond), f.Cmds, q.Cmds, f.Allocs, q.Allocs)
+			}
 		}
 	}
 }

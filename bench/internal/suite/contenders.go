@@ -69,6 +69,8 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 			return nil, err
 		}
 		return &fencekitLocker{l: l, c: c, n: n}, nil
+	case FencekitRueidis:
+		return newFencekitRueidis(addr, prefix)
 	case Redislock:
 		c, n := countedClient(addr)
 		return &redislockLocker{l: redislock.New(c), c: c, n: n, prefix: prefix}, nil
