@@ -101,28 +101,7 @@ func postgresLevelsStorage(name, def string, levels ...pgx.TxIsoLevel) storage {
 	}
 	return storage{name: name, levels: want, make: func(t *testing.T) workload.Counter {
 		ctx := context.Background()
-		u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_iso_")
-		t.Cleanup(drop)
-		admin, err := pgx.Connect(ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close(ctx)
-		var db string
-		if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET default_transaction_isolation = '`+def+`'`); err != nil {
-			t.Fatal(err)
-		}
-		sdb, err := sql.Open("pgx", u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sdb.Close()
-		if err := migrations.Up(ctx, sdb); err != nil {
-			t.Fatal(err)
-		}
+		u := postgresLevelsDatabase(t, def)
 		pool, err := pgxpool.New(ctx, u)
 		if err != nil {
 			t.Fatal(err)
@@ -131,6 +110,56 @@ func postgresLevelsStorage(name, def string, levels ...pgx.TxIsoLevel) storage {
 		t.Logf("database default %s, fenced reads at %v", def, levels)
 		return &workload.PostgresCounter{Pool: pool, Levels: levels, Default: def}
 	}}
+}
+
+// pgsqlLevelsStorage is postgresLevelsStorage through database/sql
+// (storage/pgsql, whose guard is the judge statement): each fenced
+// transaction, read or write, at one of levels, drawn per transaction
+// (sql.LevelDefault: the database's; none: def only).
+func pgsqlLevelsStorage(name, def string, levels ...sql.IsolationLevel) storage {
+	want := []string{def}
+	if len(levels) > 0 {
+		want = isoLevels
+	}
+	return storage{name: name, levels: want, make: func(t *testing.T) workload.Counter {
+		db, err := sql.Open("pgx", postgresLevelsDatabase(t, def))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() }) // registered after drop, so it runs first
+		t.Logf("database default %s, fenced transactions at %v", def, levels)
+		return &workload.PgsqlCounter{DB: db, Levels: levels, Default: def}
+	}}
+}
+
+// postgresLevelsDatabase makes a database of the test's own whose default
+// isolation level is def, with the migrations applied, and returns its URL.
+func postgresLevelsDatabase(t *testing.T, def string) string {
+	t.Helper()
+	ctx := context.Background()
+	u, drop := testenv.PostgresDatabase(t, testenv.PostgresBaseURL(t), "fk_iso_")
+	t.Cleanup(drop)
+	admin, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var db string
+	if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET default_transaction_isolation = '`+def+`'`); err != nil {
+		t.Fatal(err)
+	}
+	sdb, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	if err := migrations.Up(ctx, sdb); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 // mysqlLevelsStorage is mysqlStorage with its sessions defaulting to def
@@ -257,6 +286,7 @@ func TestFencedNoLostUpdates(t *testing.T) {
 	every := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
 	everySQL := []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
 	pgDefault, myDefault, pgOne, myOne := isoLevels[1+rand.IntN(2)], drawLevel(), drawLevel(), drawLevel()
+	pgsqlDefault, pgsqlOne := isoLevels[1+rand.IntN(2)], drawLevel()
 	for _, st := range []storage{redisStorage(), postgresStorage(), mysqlStorage(),
 		// Every level mixed, each transaction's drawn, the database's or
 		// the sessions' default changed; and one level alone, drawn.
@@ -264,6 +294,9 @@ func TestFencedNoLostUpdates(t *testing.T) {
 		mysqlLevelsStorage("mysql at every isolation level", myDefault, everySQL...),
 		postgresLevelsStorage("postgres at "+pgOne, pgOne),
 		mysqlLevelsStorage("mysql at "+myOne, myOne),
+		// The same through database/sql (storage/pgsql).
+		pgsqlLevelsStorage("pgsql at every isolation level", pgsqlDefault, everySQL...),
+		pgsqlLevelsStorage("pgsql at "+pgsqlOne, pgsqlOne),
 	} {
 		t.Run(st.name+"/pause past the lease", func(t *testing.T) {
 			res := run(t, workload.Config{Locker: sharedLocker(t), Counter: st.make(t), Mode: workload.Fenced})

@@ -47,15 +47,20 @@ func (c *MySQLCounter) Refused(err error) bool { return errors.Is(err, mysql.Err
 func (c *MySQLCounter) LevelCounts() map[string]LevelCount { return c.counts.snapshot() }
 
 // txLevel draws a transaction's level: its options and its name.
-func (c *MySQLCounter) txLevel() (*sql.TxOptions, string) {
-	name := c.Default
+func (c *MySQLCounter) txLevel() (*sql.TxOptions, string) { return drawSQLLevel(c.Levels, c.Default) }
+
+// drawSQLLevel draws a database/sql transaction's level from levels (none,
+// or sql.LevelDefault: the session's, named def or "default"): its options
+// and its name.
+func drawSQLLevel(levels []sql.IsolationLevel, def string) (*sql.TxOptions, string) {
+	name := def
 	if name == "" {
 		name = "default"
 	}
-	if len(c.Levels) == 0 {
+	if len(levels) == 0 {
 		return nil, name
 	}
-	l := c.Levels[rand.IntN(len(c.Levels))]
+	l := levels[rand.IntN(len(levels))]
 	if l == sql.LevelDefault {
 		return nil, name
 	}
