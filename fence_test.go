@@ -128,7 +128,7 @@ func pgsqlLevelsStorage(name, def string, levels ...sql.IsolationLevel) storage 
 		}
 		t.Cleanup(func() { _ = db.Close() }) // registered after drop, so it runs first
 		t.Logf("database default %s, fenced transactions at %v", def, levels)
-		return &workload.PgsqlCounter{DB: db, Levels: levels, Default: def}
+		return &workload.PgsqlCounter{DB: db, Levels: levels, Default: def, HoldInTx: ttl}
 	}}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/pgsql"
@@ -22,6 +24,11 @@ type PgsqlCounter struct {
 	// Default names the database's default level, for the counts per
 	// level. default: "default"
 	Default string
+	// HoldInTx, when positive, keeps half the fenced writes' transactions
+	// open after their guard, for a while drawn up to it, before the
+	// update: a slow writer that holds its guard row while the next
+	// holder's transaction begins (and takes its snapshot) behind it.
+	HoldInTx time.Duration
 
 	counts levelCounts
 }
@@ -74,6 +81,9 @@ func (c *PgsqlCounter) Write(ctx context.Context, mode Mode, f fence.Fence, reso
 	}
 	opts, level := drawSQLLevel(c.Levels, c.Default)
 	err := pgsql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
+		if c.HoldInTx > 0 && rand.IntN(2) == 0 {
+			time.Sleep(rand.N(c.HoldInTx))
+		}
 		res, err := tx.ExecContext(ctx, pgUpdate, resource, s.N, int64(s.Last))
 		if err != nil {
 			return err
