@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/storage/pgsql"
@@ -13,8 +16,9 @@ import (
 
 // PgsqlCounter keeps counters in the PostgreSQL table PostgresCounter
 // uses, fenced through database/sql (storage/pgsql): a fenced read and a
-// fenced write are each a guarded transaction (pgsql.InTx), whose guard is
-// the judge statement (pgcore's GuardJudgeSQL) rather than pgx's.
+// fenced write are each a guarded transaction, half of them pgsql.InTx's
+// and half the caller's own with pgsql.Guard as its first statement (the
+// judge statement, pgcore's GuardJudgeSQL, which InTx does not send).
 type PgsqlCounter struct {
 	DB *sql.DB
 	// Levels, when set, are the isolation levels a fenced read or write
@@ -65,7 +69,7 @@ func (c *PgsqlCounter) Read(ctx context.Context, mode Mode, f fence.Fence, resou
 		return s, err
 	}
 	opts, level := drawSQLLevel(c.Levels, c.Default)
-	err := pgsql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
+	err := c.inTx(ctx, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, pgSelect, resource).Scan(&s.N, &s.Last)
 	})
 	c.counts.note(level, err, pgsql.ErrRetryable)
@@ -80,7 +84,7 @@ func (c *PgsqlCounter) Write(ctx context.Context, mode Mode, f fence.Fence, reso
 		return err
 	}
 	opts, level := drawSQLLevel(c.Levels, c.Default)
-	err := pgsql.InTx(ctx, c.DB, opts, f, func(ctx context.Context, tx *sql.Tx) error {
+	err := c.inTx(ctx, opts, f, func(ctx context.Context, tx *sql.Tx) error {
 		if c.HoldInTx > 0 && rand.IntN(2) == 0 {
 			time.Sleep(rand.N(c.HoldInTx))
 		}
@@ -100,4 +104,36 @@ func (c *PgsqlCounter) Write(ctx context.Context, mode Mode, f fence.Fence, reso
 // Final selects the counter without a fence.
 func (c *PgsqlCounter) Final(ctx context.Context, _ Mode, resource string) (State, error) {
 	return c.Read(ctx, Plain, fence.Fence{}, resource)
+}
+
+// inTx runs fn in a transaction guarded by f: pgsql.InTx's, or (one in
+// two) the caller's own, begun here with pgsql.Guard as its first
+// statement; a serialization failure or deadlock of the own transaction's
+// later statements or commit matches pgsql.ErrRetryable, as InTx's do.
+func (c *PgsqlCounter) inTx(ctx context.Context, opts *sql.TxOptions, f fence.Fence, fn pgsql.TxFunc) error {
+	if rand.IntN(2) == 0 {
+		return pgsql.InTx(ctx, c.DB, opts, f, fn)
+	}
+	tx, err := c.DB.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := pgsql.Guard(ctx, tx, f); err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return retryableAs(err)
+	}
+	return retryableAs(tx.Commit())
+}
+
+// retryableAs marks a serialization failure (40001) or deadlock (40P01)
+// as pgsql.ErrRetryable.
+func retryableAs(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
+		return fmt.Errorf("%w: %w", pgsql.ErrRetryable, err)
+	}
+	return err
 }
