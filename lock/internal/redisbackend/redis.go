@@ -356,7 +356,7 @@ func (b *redisBackend) Abandon(ctx context.Context, resource, holder, acq string
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
-	err := b.script(ctx, nil, releaseScript, keys, holder, acq, b.releaseMode, "1").Err()
+	err := b.script(ctx, nil, releaseScript, keys, holder, b.releaseMode, acq, "1").Err()
 	if err != nil && !isReply(err) {
 		return lockbackend.ReplyLost(err)
 	}
@@ -378,8 +378,14 @@ func (b *redisBackend) cleanup(ctx context.Context, resource, holder, acq string
 
 func (b *redisBackend) Release(ctx context.Context, hold lockbackend.Hold) error {
 	h := hold.(*redisHold)
+	// A hold without owner sends no acquisition id: release.lua's plain
+	// path is for a release with two arguments (each one costs Redis a
+	// string and a place in ARGV).
 	args := []any{"evalsha", releaseHash, numKeys, &h.keyBuf[0], &h.keyBuf[1], &h.keyBuf[2], &h.keyBuf[3], &h.keyBuf[4],
-		&h.holder, &h.acq, b.releaseMode}
+		&h.holder, b.releaseMode, &h.acq}
+	if h.acq == "" {
+		args = args[:len(args)-1]
+	}
 	var cmd Reply
 	if b.calls.Direct(ctx) {
 		cmd = runScript(ctx, b.client, releaseSrc, args)
