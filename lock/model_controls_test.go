@@ -305,8 +305,8 @@ func releaseWithoutHolderCheckSource(t *testing.T) string {
 	return breakScript(t, "release",
 		"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n    return 0\n  end\n  if redis.call('EXISTS', KEYS[4]) == 0 then\n    redis.call('DEL', KEYS[1])\n    return 1\n  end",
 		"  if redis.call('EXISTS', KEYS[4]) == 0 then\n    local cur = redis.call('GET', KEYS[1])\n    redis.call('DEL', KEYS[1])\n    if cur and cur ~= ARGV[1] then\n      return 7\n    end\n    return 1\n  end",
-		"local holder = ARGV[1]\nlocal acq = ARGV[2]\n",
-		"local freed_other = false\nlocal holder = ARGV[1]\nlocal acq = ARGV[2]\n",
+		"local holder = ARGV[1]\nlocal acq = ARGV[3] or ''\n",
+		"local freed_other = false\nlocal holder = ARGV[1]\nlocal acq = ARGV[3] or ''\n",
 		// The full path reads the lock itself here, whatever the broken
 		// fast path found, so that it counts what it frees.
 		"elseif not held_by_caller and redis.call('GET', KEYS[1]) ~= holder then\n  return not_held()\nend",

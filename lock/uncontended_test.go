@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -115,5 +116,55 @@ func TestTryAcquirePassesOverLapsedWaiters(t *testing.T) {
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Releases of one lease from several goroutines at once: one releases it,
+// the others find it released, and each sends its own arguments (the
+// first release's live in the lease's hold, so a second one must not
+// write them while the first call may still read them: the race detector
+// sees it if it does). With an owner the release sends the acquisition id
+// too.
+func TestConcurrentReleasesOfOneLease(t *testing.T) {
+	c := testenv.Redis(t)
+	l := newLocker(t, c)
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	for _, owner := range []bool{false, true} {
+		var opts []lock.AcquireOption
+		if owner {
+			opts = append(opts, lock.Owner("job"))
+		}
+		for round := range 20 {
+			lease, err := l.TryAcquire(ctx, "concurrent-release", time.Minute, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 4
+			errs := make(chan error, n)
+			start := make(chan struct{})
+			for range n {
+				go func() {
+					<-start
+					errs <- lease.Release(ctx)
+				}()
+			}
+			close(start)
+			released := 0
+			for range n {
+				switch err := <-errs; {
+				case err == nil:
+					released++
+				case !errors.Is(err, lock.ErrNotHeld):
+					t.Fatalf("owner %v, round %d: Release = %v, want nil or ErrNotHeld", owner, round, err)
+				}
+			}
+			if released != 1 {
+				t.Fatalf("owner %v, round %d: %d of %d concurrent releases succeeded, want 1", owner, round, released, n)
+			}
+			if n, err := c.Exists(ctx, keysOf(l).LockKey("concurrent-release")).Result(); err != nil || n != 0 {
+				t.Fatalf("owner %v, round %d: the lock key is still there after the releases (%d, %v)", owner, round, n, err)
+			}
+		}
 	}
 }

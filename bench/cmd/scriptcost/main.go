@@ -204,7 +204,7 @@ func variants(dir string) ([]variant, error) {
 		}
 	}
 	allKeys := func(k []string) []string { return k[:5] }
-	fullArgs := func(h string) []any { return []any{h, "", "p" + strconv.Itoa(retentionMS)} }
+	fullArgs := func(h string) []any { return []any{h, "p" + strconv.Itoa(retentionMS)} }
 
 	noTag, err := replace(trySrc, "ts .. ' ' .. string.sub(ARGV[1], 1, 8)", "ts")
 	if err == nil {
@@ -221,6 +221,59 @@ func variants(dir string) ([]variant, error) {
 	plainRelease := `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1]) return 1 end
 return 0`
+
+	// What the designs weighed and left out would cost at least (see
+	// docs/performance.md): each script below is only what such a design
+	// runs on the uncontended path, without the writes that would keep its
+	// queue flag true, the hand-over, the retry and the bad-input
+	// handling, so it is a lower bound, not a lock. The grant takes the
+	// queue's presence from the token state it reads anyway and writes the
+	// lock with SET NX GET; the release reads the lock and the token state
+	// (the flag) with one MGET and declares neither the hand-over's keys nor
+	// its arguments; the last grant also writes the token state with SET
+	// ... GET in place of its GET and SET.
+	flagTry := `local v = redis.call('GET', KEYS[2])
+local t = redis.call('TIME')
+local ts = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local d = v and string.match(v, '^(%d+) %S+$')
+if not v or (d and (#d < #ts or (#d == #ts and d < ts))) then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET') then
+    redis.call('SET', KEYS[2], ts .. ' ' .. string.sub(ARGV[1], 1, 8), 'PX', ARGV[3])
+    if not v then return ts .. ' 0' end
+    return ts
+  end
+end
+return redis.error_reply('not the uncontended path')`
+	flagTrySetGet := `local t = redis.call('TIME')
+local ts = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET') then
+  local v = redis.call('SET', KEYS[2], ts .. ' ' .. string.sub(ARGV[1], 1, 8), 'PX', ARGV[3], 'GET')
+  local d = v and string.match(v, '^(%d+) %S+$')
+  if not v then return ts .. ' 0' end
+  if d and (#d < #ts or (#d == #ts and d < ts)) then return ts end
+end
+return redis.error_reply('not the uncontended path')`
+	flagRelease := `local v = redis.call('MGET', KEYS[1], KEYS[2])
+if v[1] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1`
+	bounded := func(try, rel string, relKeys func(k []string) []string, relArgs func(holder string) []any) func(context.Context, *redis.Client, string) error {
+		tryS, relS := redis.NewScript(try), redis.NewScript(rel)
+		return func(ctx context.Context, c *redis.Client, resource string) error {
+			k := keys(resource)
+			holder := fence.NewHolder()
+			if err := tryS.Run(ctx, c, k[:2], holder, ttlMS, ttlMS+retentionMS).Err(); err != nil {
+				return fmt.Errorf("acquire: %w", err)
+			}
+			n, err := relS.Run(ctx, c, relKeys(k), relArgs(holder)...).Int64()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("released %d", n)
+			}
+			return err
+		}
+	}
+	lockAndState := func(k []string) []string { return k[:2] }
+	holderOnly := func(h string) []any { return []any{h} }
 
 	// The same scripts as one library of Redis functions, called with FCALL
 	// instead of EVALSHA (loaded once per server, as a Locker would).
@@ -286,12 +339,18 @@ return 0`
 			scripted(trySrc, relSrc, allKeys, fullArgs)},
 		{"fencekit's scripts as Redis functions", "nothing: the same scripts called with FCALL instead of EVALSHA",
 			functions},
-		{"release without hand-over's keys and arguments", "the keys and arguments a release needs only to hand the lock to a waiter in the same script (3 keys and 2 arguments)",
+		{"release without hand-over's keys and arguments", "the keys and arguments a release needs only to hand the lock to a waiter in the same script (3 keys and 1 argument)",
 			scripted(trySrc, plainRelease, func(k []string) []string { return []string{k[0], k[3]} }, func(h string) []any { return []any{h} })},
 		{"token state without the holder's tag", "what lets a client's retry of a grant get the grant's token back",
 			scripted(noTag, relSrc, allKeys, fullArgs)},
 		{"grant without the look at the queue", "the grant's check that nobody waits (first come, first served)",
 			scripted(noQueue, relSrc, allKeys, fullArgs)},
+		{"bound: grant with a queue flag in the token state", "its EXISTS of the lock and the queue, and the queue key (SET NX GET for the lock); the flag's upkeep",
+			bounded(flagTry, relSrc, allKeys, fullArgs)},
+		{"bound: and a release by MGET of lock and flag", "also the release's EXISTS, the hand-over's keys and arguments in the release",
+			bounded(flagTry, flagRelease, lockAndState, holderOnly)},
+		{"bound: and the token state by SET ... GET", "also the grant's GET of the token state, and the restore of a bad or spent one",
+			bounded(flagTrySetGet, flagRelease, lockAndState, holderOnly)},
 		{suite.FloorToken + " (the report's)", "all of the above, the give-up and owner branches, and the retry and bad-input handling",
 			contender(suite.FloorToken)},
 		{"bsm/redislock", "the token (a peer without one)", contender(suite.Redislock)},

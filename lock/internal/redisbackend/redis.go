@@ -173,6 +173,12 @@ type redisHold struct {
 	// the try anyway, so they cost no allocation of their own. Only the
 	// try uses it, once.
 	tryArgs [9]any
+	// releaseArgs backs the first release's arguments, as tryArgs does the
+	// try's; releasing marks it taken, so a second release of the hold
+	// (two goroutines at once, or one in the background after a release
+	// cut short whose call still runs) makes its own.
+	releaseArgs [11]any
+	releasing   atomic.Bool
 }
 
 // Try is one try of an acquisition: try.lua for a plain one (the fewest
@@ -356,7 +362,7 @@ func (b *redisBackend) Abandon(ctx context.Context, resource, holder, acq string
 	if acq != "" {
 		holder = "" // a re-entry's holder is the one the hold record names
 	}
-	err := b.script(ctx, nil, releaseScript, keys, holder, acq, b.releaseMode, "1").Err()
+	err := b.script(ctx, nil, releaseScript, keys, holder, b.releaseMode, acq, "1").Err()
 	if err != nil && !isReply(err) {
 		return lockbackend.ReplyLost(err)
 	}
@@ -378,8 +384,20 @@ func (b *redisBackend) cleanup(ctx context.Context, resource, holder, acq string
 
 func (b *redisBackend) Release(ctx context.Context, hold lockbackend.Hold) error {
 	h := hold.(*redisHold)
-	args := []any{"evalsha", releaseHash, numKeys, &h.keyBuf[0], &h.keyBuf[1], &h.keyBuf[2], &h.keyBuf[3], &h.keyBuf[4],
-		&h.holder, &h.acq, b.releaseMode}
+	// A hold without owner sends no acquisition id: release.lua's plain
+	// path is for a release with two arguments (each one costs Redis a
+	// string and a place in ARGV).
+	var args []any
+	if h.releasing.CompareAndSwap(false, true) {
+		args = h.releaseArgs[:]
+	} else {
+		args = make([]any, len(h.releaseArgs))
+	}
+	copy(args, []any{"evalsha", releaseHash, numKeys, &h.keyBuf[0], &h.keyBuf[1], &h.keyBuf[2], &h.keyBuf[3], &h.keyBuf[4],
+		&h.holder, b.releaseMode, &h.acq})
+	if h.acq == "" {
+		args = args[:len(args)-1]
+	}
 	var cmd Reply
 	if b.calls.Direct(ctx) {
 		cmd = runScript(ctx, b.client, releaseSrc, args)

@@ -71,7 +71,7 @@ func (r *redlock) Close(deadline time.Time) {
 type redlockNode struct {
 	client  Client
 	calls   *rediscall.Calls // the node's calls, ended by their context (see calls.go)
-	publish string           // release.lua's ARGV[3]: "p", or "s" where releases publish with SPUBLISH
+	publish string           // release.lua's ARGV[2]: "p", or "s" where releases publish with SPUBLISH
 }
 
 // NewRedlock validates clients (one per independent master, none nil,
@@ -288,7 +288,7 @@ func (r *redlock) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 	releaseNode := func(n redlockNode) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = callScript(rctx, n.calls, n.client, nil, releaseScript, []string{lockKey}, holder, "", n.publish).Err()
+		_ = callScript(rctx, n.calls, n.client, nil, releaseScript, []string{lockKey}, holder, n.publish).Err()
 	}
 	// releaseAll releases on every node, not only those that granted. It
 	// waits no longer than ctx allows: a release still under way goes on in
@@ -407,7 +407,7 @@ func (r *redlock) Try(ctx context.Context, req *lockbackend.Request) (lockbacken
 func (r *redlock) Abandon(ctx context.Context, resource, holder, _ string) error {
 	lockKey := r.LockKey(resource)
 	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return releaseScript.Run(ctx, n.client, []string{lockKey}, holder, "", n.publish).Int64()
+		return releaseScript.Run(ctx, n.client, []string{lockKey}, holder, n.publish).Int64()
 	}, nil)
 	for _, rep := range replies {
 		if rep.err != nil && !isReply(rep.err) {
@@ -422,7 +422,7 @@ func (r *redlock) Release(ctx context.Context, hold lockbackend.Hold) error {
 	h := hold.(*redlockHold)
 	start := time.Now()
 	replies := fanOut(ctx, r, nil, func(ctx context.Context, n redlockNode) (int64, error) {
-		return releaseScript.Run(ctx, n.client, []string{h.key}, h.holder, "", n.publish).Int64()
+		return releaseScript.Run(ctx, n.client, []string{h.key}, h.holder, n.publish).Int64()
 	}, nil)
 	ok, notHeld, errs := count(replies, func(n int64) bool { return n == 1 })
 	switch {

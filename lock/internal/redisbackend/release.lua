@@ -7,16 +7,16 @@
 -- token state, KEYS[3] hold record, KEYS[4] wait queue, KEYS[5] waiter
 -- entries (see acquire.lua).
 -- ARGV[1] holder id ('' with an acquisition id: the holder the hold record
--- names), ARGV[2] acquisition id of an owner's hold ('' for a lock without
--- owner), ARGV[3] how releases are announced and whether the lock may be
+-- names), ARGV[2] how releases are announced and whether the lock may be
 -- handed over: 'p' (PUBLISH) or 's' (SPUBLISH, on a cluster) followed by
 -- the token retention in ms; without the retention (Redlock) the lock is
--- never handed over and every release is announced. ARGV[4] (optional)
--- '1' when a waiter gives up: its queue entry goes too. The channel is
--- the lock key with "lock" at its end replaced by "released" (see
--- Locker.ReleaseChannel): one argument fewer on every release. Every
--- argument costs Redis a string, and the plain release needs only the
--- first two.
+-- never handed over and every release is announced. ARGV[3] (optional)
+-- the acquisition id of an owner's hold ('' or absent for a lock without
+-- owner), ARGV[4] (optional) '1' when a waiter gives up: its queue entry
+-- goes too. The channel is the lock key with "lock" at its end replaced by
+-- "released" (see Locker.ReleaseChannel): one argument fewer on every
+-- release. Every argument costs Redis a string and a place in ARGV (about
+-- 1.3k instructions), so the plain release sends the first two only.
 -- Returns 1 if released, 0 if not held. With an acquisition id it releases
 -- that one hold, and the lock only with the last one; a retried release
 -- of a hold that is still counted elsewhere returns 1 again.
@@ -35,7 +35,7 @@
 
 local channel = string.sub(KEYS[1], 1, -5) .. 'released'
 local sharded = ''
-if string.sub(ARGV[3], 1, 1) == 's' then
+if string.sub(ARGV[2], 1, 1) == 's' then
   sharded = '1'
 end
 
@@ -50,7 +50,7 @@ local function not_held()
     -- id when it names an owner.
     local me = ARGV[1]
     if me == '' then
-      me = ARGV[2]
+      me = ARGV[3] or ''
     end
     redis.pcall('HDEL', KEYS[5], me)
     local rank = redis.pcall('ZRANK', KEYS[4], me)
@@ -65,7 +65,7 @@ local function not_held()
 end
 
 local holder = ARGV[1]
-local acq = ARGV[2]
+local acq = ARGV[3] or ''
 if acq ~= '' then
   local rec = redis.call('HMGET', KEYS[3], 'h', 'a:' .. acq)
   if holder == '' then
@@ -90,7 +90,7 @@ if acq ~= '' then
 elseif not held_by_caller and redis.call('GET', KEYS[1]) ~= holder then
   return not_held()
 end
-local retention = tonumber(string.sub(ARGV[3], 2))
+local retention = tonumber(string.sub(ARGV[2], 2))
 -- Redlock passes the lock key alone and no retention: nothing to hand
 -- over, and the release is always announced.
 if not (KEYS[5] and retention) then

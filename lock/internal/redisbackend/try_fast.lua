@@ -18,7 +18,13 @@
 if redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) == 0 then
   local v = redis.pcall('GET', KEYS[2])
   local t = redis.call('TIME')
-  local ts = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  -- The µs are padded to six digits only when they need it (one time in
+  -- ten): string.rep would cost every run a call.
+  local ts = t[2]
+  if #ts < 6 then
+    ts = string.rep('0', 6 - #ts) .. ts
+  end
+  ts = t[1] .. ts
   if not v then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     redis.call('SET', KEYS[2], ts .. ' ' .. string.sub(ARGV[1], 1, 8), 'PX', ARGV[3])
