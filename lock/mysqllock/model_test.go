@@ -201,10 +201,39 @@ func (m *myModel) kill(ctx context.Context) error {
 	return nil
 }
 
+// stepBack leaves the lock's counter as a server whose clock stepped back
+// would: the last grant's token 1.5 s ahead of the clock. Only a free lock
+// (released, or its lease run out: a held lease keeps its token) is raised, so that the next
+// grants, on the fast path or the procedures', find the counter above the
+// clock and must still issue tokens above it, one after the other. It
+// fails (and is counted so) when the lock is held throughout.
+func (m *myModel) stepBack(ctx context.Context) error {
+	// The row is kept while its token is ahead of the clock, as after a
+	// grant (MariaDB assigns left to right: the raised token).
+	q := "UPDATE `" + m.dbName + "`.fencekit_lock SET token = GREATEST(token, " + nowUS + " + 1500000), " +
+		"retain_until_us = GREATEST(retain_until_us, token + 60000000) WHERE holder IS NULL OR expires_us <= " + nowUS
+	for range 200 {
+		res, err := m.observer.ExecContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the lock was held throughout")
+}
+
 // modelFloors are the model's floors on MySQL: the default ones.
 func modelFloors() map[string]int {
 	floors := lockmodel.DefaultFloors()
 	floors[lockmodel.Release] = 10
+	floors[lockmodel.Extend] = 1
 	return floors
 }
 
@@ -221,7 +250,7 @@ func TestLockModelMySQL(t *testing.T) {
 	}
 	t.Logf("the actors' session defaults of this run: %v", m.actorsCfg.Params)
 	floors := modelFloors()
-	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
+	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t), LateExtend: true})
 	r.Report(t)
 	r.Check(t, floors)
 }
@@ -260,6 +289,7 @@ func TestLockModelMySQLFaults(t *testing.T) {
 			}
 			return nil
 		}},
+		{Name: "clock stepped back", Inject: m.stepBack},
 	}
 	floors := lockmodel.DefaultFloors()
 	// Faults take much of a short run: fewer states to judge.
@@ -272,9 +302,13 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	floors[lockmodel.WaiterAhead] = 0
 	floors[lockmodel.Queue] = 0
 	floors[lockmodel.Release] = 3
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t)})
+	floors[lockmodel.Extend] = 1
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t), LateExtend: true})
 	r.Report(t)
 	r.Check(t, floors)
+	if r.Count("faults: clock stepped back") == 0 {
+		t.Errorf("clock stepped back: no free lock met in this run")
+	}
 	if f := proxy.Faults(); f.Lost == 0 {
 		t.Errorf("no reply was lost through the proxy (%+v)", f)
 	}
