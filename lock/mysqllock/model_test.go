@@ -250,9 +250,34 @@ func TestLockModelMySQL(t *testing.T) {
 	}
 	t.Logf("the actors' session defaults of this run: %v", m.actorsCfg.Params)
 	floors := modelFloors()
+	// The clock steps back now and then, all through the run (the
+	// uncontended phase's fast path too): a free lock's counter is left
+	// ahead of the clock.
+	ctx, stop := context.WithCancel(context.Background())
+	var steps sync.WaitGroup
+	stepped := 0
+	steps.Go(func() {
+		rng := rand.New(rand.NewPCG(lockmodel.Seed(t), 12))
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
+			}
+			if m.stepBack(ctx) == nil && ctx.Err() == nil {
+				stepped++
+			}
+		}
+	})
 	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t), LateExtend: true})
+	stop()
+	steps.Wait()
+	r.Add("clock stepped back", stepped)
 	r.Report(t)
 	r.Check(t, floors)
+	if stepped == 0 {
+		t.Errorf("clock stepped back: no free lock met in this run")
+	}
 }
 
 // TestLockModelMySQLFaults runs the lock model under faults: KILL of every
