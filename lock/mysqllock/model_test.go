@@ -202,7 +202,7 @@ func (m *myModel) kill(ctx context.Context) error {
 }
 
 // stepBack leaves the lock's counter as a server whose clock stepped back
-// would: the last grant's token 1.5 s ahead of the clock. Only a free lock
+// would: the last grant's token 3 s ahead of the clock. Only a free lock
 // (released, or its lease run out: a held lease keeps its token) is raised, so that the next
 // grants, on the fast path or the procedures', find the counter above the
 // clock and must still issue tokens above it, one after the other. It
@@ -210,7 +210,7 @@ func (m *myModel) kill(ctx context.Context) error {
 func (m *myModel) stepBack(ctx context.Context) error {
 	// The row is kept while its token is ahead of the clock, as after a
 	// grant (MariaDB assigns left to right: the raised token).
-	q := "UPDATE `" + m.dbName + "`.fencekit_lock SET token = GREATEST(token, " + nowUS + " + 1500000), " +
+	q := "UPDATE `" + m.dbName + "`.fencekit_lock SET token = GREATEST(token, " + nowUS + " + 3000000), " +
 		"retain_until_us = GREATEST(retain_until_us, token + 60000000) WHERE holder IS NULL OR expires_us <= " + nowUS
 	for range 200 {
 		res, err := m.observer.ExecContext(ctx, q)
@@ -262,7 +262,7 @@ func TestLockModelMySQL(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
+			case <-time.After(time.Duration(100+rng.IntN(200)) * time.Millisecond):
 			}
 			if m.stepBack(ctx) == nil && ctx.Err() == nil {
 				stepped++
