@@ -63,17 +63,21 @@ type myModel struct {
 	observer  *sql.DB
 	dbName    string
 	actorsCfg *mysql.Config
+	grantLog  bool // the triggers of modelGrantLog are installed
 
 	mu  sync.Mutex
 	dbs []*sql.DB
 }
 
-func newMyModel(t *testing.T) (*myModel, *mysql.Config) {
+func newMyModel(t *testing.T, grantLog bool) (*myModel, *mysql.Config) {
 	t.Helper()
 	cfg := migratedConfig(t)
 	db := testenv.OpenMySQL(t, cfg.Clone())
 	ctx := ctxFor(t, 30*time.Second)
 	for _, s := range modelGrantLog {
+		if !grantLog {
+			break
+		}
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			t.Fatalf("grant log: %v", err)
 		}
@@ -86,13 +90,13 @@ func newMyModel(t *testing.T) (*myModel, *mysql.Config) {
 	ocfg.DBName = base.DBName
 	observer := testenv.OpenMySQL(t, ocfg)
 	observer.SetMaxOpenConns(2)
-	return &myModel{t: t, observer: observer, dbName: cfg.DBName, actorsCfg: cfg.Clone()}, cfg
+	return &myModel{t: t, observer: observer, dbName: cfg.DBName, actorsCfg: cfg.Clone(), grantLog: grantLog}, cfg
 }
 
 // backend is the model's view of the lock on this database, with the
 // procedures' test hook noKill when asked.
 func (m *myModel) backend(extra config) lockmodel.Backend {
-	return lockmodel.Backend{
+	b := lockmodel.Backend{
 		Name: "mysql",
 		Locker: func(_ int, seen func(string)) (*lock.Locker, error) {
 			conn, err := mysql.NewConnector(m.actorsCfg.Clone())
@@ -112,6 +116,10 @@ func (m *myModel) backend(extra config) lockmodel.Backend {
 		Grants:  m.grants,
 		Close:   m.done,
 	}
+	if !m.grantLog {
+		b.Grants = nil
+	}
+	return b
 }
 
 func (m *myModel) done() {
@@ -234,6 +242,8 @@ func modelFloors() map[string]int {
 	floors := lockmodel.DefaultFloors()
 	floors[lockmodel.Release] = 10
 	floors[lockmodel.Extend] = 1
+	floors[lockmodel.Queue] = 0 // no grant log (see TestLockModelMySQL)
+	floors[lockmodel.WaiterAhead] = 0
 	return floors
 }
 
@@ -241,7 +251,12 @@ func modelFloors() map[string]int {
 // database of its own, and judges every check with its floor.
 func TestLockModelMySQL(t *testing.T) {
 	testenv.Slow(t)
-	m, _ := newMyModel(t)
+	// No grant log: MariaDB answers an UPDATE that fired a trigger with
+	// no insert id, so the fast path's grant would never answer by
+	// itself (the procedure would answer it as a grant already held),
+	// and its own reply would go unjudged. The queue is judged in the
+	// faults run.
+	m, _ := newMyModel(t, false)
 	// In two runs of three the actors' sessions default to an isolation
 	// level and, one run of two each, to short statement, lock wait and
 	// idle timeouts.
@@ -286,7 +301,7 @@ func TestLockModelMySQL(t *testing.T) {
 // the faults must have happened.
 func TestLockModelMySQLFaults(t *testing.T) {
 	testenv.Slow(t)
-	m, cfg := newMyModel(t)
+	m, cfg := newMyModel(t, true)
 	proxy := testenv.StartProxy(t, cfg.Addr)
 	m.actorsCfg.Addr = proxy.Addr()
 	b := m.backend(config{})
@@ -324,8 +339,6 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	floors[lockmodel.Renewal] = 0
 	floors[lockmodel.LateReleaseMet] = 0
 	floors[lockmodel.FreeWithWaiter] = 0
-	floors[lockmodel.WaiterAhead] = 0
-	floors[lockmodel.Queue] = 0
 	floors[lockmodel.Release] = 3
 	floors[lockmodel.Extend] = 1
 	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t), LateExtend: true})
@@ -425,7 +438,7 @@ var modelControls = []modelControl{
 // it, in most of them.
 func TestLockModelMySQLControls(t *testing.T) {
 	testenv.Slow(t)
-	m, cfg := newMyModel(t)
+	m, cfg := newMyModel(t, true)
 	admin := testenv.OpenMySQL(t, cfg.Clone())
 	var cs []lockmodel.Control
 	for _, c := range modelControls {
