@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -237,6 +238,39 @@ func (m *myModel) stepBack(ctx context.Context) error {
 	return fmt.Errorf("the lock was held throughout")
 }
 
+// myRenewTTL is the faults run's TTL of renewed leases: longer than any
+// other lease has left (440 ms at most, extended), so that endRenewed
+// finds one by what it has left.
+const myRenewTTL = 900 * time.Millisecond
+
+// endRenewed ends on the server, as an operator would, the lease of a
+// renewed grant (one with more than 700 ms left): its Locker learns it at
+// its next renewal, which is refused, within a third of myRenewTTL and a
+// round trip; past that bound a belief the server does not hold is a
+// violation. For up to a second it waits for such a lease; then it ends
+// nothing.
+func (m *myModel) endRenewed(ctx context.Context) (lockmodel.Loss, error) {
+	q := "SELECT holder FROM `" + m.dbName + "`.fencekit_lock WHERE expires_us > " + nowUS + " + 700000 LIMIT 1"
+	end := "UPDATE `" + m.dbName + "`.fencekit_lock SET expires_us = " + nowUS + " WHERE holder = ? AND expires_us > " + nowUS + " + 700000"
+	for wait := time.Now().Add(time.Second); time.Now().Before(wait) && ctx.Err() == nil; {
+		var h []byte
+		err := m.observer.QueryRowContext(ctx, q).Scan(&h)
+		if err == nil {
+			res, err := m.observer.ExecContext(ctx, end, h)
+			if err != nil {
+				return lockmodel.Loss{}, err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				return lockmodel.Loss{Holder: string(h), Bound: myRenewTTL/3 + 200*time.Millisecond}, nil
+			}
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return lockmodel.Loss{}, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return lockmodel.Loss{}, nil
+}
+
 // modelFloors are the model's floors on MySQL: the default ones.
 func modelFloors() map[string]int {
 	floors := lockmodel.DefaultFloors()
@@ -330,6 +364,7 @@ func TestLockModelMySQLFaults(t *testing.T) {
 			return nil
 		}},
 		{Name: "clock stepped back", Inject: m.stepBack},
+		{Name: "renewed lease ended", Lose: m.endRenewed},
 	}
 	floors := lockmodel.DefaultFloors()
 	// Faults take much of a short run: fewer states to judge.
@@ -341,7 +376,8 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	floors[lockmodel.FreeWithWaiter] = 0
 	floors[lockmodel.Release] = 3
 	floors[lockmodel.Extend] = 1
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t), LateExtend: true})
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t), LateExtend: true,
+		RenewTTL: myRenewTTL})
 	r.Report(t)
 	r.Check(t, floors)
 	if r.Count("faults: clock stepped back") == 0 {
