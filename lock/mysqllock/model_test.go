@@ -244,15 +244,15 @@ func (m *myModel) stepBack(ctx context.Context) error {
 const myRenewTTL = 900 * time.Millisecond
 
 // endRenewed ends on the server, as an operator would, the lease of a
-// renewed grant (one with more than 700 ms left): its Locker learns it at
-// its next renewal, which is refused, within a third of myRenewTTL and a
-// round trip; past that bound a belief the server does not hold is a
-// violation. For up to a second it waits for such a lease; then it ends
-// nothing.
+// renewed grant (one with more than 500 ms left: it renews when 600 are
+// left): its Locker learns it at its next renewal, which is refused,
+// within a third of myRenewTTL and a round trip; past that bound a belief
+// the server does not hold is a violation. For up to 1.5 s it waits for
+// such a lease; then it ends nothing.
 func (m *myModel) endRenewed(ctx context.Context) (lockmodel.Loss, error) {
-	q := "SELECT holder FROM `" + m.dbName + "`.fencekit_lock WHERE expires_us > " + nowUS + " + 700000 LIMIT 1"
-	end := "UPDATE `" + m.dbName + "`.fencekit_lock SET expires_us = " + nowUS + " WHERE holder = ? AND expires_us > " + nowUS + " + 700000"
-	for wait := time.Now().Add(time.Second); time.Now().Before(wait) && ctx.Err() == nil; {
+	q := "SELECT holder FROM `" + m.dbName + "`.fencekit_lock WHERE expires_us > " + nowUS + " + 500000 LIMIT 1"
+	end := "UPDATE `" + m.dbName + "`.fencekit_lock SET expires_us = " + nowUS + " WHERE holder = ? AND expires_us > " + nowUS + " + 500000"
+	for wait := time.Now().Add(1500 * time.Millisecond); time.Now().Before(wait) && ctx.Err() == nil; {
 		var h []byte
 		err := m.observer.QueryRowContext(ctx, q).Scan(&h)
 		if err == nil {
