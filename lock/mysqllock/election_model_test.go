@@ -134,6 +134,9 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 		// (a second at most): a belief of one TTL past the last it knew
 		// has often ended by then, so the unfenced elector believes three.
 		UnfencedFor: 3 * myModelTTL,
+		// A held record write, now and then, with the others cut off
+		// too: it lands after its lease ran out, the lock still free.
+		HoldAlone: true,
 		// Observe reads the record every 250 ms: no notification.
 		ObserveEvery: watchEvery,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {

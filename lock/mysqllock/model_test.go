@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -63,17 +64,21 @@ type myModel struct {
 	observer  *sql.DB
 	dbName    string
 	actorsCfg *mysql.Config
+	grantLog  bool // the triggers of modelGrantLog are installed
 
 	mu  sync.Mutex
 	dbs []*sql.DB
 }
 
-func newMyModel(t *testing.T) (*myModel, *mysql.Config) {
+func newMyModel(t *testing.T, grantLog bool) (*myModel, *mysql.Config) {
 	t.Helper()
 	cfg := migratedConfig(t)
 	db := testenv.OpenMySQL(t, cfg.Clone())
 	ctx := ctxFor(t, 30*time.Second)
 	for _, s := range modelGrantLog {
+		if !grantLog {
+			break
+		}
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			t.Fatalf("grant log: %v", err)
 		}
@@ -86,13 +91,13 @@ func newMyModel(t *testing.T) (*myModel, *mysql.Config) {
 	ocfg.DBName = base.DBName
 	observer := testenv.OpenMySQL(t, ocfg)
 	observer.SetMaxOpenConns(2)
-	return &myModel{t: t, observer: observer, dbName: cfg.DBName, actorsCfg: cfg.Clone()}, cfg
+	return &myModel{t: t, observer: observer, dbName: cfg.DBName, actorsCfg: cfg.Clone(), grantLog: grantLog}, cfg
 }
 
 // backend is the model's view of the lock on this database, with the
 // procedures' test hook noKill when asked.
 func (m *myModel) backend(extra config) lockmodel.Backend {
-	return lockmodel.Backend{
+	b := lockmodel.Backend{
 		Name: "mysql",
 		Locker: func(_ int, seen func(string)) (*lock.Locker, error) {
 			conn, err := mysql.NewConnector(m.actorsCfg.Clone())
@@ -112,6 +117,10 @@ func (m *myModel) backend(extra config) lockmodel.Backend {
 		Grants:  m.grants,
 		Close:   m.done,
 	}
+	if !m.grantLog {
+		b.Grants = nil
+	}
+	return b
 }
 
 func (m *myModel) done() {
@@ -201,10 +210,74 @@ func (m *myModel) kill(ctx context.Context) error {
 	return nil
 }
 
+// stepBack leaves the lock's counter as a server whose clock stepped back
+// would: the last grant's token 3 s ahead of the clock. Only a free lock
+// (released, or its lease run out: a held lease keeps its token) is raised, so that the next
+// grants, on the fast path or the procedures', find the counter above the
+// clock and must still issue tokens above it, one after the other. It
+// fails (and is counted so) when the lock is held throughout.
+func (m *myModel) stepBack(ctx context.Context) error {
+	// The row is kept while its token is ahead of the clock, as after a
+	// grant (MariaDB assigns left to right: the raised token).
+	q := "UPDATE `" + m.dbName + "`.fencekit_lock SET token = GREATEST(token, " + nowUS + " + 3000000), " +
+		"retain_until_us = GREATEST(retain_until_us, token + 60000000) WHERE holder IS NULL OR expires_us <= " + nowUS
+	for range 200 {
+		res, err := m.observer.ExecContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the lock was held throughout")
+}
+
+// myRenewTTL is the faults run's TTL of renewed leases: longer than any
+// other lease has left (440 ms at most, extended), so that endRenewed
+// finds one by what it has left.
+const myRenewTTL = 900 * time.Millisecond
+
+// endRenewed ends on the server, as an operator would, the lease of a
+// renewed grant (one with more than 500 ms left: it renews when 600 are
+// left): its Locker learns it at its next renewal, which is refused,
+// within a third of myRenewTTL and a round trip; past that bound a belief
+// the server does not hold is a violation. For up to 1.5 s it waits for
+// such a lease; then it ends nothing.
+func (m *myModel) endRenewed(ctx context.Context) (lockmodel.Loss, error) {
+	q := "SELECT holder FROM `" + m.dbName + "`.fencekit_lock WHERE expires_us > " + nowUS + " + 500000 LIMIT 1"
+	end := "UPDATE `" + m.dbName + "`.fencekit_lock SET expires_us = " + nowUS + " WHERE holder = ? AND expires_us > " + nowUS + " + 500000"
+	for wait := time.Now().Add(1500 * time.Millisecond); time.Now().Before(wait) && ctx.Err() == nil; {
+		var h []byte
+		err := m.observer.QueryRowContext(ctx, q).Scan(&h)
+		if err == nil {
+			res, err := m.observer.ExecContext(ctx, end, h)
+			if err != nil {
+				return lockmodel.Loss{}, err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				return lockmodel.Loss{Holder: string(h), Bound: myRenewTTL/3 + 200*time.Millisecond}, nil
+			}
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return lockmodel.Loss{}, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return lockmodel.Loss{}, nil
+}
+
 // modelFloors are the model's floors on MySQL: the default ones.
 func modelFloors() map[string]int {
 	floors := lockmodel.DefaultFloors()
 	floors[lockmodel.Release] = 10
+	floors[lockmodel.Extend] = 1
+	floors[lockmodel.Queue] = 0 // no grant log (see TestLockModelMySQL)
+	floors[lockmodel.WaiterAhead] = 0
 	return floors
 }
 
@@ -212,7 +285,12 @@ func modelFloors() map[string]int {
 // database of its own, and judges every check with its floor.
 func TestLockModelMySQL(t *testing.T) {
 	testenv.Slow(t)
-	m, _ := newMyModel(t)
+	// No grant log: MariaDB answers an UPDATE that fired a trigger with
+	// no insert id, so the fast path's grant would never answer by
+	// itself (the procedure would answer it as a grant already held),
+	// and its own reply would go unjudged. The queue is judged in the
+	// faults run.
+	m, _ := newMyModel(t, false)
 	// In two runs of three the actors' sessions default to an isolation
 	// level and, one run of two each, to short statement, lock wait and
 	// idle timeouts.
@@ -221,9 +299,34 @@ func TestLockModelMySQL(t *testing.T) {
 	}
 	t.Logf("the actors' session defaults of this run: %v", m.actorsCfg.Params)
 	floors := modelFloors()
-	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
+	// The clock steps back now and then, all through the run (the
+	// uncontended phase's fast path too): a free lock's counter is left
+	// ahead of the clock.
+	ctx, stop := context.WithCancel(context.Background())
+	var steps sync.WaitGroup
+	stepped := 0
+	steps.Go(func() {
+		rng := rand.New(rand.NewPCG(lockmodel.Seed(t), 12))
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(100+rng.IntN(200)) * time.Millisecond):
+			}
+			if m.stepBack(ctx) == nil && ctx.Err() == nil {
+				stepped++
+			}
+		}
+	})
+	r := lockmodel.Run(t, m.backend(config{}), lockmodel.Config{Floors: floors, Uncontended: uncontended(t), LateExtend: true})
+	stop()
+	steps.Wait()
+	r.Add("clock stepped back", stepped)
 	r.Report(t)
 	r.Check(t, floors)
+	if stepped == 0 {
+		t.Errorf("clock stepped back: no free lock met in this run")
+	}
 }
 
 // TestLockModelMySQLFaults runs the lock model under faults: KILL of every
@@ -232,7 +335,7 @@ func TestLockModelMySQL(t *testing.T) {
 // the faults must have happened.
 func TestLockModelMySQLFaults(t *testing.T) {
 	testenv.Slow(t)
-	m, cfg := newMyModel(t)
+	m, cfg := newMyModel(t, true)
 	proxy := testenv.StartProxy(t, cfg.Addr)
 	m.actorsCfg.Addr = proxy.Addr()
 	b := m.backend(config{})
@@ -260,6 +363,8 @@ func TestLockModelMySQLFaults(t *testing.T) {
 			}
 			return nil
 		}},
+		{Name: "clock stepped back", Inject: m.stepBack},
+		{Name: "renewed lease ended", Lose: m.endRenewed},
 	}
 	floors := lockmodel.DefaultFloors()
 	// Faults take much of a short run: fewer states to judge.
@@ -269,12 +374,15 @@ func TestLockModelMySQLFaults(t *testing.T) {
 	floors[lockmodel.Renewal] = 0
 	floors[lockmodel.LateReleaseMet] = 0
 	floors[lockmodel.FreeWithWaiter] = 0
-	floors[lockmodel.WaiterAhead] = 0
-	floors[lockmodel.Queue] = 0
 	floors[lockmodel.Release] = 3
-	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t)})
+	floors[lockmodel.Extend] = 1
+	r := lockmodel.Run(t, b, lockmodel.Config{Faults: true, Label: "faults", Floors: floors, Uncontended: uncontended(t), LateExtend: true,
+		RenewTTL: myRenewTTL})
 	r.Report(t)
 	r.Check(t, floors)
+	if r.Count("faults: clock stepped back") == 0 {
+		t.Errorf("clock stepped back: no free lock met in this run")
+	}
 	if f := proxy.Faults(); f.Lost == 0 {
 		t.Errorf("no reply was lost through the proxy (%+v)", f)
 	}
@@ -366,7 +474,7 @@ var modelControls = []modelControl{
 // it, in most of them.
 func TestLockModelMySQLControls(t *testing.T) {
 	testenv.Slow(t)
-	m, cfg := newMyModel(t)
+	m, cfg := newMyModel(t, true)
 	admin := testenv.OpenMySQL(t, cfg.Clone())
 	var cs []lockmodel.Control
 	for _, c := range modelControls {

@@ -83,6 +83,13 @@ type Config struct {
 	// RecordHold is how long a held record write waits, at least: long
 	// enough for the lock to run out on the server (default the TTL).
 	RecordHold time.Duration
+	// HoldAlone makes one held record write in two also cut the other
+	// candidates off, from the hold until a while after the write went
+	// on, so that it arrives after its lease ran out on the server and
+	// before anyone else could take the lock: the server must refuse the
+	// record of a grant whose lease has ended, though no other grant
+	// holds the lock yet. rng is drawn from only when it is set.
+	HoldAlone bool
 }
 
 // Term is one term of the history.
@@ -138,6 +145,8 @@ type run struct {
 	heldMu  sync.Mutex
 	heldTil time.Time // when the record write held now goes on
 	heldBy  int
+	// uncuts are the others' returns after a write held alone.
+	uncuts sync.WaitGroup
 	// firstErr is the first error a campaign failed with, for the
 	// history's FirstCampaignError.
 	firstErr atomic.Pointer[error]
@@ -279,6 +288,7 @@ func Run(ctx context.Context, cfg Config) *History {
 		r.uncut(i)
 	}
 	wg.Wait()
+	r.uncuts.Wait()
 	// Let the last terms be reported before the observer stops: a TTL,
 	// and then until every term that acted has been reported, for up to
 	// ten TTLs more (a busy machine delays a notification, or the read
@@ -331,10 +341,33 @@ func (r *run) holdRecord(ctx context.Context, i int, rng *rand.Rand) {
 		}
 		return
 	}
+	alone := r.cfg.HoldAlone && rng.IntN(2) == 0
 	if r.cut(i) {
 		r.count("record writes held past the TTL", 1)
+		var others []int
+		if alone {
+			for j := range r.cands {
+				if j != i && r.cut(j) {
+					others = append(others, j)
+				}
+			}
+		}
 		sleep(ctx, d)
 		r.uncut(i)
+		if alone {
+			// The write is sent on return; the others come back once it
+			// has landed (on a slow machine, perhaps before: the write
+			// then meets their grant, as one held without them does).
+			if len(others) == len(r.cands)-1 {
+				r.count("record writes held past the TTL alone", 1)
+			}
+			r.uncuts.Go(func() {
+				time.Sleep(100 * time.Millisecond)
+				for _, j := range others {
+					r.uncut(j)
+				}
+			})
+		}
 	}
 	r.heldMu.Lock()
 	r.heldBy = -1

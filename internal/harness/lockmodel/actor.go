@@ -201,6 +201,9 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 			time.Sleep(5 * time.Millisecond)
 			met = m.othersHeld(h)
 		}
+		if met && m.cfg.LateExtend && rng.IntN(2) == 0 {
+			m.lateExtend(h, ttl)
+		}
 		m.release(h, bg)
 		m.r.count("late releases", 1)
 		if met {
@@ -210,6 +213,30 @@ func (m *model) hold(l *lock.Locker, rng *rand.Rand, lease *lock.Lease, g *grant
 	default:
 		// Left to run out: the lock is free at its end, perhaps with
 		// waiters queued. The watcher drops it once it has ended.
+	}
+}
+
+// lateExtend sends h's Extend after its lease ended, while another lease
+// holds the lock: the server must refuse it (a lock extended for a caller
+// that does not hold it would stand longer than its holder asked, and the
+// caller would be told it holds a lock another has). Judged only when the
+// other lease is believed, and not being released, both before the call
+// and after its reply: the promise check then says the server held that
+// lease throughout.
+func (m *model) lateExtend(h *held, ttl time.Duration) {
+	o := m.anotherHolding(h)
+	if o == nil {
+		return
+	}
+	err := h.lease.Extend(context.Background(), ttl)
+	if !m.stillHolding(o) {
+		m.r.count("late extends not judged (the other lease ended)", 1)
+		return
+	}
+	m.r.count(Extend, 1)
+	if err == nil {
+		m.r.violate(Extend, "%s: lease %s (token %d) was extended while lease %s (token %d) held the lock throughout the call",
+			m.b.Name, h.g.holder, h.g.token, o.g.holder, o.g.token)
 	}
 }
 

@@ -54,6 +54,9 @@ func (m *model) uncontended(i int, l *lock.Locker, rng *rand.Rand, phaseDone <-c
 				time.Sleep(2 * time.Millisecond)
 				met = m.othersHeld(h)
 			}
+			if met && m.cfg.LateExtend && rng.IntN(2) == 0 {
+				m.lateExtend(h, ttl)
+			}
 			others := m.othersHolding(h)
 			m.release(h, context.Background())
 			if met {

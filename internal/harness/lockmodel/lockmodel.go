@@ -180,6 +180,11 @@ type Config struct {
 	// that path's judgments is not reached, the phase goes on, to four
 	// times Uncontended at most.
 	Uncontended time.Duration
+	// LateExtend, if set, makes half the late releases that met another
+	// holder's lock first send an Extend, which the extend check judges;
+	// rng is drawn from only when it is set, so that the runs without it
+	// keep their schedules.
+	LateExtend bool
 }
 
 // Budget is FENCEKIT_CHECK_TIME, or 3s.
@@ -216,6 +221,10 @@ const (
 	// Release: a release that answered "held" freed the lock; an
 	// observation sent after its reply does not find its holder holding.
 	Release = "release"
+	// Extend: a late Extend (Config.LateExtend), sent while another lease
+	// held the lock and answered while that lease still held it, is
+	// refused: only the holder extends.
+	Extend = "extend"
 )
 
 // States the workload must produce for the checks to decide, counted like

@@ -698,6 +698,27 @@ func (m *model) othersHeld(h *held) bool {
 	return false
 }
 
+// anotherHolding returns another registered lease believed valid, or nil.
+func (m *model) anotherHolding(h *held) *held {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	for o := range m.holds {
+		if o != h && o.lease.Validity() > 0 {
+			return o
+		}
+	}
+	return nil
+}
+
+// stillHolding reports whether o is registered (its release not begun)
+// and believed valid.
+func (m *model) stillHolding(o *held) bool {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	_, ok := m.holds[o]
+	return ok && o.lease.Validity() > 0
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return

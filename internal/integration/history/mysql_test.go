@@ -608,14 +608,50 @@ func (r *myRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 	ctx, cancel := context.WithTimeout(context.Background(), myCallLimit)
 	defer cancel()
 	var out PgOut
-	if row {
+	switch {
+	case row:
 		out = r.rowUpdate(ctx, w, key, forged, d, kind)
-	} else {
+	case rng.IntN(2) == 0:
+		out = r.guardRMW(ctx, w, key, forged, d, kind)
+	default:
 		out = r.txRMW(ctx, w, key, forged, d, kind)
 	}
 	if out.Status == Ok {
 		r.exposed.Add(1)
 	}
+}
+
+// guardRMW is txRMW in a transaction of the caller's own, guarded by
+// mysql.Guard: its INSERT ... ON DUPLICATE KEY UPDATE judges the fence on
+// the existing row (guardSQL), a statement InTx never sends, so that the
+// attacks meet it too.
+func (r *myRun) guardRMW(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
+	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: attack}
+	c := r.invoke(w, in)
+	var old PgOut
+	tx, err := r.dbs[w].BeginTx(ctx, nil)
+	if err == nil {
+		err = mysql.Guard(ctx, tx, f)
+		if err == nil {
+			err = tx.QueryRowContext(ctx, myLockedReadSQL, key).Scan(&old.Data, &old.Version)
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, myWriteSQL, d, key)
+		}
+		if err == nil {
+			err = tx.Commit()
+			if err != nil {
+				err = fmt.Errorf("%w: commit: %w", fence.ErrOutcomeUnknown, err)
+			}
+		} else {
+			_ = tx.Rollback()
+		}
+	}
+	out := r.outcome(in, err)
+	if out.Status == Ok {
+		out.Data, out.Version = old.Data, old.Version
+	}
+	return r.finish(c, out)
 }
 
 // once runs Once, as the PostgreSQL checker's once does: half the first

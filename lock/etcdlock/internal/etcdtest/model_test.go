@@ -85,7 +85,8 @@ func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
 // holder is read from the value, never the name, so that a slot's key
 // taken for another acquisition's is seen as the other holder's. The floor
 // is TokenBase plus the read's revision, below every key created after
-// it. The waiters' entries live as long as their leases, which this read
+// it, or the clock in µs if that is higher (the token space the backends
+// share). The waiters' entries live as long as their leases, which this read
 // does not see: they are listed as lapsed, and the queue is not judged on
 // etcd.
 func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
@@ -95,7 +96,10 @@ func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Obse
 	if err != nil {
 		return o, err
 	}
-	o.Floor = etcdlock.TokenBase + fence.Token(resp.Header.Revision)
+	// Every token is also above the clock in µs, which the other
+	// backends' tokens follow: a resource moved from them to etcd stays
+	// fenced (the token space the backends share).
+	o.Floor = max(etcdlock.TokenBase+fence.Token(resp.Header.Revision), fence.Token(time.Now().UnixMicro()))
 	for i, kv := range resp.Kvs {
 		holder := string(kv.Value)
 		if slot, ok := strings.CutPrefix(string(kv.Key), dir); !ok || slot == "" || holder == "" {
