@@ -589,7 +589,26 @@ func restoreModelRun(t *testing.T, bump uint64, seed uint64, control bool) (*loc
 // the backup and the restore, more than such a process makes before its
 // first grant).
 func TestLockModelEtcdRestore(t *testing.T) {
-	r, j := restoreModelRun(t, restoreBump, lockmodel.Seed(t), false)
+	seed := lockmodel.Seed(t)
+	r, j := restoreModelRun(t, restoreBump, seed, false)
+	for try := uint64(1); try < 3; try++ {
+		floors := etcdRestoreFloors()
+		if r.Count(lockmodel.Tokens) >= floors[lockmodel.Tokens] {
+			break
+		}
+		// A run whose restore came early grants little before it, and
+		// the restored cluster little after (below): judged on every
+		// other count, it is followed by another run, up to three in
+		// all, the last of which must judge its tokens too (seen on a
+		// loaded 2-core machine: 0 or 1 token judgments in four runs of
+		// five, 3 or 4 grants in all, each run past its budget; on a
+		// quiet one 21 and 87).
+		delete(floors, lockmodel.Tokens)
+		r.Check(t, floors)
+		j.Check(t, map[string]int{restoreBeliefs: 1})
+		t.Logf("tokens judged %d, below the floor of %d: another run", r.Count(lockmodel.Tokens), etcdRestoreFloors()[lockmodel.Tokens])
+		r, j = restoreModelRun(t, restoreBump, seed+try<<32, false)
+	}
 	r.Check(t, etcdRestoreFloors())
 	// The tokens of the restored cluster are judged as they come; the
 	// run does not require them. A key that the restore brought back on
@@ -605,9 +624,13 @@ func TestLockModelEtcdRestore(t *testing.T) {
 
 	t.Run("control", func(t *testing.T) {
 		seed := lockmodel.Seed(t)
-		rejected := 0
-		const runs = 2
-		for s := range runs {
+		// A run whose restored cluster granted nothing asked for after
+		// the restore judged no token of it and decides nothing (seen
+		// once in three on a loaded machine): another run takes its
+		// place, up to two more in all.
+		rejected, decided := 0, 0
+		const runs, extra = 2, 2
+		for s := 0; decided < runs && s < runs+extra; s++ {
 			r, j := restoreModelRun(t, 0, seed+uint64(s), true)
 			switch {
 			case j.Rejected(restoreTokens):
@@ -616,11 +639,15 @@ func TestLockModelEtcdRestore(t *testing.T) {
 			case r.Rejected(lockmodel.Tokens):
 				rejected++
 				t.Logf("restore without --bump-revision rejected by the model's tokens check: %s", r.Violations(lockmodel.Tokens)[0])
+			case j.Count(restoreTokensOld)+j.Count(restoreTokensFresh) == 0:
+				t.Logf("run %d: the restored cluster granted nothing asked for after the restore: undecided, another run", s+1)
+				continue
 			}
+			decided++
 		}
-		lockmodel.LogControl(t, rejected, runs)
-		if rejected < runs {
-			t.Errorf("restore without --bump-revision: rejected in %d of %d runs, want every one: the judge accepted tokens a restore took back", rejected, runs)
+		lockmodel.LogControl(t, rejected, decided)
+		if decided < runs || rejected < decided {
+			t.Errorf("restore without --bump-revision: rejected in %d of %d decided runs (want %d, every one): the judge accepted tokens a restore took back, or the restored cluster granted nothing", rejected, decided, runs)
 		}
 	})
 }
