@@ -68,7 +68,7 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &fencekitLocker{l: l, c: c, n: n}, nil
+		return &fencekitLocker{l: l, closeClient: func() { _ = c.Close() }, n: n}, nil
 	case FencekitRueidis:
 		return newFencekitRueidis(addr, prefix)
 	case Redislock:
@@ -114,10 +114,12 @@ func NewLocker(name, addr, prefix string) (Locker, error) {
 
 // --- fencekit
 
+// fencekitLocker is fencekit's Locker on either client: closeClient closes
+// the client it was made on.
 type fencekitLocker struct {
-	l *lock.Locker
-	c *redis.Client
-	n *atomic.Int64
+	l           *lock.Locker
+	closeClient func()
+	n           *atomic.Int64
 }
 
 func (f *fencekitLocker) TryAcquire(ctx context.Context, resource string) (Held, error) {
@@ -140,7 +142,7 @@ func (f *fencekitLocker) Acquire(ctx context.Context, resource string) (Held, er
 }
 
 func (f *fencekitLocker) Commands() int64 { return f.n.Load() }
-func (f *fencekitLocker) Close()          { f.l.Close(); f.c.Close() }
+func (f *fencekitLocker) Close()          { f.l.Close(); f.closeClient() }
 
 // --- bsm/redislock
 

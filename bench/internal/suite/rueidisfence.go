@@ -1,8 +1,6 @@
 package suite
 
 import (
-	"context"
-	"errors"
 	"sync/atomic"
 
 	"github.com/redis/rueidis"
@@ -16,12 +14,6 @@ import (
 // against rueidislock, which shares its client.
 const FencekitRueidis = "fencekit on rueidis"
 
-type fencekitRueidisLocker struct {
-	l *lock.Locker
-	c rueidis.Client
-	n *atomic.Int64
-}
-
 func newFencekitRueidis(addr, prefix string) (Locker, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
@@ -33,27 +25,5 @@ func newFencekitRueidis(addr, prefix string) (Locker, error) {
 		c.Close()
 		return nil, err
 	}
-	return &fencekitRueidisLocker{l: l, c: c, n: n}, nil
+	return &fencekitLocker{l: l, closeClient: c.Close, n: n}, nil
 }
-
-func (f *fencekitRueidisLocker) TryAcquire(ctx context.Context, resource string) (Held, error) {
-	lease, err := f.l.TryAcquire(ctx, resource, leaseTTL)
-	if errors.Is(err, lock.ErrNotAcquired) {
-		return nil, errBusy
-	}
-	if err != nil {
-		return nil, err
-	}
-	return lease, nil
-}
-
-func (f *fencekitRueidisLocker) Acquire(ctx context.Context, resource string) (Held, error) {
-	lease, err := f.l.Acquire(ctx, resource, leaseTTL)
-	if err != nil {
-		return nil, err
-	}
-	return lease, nil
-}
-
-func (f *fencekitRueidisLocker) Commands() int64 { return f.n.Load() }
-func (f *fencekitRueidisLocker) Close()          { f.l.Close(); f.c.Close() }
