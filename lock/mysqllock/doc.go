@@ -100,8 +100,8 @@
 //
 // A trigger of your own on fencekit_lock (an audit log, say) costs a
 // round trip per grant on MariaDB: an UPDATE that fires a trigger reports
-// no insert id there, so the fast path cannot read its token back and each
-// grant is made again by the grant procedure, correctly, one call later.
+// no insert id there, so the fast path cannot read its token back and the
+// grant procedure answers each grant, correctly, one call later.
 //
 // # Durability
 //
