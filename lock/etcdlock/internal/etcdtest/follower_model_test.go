@@ -19,7 +19,6 @@ import (
 // there lapse.
 func TestLockModelEtcdFollowerCutOff(t *testing.T) {
 	c := StartCluster(t, 3)
-	e := newLockEtcd(t, c)
 	m := c.Members[(c.Leader(t)+1)%len(c.Members)]
 	// The watcher reads from the other two: a linearizable read the
 	// follower cannot answer would stall the observations, not the lock.
@@ -29,7 +28,6 @@ func TestLockModelEtcdFollowerCutOff(t *testing.T) {
 			others = append(others, o.DirectURL())
 		}
 	}
-	e.watcher = c.ClientOf(t, others...)
 	c.Peers.Isolate(m)
 	defer c.Peers.Heal()
 	// Renewals held past their first validity are rare here: in four runs
@@ -45,10 +43,37 @@ func TestLockModelEtcdFollowerCutOff(t *testing.T) {
 	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t),
 		Floors: floors, Label: "follower cut off"}
 	start := time.Now()
-	r := lockmodel.Run(t, e.backend(), cfg)
-	r.Report(t)
+	run := func(seed uint64) *lockmodel.Result {
+		e := newLockEtcd(t, c)
+		e.watcher = c.ClientOf(t, others...)
+		cfg.Seed = seed
+		r := lockmodel.Run(t, e.backend(), cfg)
+		r.Report(t)
+		return r
+	}
+	seed := lockmodel.Seed(t)
+	r := run(seed)
+	if short := shortOf(r, floors); len(short) > 0 && len(r.Violated()) == 0 {
+		// The clients' calls that meet the cut-off follower wait for
+		// their hedged attempts, so a loaded machine makes few grants in
+		// the run (seen in CI: 4 grants, 6 promise judgments in 34 s):
+		// one more run, whose floors must hold.
+		t.Logf("judged too little (%v): another run", short)
+		r = run(seed + 1<<32)
+	}
 	r.Check(t, floors)
 	lapsed := r.Count("renewals lapsed")
 	t.Logf("renewed leases kept while a follower was cut off from its peers (quorum standing): %d of %d judged; the follower knew a leader at the end: %v (run %v)",
 		r.Count(lockmodel.Renewal)-lapsed, r.Count(lockmodel.Renewal), c.memberLeader(m) != 0, time.Since(start).Round(time.Millisecond))
+}
+
+// shortOf lists the kinds of floors that r judged fewer of than its floor.
+func shortOf(r *lockmodel.Result, floors map[string]int) []string {
+	var short []string
+	for k, n := range floors {
+		if r.Count(k) < n {
+			short = append(short, k)
+		}
+	}
+	return short
 }
