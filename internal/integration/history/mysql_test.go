@@ -528,30 +528,7 @@ func (r *myRun) guardAllRMW(ctx context.Context, w int, key string, f fence.Fenc
 	c := r.invoke(w, in)
 	first := f
 	first.Resource = fmt.Sprintf("a-%s-%d", key, rand.Uint64())
-	var old PgOut
-	tx, err := r.dbs[w].BeginTx(ctx, nil)
-	if err == nil {
-		err = mysql.GuardAll(ctx, tx, first, f)
-		if err == nil {
-			err = tx.QueryRowContext(ctx, myLockedReadSQL, key).Scan(&old.Data, &old.Version)
-		}
-		if err == nil {
-			_, err = tx.ExecContext(ctx, myWriteSQL, d, key)
-		}
-		if err == nil {
-			err = tx.Commit()
-			if err != nil {
-				err = fmt.Errorf("%w: commit: %w", fence.ErrOutcomeUnknown, err)
-			}
-		} else {
-			_ = tx.Rollback()
-		}
-	}
-	out := r.outcome(in, err)
-	if out.Status == Ok {
-		out.Data, out.Version = old.Data, old.Version
-	}
-	return r.finish(c, out)
+	return r.ownTxRMW(ctx, w, c, in, key, d, func(tx *sql.Tx) error { return mysql.GuardAll(ctx, tx, first, f) })
 }
 
 func (r *myRun) txRead(ctx context.Context, w int, key string, f fence.Fence) PgOut {
@@ -628,10 +605,17 @@ func (r *myRun) attack(w int, rng *rand.Rand, key string, f fence.Fence, row boo
 func (r *myRun) guardRMW(ctx context.Context, w int, key string, f fence.Fence, d, attack string) PgOut {
 	in := PgIn{Key: key, Op: PgTxRMW, Fence: markOf(f), Data: d, Attack: attack}
 	c := r.invoke(w, in)
+	return r.ownTxRMW(ctx, w, c, in, key, d, func(tx *sql.Tx) error { return mysql.Guard(ctx, tx, f) })
+}
+
+// ownTxRMW runs txRMW's read and write in a transaction of the caller's
+// own whose first statement is guard, and finishes call c with the
+// outcome: a failed commit's is unknown.
+func (r *myRun) ownTxRMW(ctx context.Context, w int, c myCall, in PgIn, key, d string, guard func(tx *sql.Tx) error) PgOut {
 	var old PgOut
 	tx, err := r.dbs[w].BeginTx(ctx, nil)
 	if err == nil {
-		err = mysql.Guard(ctx, tx, f)
+		err = guard(tx)
 		if err == nil {
 			err = tx.QueryRowContext(ctx, myLockedReadSQL, key).Scan(&old.Data, &old.Version)
 		}
