@@ -2,13 +2,13 @@ package election_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/election"
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/redismon"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
@@ -21,7 +21,8 @@ import (
 // own; a record write is held through a go-redis hook on the record's
 // script; the planter writes a record above every term's straight into
 // the record's hash (as a Redis whose clock went back, or another backend,
-// would leave). The server's history is its MONITOR feed (package
+// would leave), or a twin: the token the lock grants next (the counter
+// raised by Advance to just below it) with another holder. The server's history is its MONITOR feed (package
 // redismon), replayed: each grant and release of the lock key, and for each record a
 // script wrote, who held the lock key then and which record it replaced
 // while that one lived, on the server's clock (this machine's).
@@ -51,7 +52,8 @@ func runElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budg
 	srv := testenv.StartRedis(t)
 	const prefix = "el:"
 	oc := srv.Client()
-	watcher, err := election.New(newLocker(t, oc, prefix), "model", election.WithTTL(modelTTL))
+	wl := newLocker(t, oc, prefix)
+	watcher, err := election.New(wl, "model", election.WithTTL(modelTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +82,12 @@ func runElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budg
 			return oc.PubSubNumSub(ctx, electionKeys(watcher).Channel).Val()[electionKeys(watcher).Channel] >= 1
 		},
 		Plant: func(ctx context.Context) bool {
-			tok, err := oc.HGet(ctx, recKey, "t").Uint64()
-			if err != nil {
-				return false // no record now
-			}
-			planted := strconv.FormatUint(tok+5_000_000, 10) // 5 s of the server's clock ahead
-			if err := oc.HSet(ctx, recKey, "v", "planted", "t", planted, "h", "planted-holder").Err(); err != nil {
-				return false
-			}
-			oc.PExpire(ctx, recKey, 3*modelTTL)
-			return true
+			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 3*modelTTL, nil)
+		},
+		Twin: func(ctx context.Context) bool {
+			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 6*modelTTL, func(ctx context.Context, x fence.Token) error {
+				return wl.Advance(ctx, "model", x)
+			})
 		},
 	}
 	h := electionmodel.Run(context.Background(), mc)
@@ -129,7 +127,7 @@ func TestElectionModel(t *testing.T) {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes held past the TTL": 1, "records planted": 1,
-		"terms run out (step-down gap judged)": 1,
+		"records planted (twin)": 1, "terms run out (step-down gap judged)": 1,
 	}
 	electionmodel.Check(t, "redis", floors, 4, func(seed uint64) *electionmodel.Verdict {
 		return runElectionModel(t, electionmodel.Variant{}, seed, budget)
@@ -185,6 +183,13 @@ func TestElectionModelRejectsPhantomRecord(t *testing.T) {
 // planted one) is rejected by the record-token check.
 func TestElectionModelRejectsLowerRecord(t *testing.T) {
 	rejects(t, "record admitted below a newer one")
+}
+
+// A record script that takes a record of its own token from another
+// holder (the twin planted with the next grant's token) is rejected by the
+// record-token check.
+func TestElectionModelRejectsTwinRecord(t *testing.T) {
+	rejects(t, "record admitted over a twin")
 }
 
 // A leader that steps down at the end of its lease's validity less the

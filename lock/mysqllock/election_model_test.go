@@ -70,6 +70,9 @@ var (
 	recordNewerCheck = modelEdit{"fencekit_lock_set_record",
 		"ELSEIF rec_token > p_token OR (rec_token = p_token AND rec_holder <> p_holder) THEN",
 		"ELSEIF FALSE THEN"}
+	recordTwinCheck = modelEdit{"fencekit_lock_set_record",
+		"ELSEIF rec_token > p_token OR (rec_token = p_token AND rec_holder <> p_holder) THEN",
+		"ELSEIF rec_token > p_token THEN"}
 )
 
 // runMyModel makes one run of the model with cfg and judges it.
@@ -122,6 +125,11 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 		return e, lockbackend.Of(l).(*backend)
 	}
 	obs, _ := newElection(open(dbCfg.Clone()), config{})
+	advancer, err := newWith(open(dbCfg.Clone()), config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanups = append(cleanups, advancer.Close)
 	mc := electionmodel.Config{
 		Backend:    "mysql",
 		TTL:        myModelTTL,
@@ -155,6 +163,28 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 		Plant: func(ctx context.Context) bool {
 			res, err := admin.ExecContext(ctx, `UPDATE fencekit_lock SET record_token = record_token + 5000000,
 				record_holder = 'planted-holder', record_value = 'planted' WHERE record_token IS NOT NULL`)
+			if err != nil {
+				return false
+			}
+			n, _ := res.RowsAffected()
+			return n > 0
+		},
+		// A twin: the counter raised (Advance) to just below a token 5 s
+		// ahead, and a record of another holder with that token, which
+		// the next grant is then issued: it must advance past the
+		// record, never take it as its own or write over it.
+		Twin: func(ctx context.Context) bool {
+			var x int64
+			if err := admin.QueryRowContext(ctx, `SELECT GREATEST(MAX(token),
+				TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) + 5000000
+				FROM fencekit_lock WHERE resource = 'model'`).Scan(&x); err != nil {
+				return false
+			}
+			if err := advancer.Advance(ctx, "model", fence.Token(x)); err != nil {
+				return false
+			}
+			res, err := admin.ExecContext(ctx, `UPDATE fencekit_lock SET record_token = ?,
+				record_holder = 'planted-holder', record_value = 'planted' WHERE resource = 'model'`, x+1)
 			if err != nil {
 				return false
 			}
@@ -267,7 +297,7 @@ func TestElectionModelMySQL(t *testing.T) {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes judged (token)": 2,
-		"record writes held past the TTL": 1, "records planted": 1,
+		"record writes held past the TTL": 1, "records planted": 1, "records planted (twin)": 1,
 		"terms run out (step-down gap judged)": 1, "faults: sessions killed": 1,
 	}
 	electionmodel.Check(t, "mysql", floors, 6, func(seed uint64) *electionmodel.Verdict {
@@ -310,4 +340,10 @@ func TestElectionModelMySQLRejectsPhantomRecord(t *testing.T) {
 // planted one) is caught by the record-token check.
 func TestElectionModelMySQLRejectsLowerRecord(t *testing.T) {
 	myControl(t, "record admitted below a newer one", "record token", myModelRun{edits: []modelEdit{recordNewerCheck}})
+}
+
+// A record procedure that lets another holder write over a record of its
+// own token (the twin) is caught by the record-token check.
+func TestElectionModelMySQLRejectsTwinRecord(t *testing.T) {
+	myControl(t, "record admitted over a twin", "record token", myModelRun{edits: []modelEdit{recordTwinCheck}})
 }

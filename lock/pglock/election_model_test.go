@@ -255,6 +255,11 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 	}
 	// Application names of the run's own: the faults terminate sessions
 	// by name, on a server other tests share.
+	advancer, err := pglock.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.add(advancer.Close)
 	run := strings.TrimPrefix(u.Path, "/fencekit_")
 	app := func(i int) string { return run + "-candidate-" + strconv.Itoa(i) }
 	observer := run + "-observer"
@@ -299,6 +304,23 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		Plant: func(ctx context.Context) bool {
 			tag, err := admin.Exec(ctx, `UPDATE fencekit_lock SET record_token = record_token + 5000000,
 				record_holder = 'planted-holder', record_value = 'planted' WHERE record_token IS NOT NULL`)
+			return err == nil && tag.RowsAffected() > 0
+		},
+		// A twin: the counter raised (Advance) to just below a token 5 s
+		// ahead, and a record of another holder with that token, which
+		// the next grant is then issued: it must advance past the
+		// record, never take it as its own or write over it.
+		Twin: func(ctx context.Context) bool {
+			var x int64
+			if err := admin.QueryRow(ctx, `SELECT greatest(max(token), floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+				+ 5000000 FROM fencekit_lock WHERE resource = 'model'`).Scan(&x); err != nil {
+				return false
+			}
+			if err := advancer.Advance(ctx, "model", fence.Token(x)); err != nil {
+				return false
+			}
+			tag, err := admin.Exec(ctx, `UPDATE fencekit_lock SET record_token = $1,
+				record_holder = 'planted-holder', record_value = 'planted' WHERE resource = 'model'`, x+1)
 			return err == nil && tag.RowsAffected() > 0
 		},
 		Faults: []electionmodel.Fault{{
@@ -438,7 +460,7 @@ func TestElectionModelPostgres(t *testing.T) {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes judged (token)": 2,
-		"record writes held past the TTL": 1, "records planted": 1,
+		"record writes held past the TTL": 1, "records planted": 1, "records planted (twin)": 1,
 		"terms run out (step-down gap judged)": 1, "faults: sessions terminated": 1,
 	}
 	electionmodel.Check(t, "postgres", floors, 6, func(seed uint64) *electionmodel.Verdict {
@@ -485,4 +507,11 @@ func TestElectionModelPostgresRejectsPhantomRecord(t *testing.T) {
 func TestElectionModelPostgresRejectsLowerRecord(t *testing.T) {
 	pgControl(t, "record admitted below a newer one", "record token",
 		pgModelRun{setRecord: setRecordSource(t, pgRecordNewerCheck, "IF false THEN")})
+}
+
+// A record function that lets another holder write over a record of its
+// own token (the twin) is caught by the record-token check.
+func TestElectionModelPostgresRejectsTwinRecord(t *testing.T) {
+	pgControl(t, "record admitted over a twin", "record token",
+		pgModelRun{setRecord: setRecordSource(t, pgRecordNewerCheck, "IF r.record_token > p_token THEN")})
 }

@@ -3,14 +3,15 @@ package rueidisfence
 import (
 	"context"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/fencekit/fencekit/election"
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/redismon"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
@@ -102,16 +103,12 @@ func runElectionModel(t *testing.T, v electionmodel.Variant, seed uint64, budget
 			return oc.PubSubNumSub(ctx, names.Channel).Val()[names.Channel] >= 1
 		},
 		Plant: func(ctx context.Context) bool {
-			tok, err := oc.HGet(ctx, recKey, "t").Uint64()
-			if err != nil {
-				return false // no record now
-			}
-			planted := strconv.FormatUint(tok+5_000_000, 10) // 5 s of the server's clock ahead
-			if err := oc.HSet(ctx, recKey, "v", "planted", "t", planted, "h", "planted-holder").Err(); err != nil {
-				return false
-			}
-			oc.PExpire(ctx, recKey, 3*modelTTL)
-			return true
+			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 3*modelTTL, nil)
+		},
+		Twin: func(ctx context.Context) bool {
+			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 6*modelTTL, func(ctx context.Context, x fence.Token) error {
+				return ol.Advance(ctx, "model", x)
+			})
 		},
 	}
 	h := electionmodel.Run(context.Background(), mc)
@@ -126,7 +123,7 @@ func TestElectionModel(t *testing.T) {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes held past the TTL": 1, "records planted": 1,
-		"terms run out (step-down gap judged)": 1,
+		"records planted (twin)": 1, "terms run out (step-down gap judged)": 1,
 	}
 	electionmodel.Check(t, "rueidis", floors, 4, func(seed uint64) *electionmodel.Verdict {
 		return runElectionModel(t, electionmodel.Variant{}, seed, budget)

@@ -136,6 +136,9 @@ func Rejects(t *testing.T, backend, name, kind string, seeds, tries int, run fun
 				rejected++
 				break
 			}
+			for _, o := range v.Violations {
+				t.Logf("a violation of another kind (seed %d): %s", seed, o)
+			}
 		}
 		// Stop once most seeds have decided, either way.
 		if rejected > seeds/2 || ran-rejected > seeds/2 {

@@ -50,8 +50,9 @@ const (
 
 // RedisControls returns the election model's controls on a Redis backend
 // for terms of ttl: an unfenced elector, the record script without its
-// holder check or without its newer-record check, and a step-down margin
-// of the drift allowance alone. It fails when a line a control takes out
+// holder check, without its newer-record check, or taking a record of its
+// own token from another holder (a twin's), and a step-down margin of the
+// drift allowance alone. It fails when a line a control takes out
 // is no longer in the script (the control would run the real one).
 func RedisControls(ttl time.Duration) ([]Control, error) {
 	src := RecordPutSource()
@@ -69,10 +70,15 @@ func RedisControls(ttl time.Duration) ([]Control, error) {
 	if err != nil {
 		return nil, err
 	}
+	twin, err := without(recordTokenCheck, "if was > token then")
+	if err != nil {
+		return nil, err
+	}
 	return []Control{
 		{"unfenced elector", "one believer", Variant{Unfenced: true}},
 		{"record written without the holder check", "record holder", Variant{RecordPut: noHolder}},
 		{"record admitted below a newer one", "record token", Variant{RecordPut: lower}},
+		{"record admitted over a twin", "record token", Variant{RecordPut: twin}},
 		{"step-down within the drift allowance", "step-down", Variant{StepDown: election.Drift(ttl)}},
 	}, nil
 }

@@ -11,8 +11,10 @@
 // only handed over; now and then a candidate's record write is held past
 // the TTL after its grant, where the backend can hold one, so that another
 // candidate takes the lock as the write arrives; a planter writes a record
-// with a token above every term's where the backend lets one be planted;
-// a backend's own faults (a terminated session, a stopped member) run
+// with a token above every term's where the backend lets one be planted,
+// or a twin: a record of another holder naming the token the lock grants
+// next, its counter raised to match, as a second grant of one token would
+// leave; a backend's own faults (a terminated session, a stopped member) run
 // beside them. An observer records what Observe reports.
 //
 // The judge ([Judge]) decides, from the client's history:
@@ -31,7 +33,8 @@
 //   - record holder: every record written names the grant that holds the
 //     lock at that instant (no phantom leader);
 //   - record token: a live record is never replaced by one with a lower
-//     token (or the same token and another holder);
+//     token, or with the same token and another holder (a twin's token's
+//     own grant must advance past it, never write over it);
 //   - step-down: a term whose lock ran out (rather than being released)
 //     ended at least a floor before the lock was next granted.
 //

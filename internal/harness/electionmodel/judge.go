@@ -112,6 +112,7 @@ func Judge(h *History, s *ServerLog, floor time.Duration) *Verdict {
 	judgeObserver(v, terms, h.Observed, h.ObserveEvery)
 	if s != nil {
 		judgeRecords(v, s)
+		judgeOwnRecords(v, terms, []*ServerLog{s})
 		judgeStepDown(v, h, s, floor)
 		judgeLeaseEnd(v, h, s)
 	}
@@ -127,6 +128,7 @@ func Judge(h *History, s *ServerLog, floor time.Duration) *Verdict {
 // node after its kind.
 func JudgeNodes(h *History, logs []*ServerLog, floor time.Duration) *Verdict {
 	v := Judge(h, nil, floor)
+	judgeOwnRecords(v, h.Terms, logs)
 	for i, s := range logs {
 		n := &Verdict{Counts: map[string]int{}}
 		judgeRecords(n, s)
@@ -239,6 +241,60 @@ func judgeRecords(v *Verdict, s *ServerLog) {
 		was := e.Replaced
 		if was.Token > e.Token || (was.Token == e.Token && was.Holder != "" && e.Holder != "" && was.Holder != e.Holder) {
 			v.violate("record token: the record of term %d (%s) replaced a live record of term %d", e.Token, e.Value, was.Token)
+		}
+	}
+}
+
+// judgeOwnRecords: every term that acted had a record of its own written
+// (its token, and its holder where the log keeps one) on the server, or
+// on one of the servers of logs. A term whose record write met a record
+// of its token and another holder (a twin) and took that record as its
+// own would act while the record, and every observer, names the other.
+// Judged only where the logs hold the records the backend's scripts
+// wrote.
+func judgeOwnRecords(v *Verdict, terms []*Term, logs []*ServerLog) {
+	type rec struct {
+		token  fence.Token
+		holder string
+	}
+	written := map[rec]bool{}
+	any := false
+	for _, s := range logs {
+		for _, e := range s.Events {
+			if e.Kind == Recorded && !e.Planted {
+				written[rec{e.Token, e.Holder}] = true
+				any = true
+			}
+		}
+	}
+	// Where the log names each grant's token, how many planted records
+	// (twins) the grant of their own token met.
+	planted := map[fence.Token]bool{}
+	for _, s := range logs {
+		for _, e := range s.Events {
+			if e.Kind == Recorded && e.Planted {
+				planted[e.Token] = true
+			}
+		}
+	}
+	for _, s := range logs {
+		for _, e := range s.Events {
+			if e.Kind == Granted && e.Token != 0 && planted[e.Token] {
+				v.count("twins met by their token's grant", 1)
+				delete(planted, e.Token)
+			}
+		}
+	}
+	if !any {
+		return
+	}
+	for _, t := range terms {
+		if len(t.Acts) == 0 {
+			continue
+		}
+		v.count("terms judged (own record)", 1)
+		if !written[rec{t.Token, t.Holder}] && !written[rec{t.Token, ""}] {
+			v.violate("record token: term %d (%s) acted, but no record of its own was written: the record it took for its own names another holder", t.Token, t.Value)
 		}
 	}
 }

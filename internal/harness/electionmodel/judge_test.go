@@ -47,7 +47,15 @@ func TestJudge(t *testing.T) {
 		{"record under another holder, token unknown", func(_ *History, s *ServerLog) { s.Events[3].LockHolder, s.Events[3].LockToken = "ha", 0 }, "record holder"},
 		{"record under its holder, token unknown", func(_ *History, s *ServerLog) { s.Events[3].LockToken = 0 }, ""},
 		{"lower record", func(_ *History, s *ServerLog) { s.Events[3].Replaced.Token = 25 }, "record token"},
-		{"planted not judged", func(_ *History, s *ServerLog) { s.Events[3].LockToken, s.Events[3].Planted = 30, true }, ""},
+		{"planted not judged", func(_ *History, s *ServerLog) {
+			s.Events = append(s.Events, Event{Kind: Recorded, At: ms(160), Token: 15, Holder: PlantedHolder, Planted: true, LockHolder: "hb", LockToken: 20})
+		}, ""},
+		{"twin taken as the term's own record", func(_ *History, s *ServerLog) {
+			s.Events[3] = Event{Kind: Recorded, At: ms(140), Token: 20, Holder: PlantedHolder, Planted: true, Replaced: &Record{Token: 10, Holder: "ha"}}
+		}, "record token"},
+		{"own record, holder unknown", func(_ *History, s *ServerLog) {
+			s.Events[1].Holder, s.Events[3].Holder, s.Events[3].Replaced.Holder = "", "", ""
+		}, ""},
 		{"late step-down", func(_ *History, s *ServerLog) { s.Events[2].At = ms(105) }, "step-down"},
 		{"late step-down, server clock behind", func(_ *History, s *ServerLog) { s.Events[2].At, s.OffsetLow = ms(100), -5*time.Millisecond }, "step-down"},
 		{"released: not judged", func(_ *History, s *ServerLog) {

@@ -59,6 +59,15 @@ type Config struct {
 	// whose clock went back would leave, and reports whether it did; nil
 	// where the backend lets none be planted.
 	Plant func(ctx context.Context) bool
+	// Twin raises the lock's token counter and writes a record naming the
+	// token the lock grants next, with another holder, as a second grant
+	// of one token would leave (a forged or restored grant), and reports
+	// whether it did; nil where the backend cannot tell its next token or
+	// keeps no holder beside the record. The candidate granted that token
+	// must not write over the record (it advances past it, as past a
+	// planted one): a record is replaced only by a higher token, or by the
+	// same token's own holder.
+	Twin func(ctx context.Context) bool
 	// Faults are the backend's own faults.
 	Faults []Fault
 	// Unfenced makes the candidates believe they lead until a TTL after
@@ -268,6 +277,19 @@ func Run(ctx context.Context, cfg Config) *History {
 			for sleep(ctx, 3*cfg.TTL+time.Duration(rng.Int64N(int64(3*cfg.TTL)))) {
 				if cfg.Plant(ctx) {
 					r.count("records planted", 1)
+				}
+			}
+		})
+	}
+	if cfg.Twin != nil {
+		// More often than the planter: a twin is met only where its
+		// token's grant writes its record (a held write, a cut-off
+		// candidate, a grant too late to announce write none).
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, 97))
+			for sleep(ctx, 2*cfg.TTL+time.Duration(rng.Int64N(int64(2*cfg.TTL)))) {
+				if cfg.Twin(ctx) {
+					r.count("records planted (twin)", 1)
 				}
 			}
 		})
