@@ -162,7 +162,8 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 		// candidates must advance past it, never write under it.
 		Plant: func(ctx context.Context) bool {
 			res, err := admin.ExecContext(ctx, `UPDATE fencekit_lock SET record_token = record_token + 5000000,
-				record_holder = 'planted-holder', record_value = 'planted' WHERE record_token IS NOT NULL`)
+				record_holder = 'planted-holder', record_value = 'planted'
+				WHERE record_token IS NOT NULL AND record_holder <> 'planted-holder'`)
 			if err != nil {
 				return false
 			}
@@ -172,19 +173,22 @@ func runMyModel(t *testing.T, cfg myModelRun, seed uint64, budget time.Duration)
 		// A twin: the counter raised (Advance) to just below a token 5 s
 		// ahead, and a record of another holder with that token, which
 		// the next grant is then issued: it must advance past the
-		// record, never take it as its own or write over it.
+		// record, never take it as its own or write over it. Neither
+		// planter writes while a planted record stands, so that a twin
+		// stays until its grant meets it.
 		Twin: func(ctx context.Context) bool {
 			var x int64
-			if err := admin.QueryRowContext(ctx, `SELECT GREATEST(MAX(token),
+			if err := admin.QueryRowContext(ctx, `SELECT GREATEST(token,
 				TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) + 5000000
-				FROM fencekit_lock WHERE resource = 'model'`).Scan(&x); err != nil {
+				FROM fencekit_lock WHERE resource = 'model' AND NOT (record_holder <=> 'planted-holder')`).Scan(&x); err != nil {
 				return false
 			}
 			if err := advancer.Advance(ctx, "model", fence.Token(x)); err != nil {
 				return false
 			}
 			res, err := admin.ExecContext(ctx, `UPDATE fencekit_lock SET record_token = ?,
-				record_holder = 'planted-holder', record_value = 'planted' WHERE resource = 'model'`, x+1)
+				record_holder = 'planted-holder', record_value = 'planted'
+				WHERE resource = 'model' AND NOT (record_holder <=> 'planted-holder')`, x+1)
 			if err != nil {
 				return false
 			}

@@ -303,24 +303,28 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		// candidates must advance past it, never write under it.
 		Plant: func(ctx context.Context) bool {
 			tag, err := admin.Exec(ctx, `UPDATE fencekit_lock SET record_token = record_token + 5000000,
-				record_holder = 'planted-holder', record_value = 'planted' WHERE record_token IS NOT NULL`)
+				record_holder = 'planted-holder', record_value = 'planted'
+				WHERE record_token IS NOT NULL AND record_holder <> 'planted-holder'`)
 			return err == nil && tag.RowsAffected() > 0
 		},
 		// A twin: the counter raised (Advance) to just below a token 5 s
 		// ahead, and a record of another holder with that token, which
 		// the next grant is then issued: it must advance past the
-		// record, never take it as its own or write over it.
+		// record, never take it as its own or write over it. Neither
+		// planter writes while a planted record stands, so that a twin
+		// stays until its grant meets it.
 		Twin: func(ctx context.Context) bool {
 			var x int64
-			if err := admin.QueryRow(ctx, `SELECT greatest(max(token), floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-				+ 5000000 FROM fencekit_lock WHERE resource = 'model'`).Scan(&x); err != nil {
+			if err := admin.QueryRow(ctx, `SELECT greatest(token, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+				+ 5000000 FROM fencekit_lock WHERE resource = 'model' AND record_holder IS DISTINCT FROM 'planted-holder'`).Scan(&x); err != nil {
 				return false
 			}
 			if err := advancer.Advance(ctx, "model", fence.Token(x)); err != nil {
 				return false
 			}
 			tag, err := admin.Exec(ctx, `UPDATE fencekit_lock SET record_token = $1,
-				record_holder = 'planted-holder', record_value = 'planted' WHERE resource = 'model'`, x+1)
+				record_holder = 'planted-holder', record_value = 'planted'
+				WHERE resource = 'model' AND record_holder IS DISTINCT FROM 'planted-holder'`, x+1)
 			return err == nil && tag.RowsAffected() > 0
 		},
 		Faults: []electionmodel.Fault{{

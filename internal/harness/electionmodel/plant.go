@@ -21,7 +21,8 @@ const plantAhead = 5_000_000
 
 // PlantRedis writes, on every client's server (the nodes of a Redlock, or
 // one), a record of PlantedHolder that lives for life, the same on each,
-// and reports whether it wrote one.
+// and reports whether it wrote one. It writes none while a planted record
+// stands on any of them.
 //
 // Without advance (Config.Plant) the record's token is 5 s of the
 // server's clock above the newest record there; nothing is written where
@@ -32,8 +33,19 @@ const plantAhead = 5_000_000
 func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life time.Duration, advance func(context.Context, fence.Token) error) bool {
 	var top uint64
 	for _, c := range cs {
-		if tok, err := c.HGet(ctx, recKey, "t").Uint64(); err == nil {
-			top = max(top, tok)
+		rec, err := c.HMGet(ctx, recKey, "t", "h").Result()
+		if err != nil {
+			return false
+		}
+		if rec[1] == PlantedHolder {
+			// A planted record stands: leave it for a grant to meet (a
+			// twin written over by the next plant is never met).
+			return false
+		}
+		if s, ok := rec[0].(string); ok {
+			if tok, err := strconv.ParseUint(s, 10, 64); err == nil {
+				top = max(top, tok)
+			}
 		}
 	}
 	if advance != nil {
