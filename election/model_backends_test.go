@@ -49,7 +49,7 @@ func electionModelFloors() map[string]int {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes held past the TTL": 1, "records planted": 1,
-		"records planted (twin)": 1, "terms run out (step-down gap judged)": 1,
+		"records planted (twin)": 1, "records planted (older)": 1, "terms run out (step-down gap judged)": 1,
 	}
 }
 
@@ -139,6 +139,7 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg electionmode
 	}
 	mc := master.Client()
 	mon := redismon.Start(t, master.Addr())
+	plant, twin, older := electionmodel.RedisPlanters([]*redis.Client{mc}, recKey, deployModelTTL, wl, "model")
 	var unfencedFor time.Duration
 	if cfg.Unfenced {
 		unfencedFor = 3 * deployModelTTL
@@ -198,23 +199,11 @@ func runClusterElectionModel(t *testing.T, cl *testenv.Cluster, cfg electionmode
 			// On a cluster the channel is sharded: its master counts it.
 			return mc.PubSubShardNumSub(ctx, keys.Channel).Val()[keys.Channel] >= 1
 		},
-		Plant: func(ctx context.Context) bool { return plantRecord(ctx, []*redis.Client{mc}, recKey, nil) },
-		Twin:  func(ctx context.Context) bool { return plantRecord(ctx, []*redis.Client{mc}, recKey, wl) },
+		Plant: plant,
+		Twin:  twin,
+		Older: older,
 	})
 	return electionmodel.Judge(h, redismon.ServerLog(mon.Stop(), lockKey, recKey), deployModelTTL/election.StepDownDivisor/5)
-}
-
-// plantRecord plants a record on every client's server
-// (electionmodel.PlantRedis), for three TTLs; with twin, a Locker of the
-// deployment, a twin for six: the next grant's token, the counter raised
-// to just below it through twin's Advance.
-func plantRecord(ctx context.Context, cs []*redis.Client, recKey string, twin *lock.Locker) bool {
-	if twin == nil {
-		return electionmodel.PlantRedis(ctx, cs, recKey, 3*deployModelTTL, nil)
-	}
-	return electionmodel.PlantRedis(ctx, cs, recKey, 6*deployModelTTL, func(ctx context.Context, x fence.Token) error {
-		return twin.Advance(ctx, "model", x)
-	})
 }
 
 // runRedlockElectionModel makes one run on five private servers.
@@ -256,6 +245,7 @@ func runRedlockElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint6
 	for _, s := range srvs {
 		mons = append(mons, redismon.Start(t, s.Addr()))
 	}
+	plant, twin, older := electionmodel.RedisPlanters(direct, recKey, deployModelTTL, wl, "model")
 	realHash := sha1Hex(electionmodel.RecordPutSource())
 	var unfencedFor time.Duration
 	if cfg.Unfenced {
@@ -320,8 +310,9 @@ func runRedlockElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint6
 			}
 			return true
 		},
-		Plant: func(ctx context.Context) bool { return plantRecord(ctx, direct, recKey, nil) },
-		Twin:  func(ctx context.Context) bool { return plantRecord(ctx, direct, recKey, wl) },
+		Plant: plant,
+		Twin:  twin,
+		Older: older,
 	})
 	// Each node's history alone, its grants only those of terms: a
 	// candidate's attempt that a quorum refused may take a node whose

@@ -8,7 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/election"
-	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/harness/electionmodel"
 	"github.com/fencekit/fencekit/internal/harness/redismon"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
@@ -60,12 +59,16 @@ func runElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budg
 	recKey := electionKeys(watcher).RecordKey
 	lockKey := recKey[:len(recKey)-len(":leader")] + ":lock"
 	mon := redismon.Start(t, srv.Addr())
+	plant, twin, older := electionmodel.RedisPlanters([]*redis.Client{oc}, recKey, modelTTL, wl, "model")
 	mc := electionmodel.Config{
 		Backend:  "redis",
 		TTL:      modelTTL,
 		Budget:   budget,
 		Seed:     seed,
 		Unfenced: cfg.Unfenced,
+		Plant:    plant,
+		Twin:     twin,
+		Older:    older,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, srv.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
@@ -80,14 +83,6 @@ func runElectionModel(t *testing.T, cfg electionmodel.Variant, seed uint64, budg
 		Observer: watcher,
 		ObserverReady: func(ctx context.Context) bool {
 			return oc.PubSubNumSub(ctx, electionKeys(watcher).Channel).Val()[electionKeys(watcher).Channel] >= 1
-		},
-		Plant: func(ctx context.Context) bool {
-			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 3*modelTTL, nil)
-		},
-		Twin: func(ctx context.Context) bool {
-			return electionmodel.PlantRedis(ctx, []*redis.Client{oc}, recKey, 6*modelTTL, func(ctx context.Context, x fence.Token) error {
-				return wl.Advance(ctx, "model", x)
-			})
 		},
 	}
 	h := electionmodel.Run(context.Background(), mc)
@@ -127,7 +122,7 @@ func TestElectionModel(t *testing.T) {
 		"terms": 4, "terms lost": 1, "terms resigned": 2, "acts": 50,
 		"pairs judged (one believer)": 5, "pairs judged (tokens)": 5, "terms judged (observer)": 5,
 		"record writes judged (holder)": 4, "record writes held past the TTL": 1, "records planted": 1,
-		"records planted (twin)": 1, "terms run out (step-down gap judged)": 1,
+		"records planted (twin)": 1, "records planted (older)": 1, "terms run out (step-down gap judged)": 1,
 	}
 	electionmodel.Check(t, "redis", floors, 4, func(seed uint64) *electionmodel.Verdict {
 		return runElectionModel(t, electionmodel.Variant{}, seed, budget)

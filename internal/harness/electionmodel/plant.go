@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lock"
 )
 
 // PlantedHolder is the holder id of every record a planter writes, by
@@ -19,18 +20,31 @@ const PlantedHolder = "planted-holder"
 // in µs, as a server whose clock went back by that much would leave.
 const plantAhead = 5_000_000
 
+// PlantKind is which record a planter writes.
+type PlantKind int
+
+const (
+	// PlantAbove is a record 5 s of the server's clock above the newest
+	// (Config.Plant).
+	PlantAbove PlantKind = iota
+	// PlantTwin is a record of the token the lock grants next
+	// (Config.Twin).
+	PlantTwin
+	// PlantOlder is a record one below the newest (Config.Older).
+	PlantOlder
+)
+
 // PlantRedis writes, on every client's server (the nodes of a Redlock, or
-// one), a record of PlantedHolder that lives for life, the same on each,
-// and reports whether it wrote one. It writes none while a planted record
-// stands on any of them.
+// one), a record of PlantedHolder of kind k that lives for life, the same
+// on each, and reports whether it wrote one. It writes none while a
+// planted record stands on any of them, nor, but for a twin, where no
+// server has a record.
 //
-// Without advance (Config.Plant) the record's token is 5 s of the
-// server's clock above the newest record there; nothing is written where
-// no server has a record. With advance (Config.Twin) it is 5 s above that
-// and above the first server's clock, and advance is first called with
-// the token less one, to raise the lock's token counter there (through a
-// Locker's Advance): the next grant's token is then the record's own.
-func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life time.Duration, advance func(context.Context, fence.Token) error) bool {
+// A twin's token is 5 s above the newest record and above the first
+// server's clock, and advance (a Locker's Advance) is first called with
+// the token less one, to raise the lock's token counter there: the next
+// grant's token is then the record's own.
+func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life time.Duration, k PlantKind, advance func(context.Context, fence.Token) error) bool {
 	var top uint64
 	for _, c := range cs {
 		rec, err := c.HMGet(ctx, recKey, "t", "h").Result()
@@ -48,7 +62,7 @@ func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life tim
 			}
 		}
 	}
-	if advance != nil {
+	if k == PlantTwin {
 		now, err := cs[0].Time(ctx).Result()
 		if err != nil {
 			return false
@@ -58,11 +72,17 @@ func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life tim
 	if top == 0 {
 		return false
 	}
-	tok := top + plantAhead
-	if advance != nil {
+	var tok uint64
+	switch k {
+	case PlantAbove:
+		tok = top + plantAhead
+	case PlantTwin:
+		tok = top + plantAhead
 		if err := advance(ctx, fence.Token(tok-1)); err != nil {
 			return false
 		}
+	case PlantOlder:
+		tok = top - 1
 	}
 	planted := strconv.FormatUint(tok, 10)
 	done := false
@@ -73,4 +93,17 @@ func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life tim
 		}
 	}
 	return done
+}
+
+// RedisPlanters returns the planters of a Redis deployment (Config.Plant,
+// Config.Twin, Config.Older) for an election named name on l, whose
+// record is recKey on every client's server, for terms of ttl: planted
+// records live three TTLs, twins six (long enough for their token's grant
+// to meet them).
+func RedisPlanters(cs []*redis.Client, recKey string, ttl time.Duration, l *lock.Locker, name string) (plant, twin, older func(context.Context) bool) {
+	advance := func(ctx context.Context, x fence.Token) error { return l.Advance(ctx, name, x) }
+	plant = func(ctx context.Context) bool { return PlantRedis(ctx, cs, recKey, 3*ttl, PlantAbove, nil) }
+	twin = func(ctx context.Context) bool { return PlantRedis(ctx, cs, recKey, 6*ttl, PlantTwin, advance) }
+	older = func(ctx context.Context) bool { return PlantRedis(ctx, cs, recKey, 3*ttl, PlantOlder, nil) }
+	return plant, twin, older
 }

@@ -68,6 +68,11 @@ type Config struct {
 	// planted one): a record is replaced only by a higher token, or by the
 	// same token's own holder.
 	Twin func(ctx context.Context) bool
+	// Older writes a record one token below the live one, as a failover
+	// or a restore that lost the newest record write would leave, and
+	// reports whether it did; nil where the backend lets none be planted.
+	// An observer that reads it must not report it after the newer term.
+	Older func(ctx context.Context) bool
 	// Faults are the backend's own faults.
 	Faults []Fault
 	// Unfenced makes the candidates believe they lead until a TTL after
@@ -281,15 +286,23 @@ func Run(ctx context.Context, cfg Config) *History {
 			}
 		})
 	}
-	if cfg.Twin != nil {
-		// More often than the planter: a twin is met only where its
-		// token's grant writes its record (a held write, a cut-off
-		// candidate, a grant too late to announce write none).
+	// Twins and older records more often than the planter: a twin is met
+	// only where its token's grant writes its record (a held write, a
+	// cut-off candidate, a grant too late to announce write none), an
+	// older record only where an observer reads it before the next term
+	// writes over it.
+	for k, p := range []struct {
+		kind  string
+		plant func(context.Context) bool
+	}{{"records planted (twin)", cfg.Twin}, {"records planted (older)", cfg.Older}} {
+		if p.plant == nil {
+			continue
+		}
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(cfg.Seed, 97))
+			rng := rand.New(rand.NewPCG(cfg.Seed, 97-uint64(k)))
 			for sleep(ctx, 2*cfg.TTL+time.Duration(rng.Int64N(int64(2*cfg.TTL)))) {
-				if cfg.Twin(ctx) {
-					r.count("records planted (twin)", 1)
+				if p.plant(ctx) {
+					r.count(p.kind, 1)
 				}
 			}
 		})
