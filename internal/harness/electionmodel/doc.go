@@ -14,8 +14,8 @@
 // with a token above every term's where the backend lets one be planted,
 // or a twin: a record of another holder naming the token the lock grants
 // next, its counter raised to match, as a second grant of one token would
-// leave, or an older record, one token below the live one, as a failover
-// that lost the newest record write would leave; a backend's own faults (a terminated session, a stopped member) run
+// leave, or an older record, one token below the live one and of its
+// holder, which an observer's read finds; a backend's own faults (a terminated session, a stopped member) run
 // beside them. An observer records what Observe reports.
 //
 // The judge ([Judge]) decides, from the client's history:

@@ -30,13 +30,16 @@ const (
 	// PlantTwin is a record of the token the lock grants next
 	// (Config.Twin).
 	PlantTwin
-	// PlantOlder is a record one below the newest (Config.Older).
+	// PlantOlder is a record one token below the newest, of the same
+	// holder (Config.Older): a read finds it while that holder holds the
+	// lock, as it finds only a record of the lock's holder.
 	PlantOlder
 )
 
 // PlantRedis writes, on every client's server (the nodes of a Redlock, or
-// one), a record of PlantedHolder of kind k that lives for life, the same
-// on each, and reports whether it wrote one. It writes none while a
+// one), a record of kind k that lives for life, the same on each, and
+// reports whether it wrote one: of PlantedHolder, or for an older record,
+// of the newest record's holder. It writes none while a
 // planted record stands on any of them, nor, but for a twin, where no
 // server has a record.
 //
@@ -46,6 +49,7 @@ const (
 // grant's token is then the record's own.
 func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life time.Duration, k PlantKind, advance func(context.Context, fence.Token) error) bool {
 	var top uint64
+	holder := PlantedHolder
 	for _, c := range cs {
 		rec, err := c.HMGet(ctx, recKey, "t", "h").Result()
 		if err != nil {
@@ -57,8 +61,11 @@ func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life tim
 			return false
 		}
 		if s, ok := rec[0].(string); ok {
-			if tok, err := strconv.ParseUint(s, 10, 64); err == nil {
-				top = max(top, tok)
+			if tok, err := strconv.ParseUint(s, 10, 64); err == nil && tok > top {
+				top = tok
+				if h, ok := rec[1].(string); ok && k == PlantOlder {
+					holder = h
+				}
 			}
 		}
 	}
@@ -87,7 +94,7 @@ func PlantRedis(ctx context.Context, cs []*redis.Client, recKey string, life tim
 	planted := strconv.FormatUint(tok, 10)
 	done := false
 	for _, c := range cs {
-		if c.HSet(ctx, recKey, "v", "planted", "t", planted, "h", PlantedHolder).Err() == nil {
+		if c.HSet(ctx, recKey, "v", "planted", "t", planted, "h", holder).Err() == nil {
 			c.PExpire(ctx, recKey, life)
 			done = true
 		}

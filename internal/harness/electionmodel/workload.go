@@ -68,10 +68,11 @@ type Config struct {
 	// planted one): a record is replaced only by a higher token, or by the
 	// same token's own holder.
 	Twin func(ctx context.Context) bool
-	// Older writes a record one token below the live one, as a failover
-	// or a restore that lost the newest record write would leave, and
-	// reports whether it did; nil where the backend lets none be planted.
-	// An observer that reads it must not report it after the newer term.
+	// Older writes a record one token below the live one, of the same
+	// holder, and reports whether it did; nil where a read would not
+	// find it (the SQL locks read only the record of the lock's grant,
+	// token and holder). An observer that reads it must not report it
+	// after the term it reported.
 	Older func(ctx context.Context) bool
 	// Faults are the backend's own faults.
 	Faults []Fault
