@@ -21,11 +21,11 @@ type Runner interface {
 	// the arguments. If the server has not seen the script (a NOSCRIPT
 	// reply), it runs it again as EVAL with src, writing "eval" and src
 	// over args[0] and args[1]. The keys and arguments are strings,
-	// *string, int64, *int64, int, nil (an empty argument) or an
+	// []byte, *string, int64, *int64, int, nil (an empty argument) or an
 	// encoding.BinaryMarshaler; a pointer is read, and a BinaryMarshaler
 	// marshalled, when the command is written (go-redis does so at every
-	// send of the command, rueidis once). Run keeps no reference to args
-	// once it returns.
+	// send of the command, rueidis once, before the first). Run keeps no
+	// reference to args once it returns.
 	//
 	// A reply error (the server refused the command, so it did nothing)
 	// is an error with a RedisError method, as go-redis's are; any other
