@@ -1,9 +1,3 @@
-// Package rediscmd is the small command interface that fencekit's Redis
-// code runs on, so that one set of scripts serves every Redis client
-// library: go-redis (in this module) and rueidis (the nested module
-// lock/rueidisfence). The lock's Redis backend builds its full client on
-// [Runner]; storage/redis needs only [Runner] and, to preload its scripts,
-// [Loader].
 package rediscmd
 
 import (

@@ -32,11 +32,11 @@
 // storage/redis's New on go-redis, so both clients may share a store's
 // keys, on a single server or a Redis Cluster (a hash tag in a key decides
 // its slot). What differs is what rueidis does after a lost reply: it does
-// not send a script again, so the write reports an error matching
-// fence.ErrOutcomeUnknown where go-redis would have retried it and
-// reported its first run; and since the store cannot read a rueidis
-// client's options, it looks for a call's retry record at every run and
-// keeps records for storage/redis's DefaultRetryWindow unless
+// not send a script again after a network error, so the write reports an
+// error matching fence.ErrOutcomeUnknown where go-redis would have retried
+// it and reported its first run; and since the store cannot read a
+// rueidis client's options, it looks for a call's retry record at every
+// run and keeps records for storage/redis's DefaultRetryWindow unless
 // WithRetryWindow says otherwise. NewStore's documentation has the
 // details.
 //

@@ -26,23 +26,24 @@ var errNoStoreHook = errors.New("rueidisfence: this fencekit's storage/redis off
 // matching fence.ErrInvalid and nothing sent, a nil client and invalid
 // options. The Store never closes client.
 //
-// Retries: rueidis sends a command again after a network error only when
-// it is marked retryable (the read-only ones); the store's EVALSHA and
-// EVAL are not, so a script whose reply was lost reaches the caller as an
-// error matching fence.ErrOutcomeUnknown, where go-redis would have sent
-// it again and reported the first run's outcome. rueidis does send any
-// command again, on a new connection, when a connection it has retired
-// (ClientOption.ConnLifetime) fails with the command's reply still due,
-// and it sends a command refused with MOVED or ASK to the slot's new
-// home. The store cannot read a rueidis client's options, so it treats
-// every send as one that may repeat a send that ran: each run looks for
-// its call's retry record first (a retried write reports its first run's
+// Retries: after a network error or a timeout, rueidis sends a command
+// again only if it marks the command retryable (the read-only ones); the
+// store's EVALSHA and EVAL are not, so a script whose reply was lost
+// reaches the caller as an error matching fence.ErrOutcomeUnknown, where
+// go-redis would have sent it again and reported its first run's outcome.
+// rueidis does send any command again in two cases: one refused with
+// MOVED or ASK (it ran nowhere), and one handed the error of a connection
+// that has outlived ClientOption.ConnLifetime, which it resends whether or
+// not the command had been written. A wrapper of the client (a hook of
+// one's own) may resend too, and the store can read neither a rueidis
+// client's options nor what a wrapper does. So every run looks for its
+// call's retry record first (a resent write reports its first run's
 // outcome, as on go-redis), records are kept for
 // fkredis.DefaultRetryWindow unless fkredis.WithRetryWindow sets another
 // window (any from fkredis.MinRetryWindow is accepted: choose it above
-// the time a retired connection may take to fail and a new one to be
-// dialled), and any error other than a clean reply is an unknown outcome,
-// since rueidis does not say how often it sent a command.
+// the longest time a resend may follow its first run), and any error
+// other than the script's own reply is an unknown outcome, since rueidis
+// does not say how often it sent the command.
 //
 // Calls end by their context's deadline: rueidis ends them itself.
 func NewStore(client rueidis.Client, opts ...fkredis.Option) (*fkredis.Store, error) {
@@ -57,11 +58,7 @@ func newStoreOn(c *client, opts []fkredis.Option) (*fkredis.Store, error) {
 	if rediscmd.NewStore == nil {
 		return nil, errNoStoreHook
 	}
-	anyOpts := make([]any, len(opts))
-	for i, o := range opts {
-		anyOpts[i] = o
-	}
-	s, err := rediscmd.NewStore(c, anyOpts)
+	s, err := rediscmd.NewStore(c, anys(opts))
 	if err != nil {
 		return nil, err
 	}

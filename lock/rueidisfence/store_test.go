@@ -146,29 +146,6 @@ func lostReplyStores(t *testing.T, wrap func(rueidis.Client) rueidis.Client) (vi
 	return via, p, direct
 }
 
-// TestStoreLostReplyNotResent loses the reply of a fenced write on the
-// rueidis client's connection while another holder writes the key: rueidis
-// does not send a script again after a network error, so the write
-// reports an unknown outcome (not a failure) and was applied once.
-func TestStoreLostReplyNotResent(t *testing.T) {
-	t.Parallel()
-	ctx := ctxFor(t, time.Minute)
-	via, p, direct := lostReplyStores(t, nil)
-	p.LoseNextReply(func() {
-		if _, err := direct.FencedSet(ctx, fence.Fence{Resource: "r", Token: 2, Holder: "b"}, "k", []byte("b")); err != nil {
-			t.Error(err)
-		}
-	})
-	_, err := via.FencedSet(ctx, fence.Fence{Resource: "r", Token: 1, Holder: "a"}, "k", []byte("a"))
-	if p.Faults().Lost == 0 {
-		t.Fatal("no reply was lost; the test did not exercise one")
-	}
-	if !errors.Is(err, fence.ErrOutcomeUnknown) {
-		t.Fatalf("a write whose reply was lost = %v; want fence.ErrOutcomeUnknown", err)
-	}
-	wantValue(t, direct, "b", 2)
-}
-
 // resending is a rueidis client that sends a command again after an
 // error other than a reply, as rueidis itself does with a connection whose
 // ConnLifetime ended with the reply still due.
@@ -182,27 +159,46 @@ func (c resending) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisR
 	return res
 }
 
-// TestStoreResentWrite loses the reply of a fenced write through a client
-// that sends it again, while another holder writes the key in between: the
-// resend finds the first run's retry record and reports its outcome, and
-// the write was applied once.
-func TestStoreResentWrite(t *testing.T) {
+// TestStoreLostReply loses the reply of a fenced write on the rueidis
+// client's connection while another holder writes the key. rueidis does
+// not send a script again after a network error, so the write reports an
+// unknown outcome (not a failure); through a client that does send it
+// again, the resend finds the first run's retry record and reports its
+// outcome. Either way the write was applied once.
+func TestStoreLostReply(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, time.Minute)
-	via, p, direct := lostReplyStores(t, func(c rueidis.Client) rueidis.Client { return resending{c} })
-	p.LoseNextReply(func() {
-		if _, err := direct.FencedSet(ctx, fence.Fence{Resource: "r", Token: 2, Holder: "b"}, "k", []byte("b")); err != nil {
-			t.Error(err)
-		}
-	})
-	ver, err := via.FencedSet(ctx, fence.Fence{Resource: "r", Token: 1, Holder: "a"}, "k", []byte("a"))
-	if p.Faults().Lost == 0 {
-		t.Fatal("no reply was lost; the test did not exercise a resend")
+	for _, tc := range []struct {
+		name  string
+		wrap  func(rueidis.Client) rueidis.Client
+		check func(t *testing.T, ver int64, err error)
+	}{
+		{"rueidis", nil, func(t *testing.T, _ int64, err error) {
+			if !errors.Is(err, fence.ErrOutcomeUnknown) {
+				t.Fatalf("a write whose reply was lost = %v; want fence.ErrOutcomeUnknown", err)
+			}
+		}},
+		{"a client that sends it again", func(c rueidis.Client) rueidis.Client { return resending{c} }, func(t *testing.T, ver int64, err error) {
+			if err != nil || ver != 1 {
+				t.Fatalf("a write sent again after its reply was lost = %d, %v; want its first run's 1, <nil>", ver, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, time.Minute)
+			via, p, direct := lostReplyStores(t, tc.wrap)
+			p.LoseNextReply(func() {
+				if _, err := direct.FencedSet(ctx, fence.Fence{Resource: "r", Token: 2, Holder: "b"}, "k", []byte("b")); err != nil {
+					t.Error(err)
+				}
+			})
+			ver, err := via.FencedSet(ctx, fence.Fence{Resource: "r", Token: 1, Holder: "a"}, "k", []byte("a"))
+			if p.Faults().Lost == 0 {
+				t.Fatal("no reply was lost; the test did not exercise one")
+			}
+			tc.check(t, ver, err)
+			wantValue(t, direct, "b", 2)
+		})
 	}
-	if err != nil || ver != 1 {
-		t.Fatalf("a write sent again after its reply was lost = %d, %v; want its first run's 1, <nil>", ver, err)
-	}
-	wantValue(t, direct, "b", 2)
 }
 
 // wantValue fails t unless s holds data at version ver for "k".

@@ -23,7 +23,8 @@ const (
 
 	// DefaultRetryWindow is how long a call's retry record is kept when
 	// [WithRetryWindow] is not given and the client's options cannot be read
-	// (a client other than a *goredis.Client or *goredis.ClusterClient). It
+	// (a client other than a *goredis.Client or *goredis.ClusterClient, a
+	// rueidis client among them). It
 	// covers go-redis's retries with its default options, which may resend a
 	// command up to about 232 s after its first run (see [WithRetryWindow]
 	// for the formula). For those two clients the default window is derived
@@ -199,8 +200,9 @@ func WithMarkRetention(d time.Duration) Option {
 // write or dial timeout disabled has no horizon, and [New] refuses it: set the timeouts, or turn
 // retries off (MaxRetries -1, MaxRedirects -1).
 //
-// The options of any other client (a wrapper of your own) cannot be read:
-// the store then accepts any window from [MinRetryWindow] and defaults to
+// The options of any other client (a wrapper of your own, or a rueidis
+// client given to lock/rueidisfence's NewStore) cannot be read: the store
+// then accepts any window from [MinRetryWindow] and defaults to
 // [DefaultRetryWindow]; choose d above that client's own retry horizon.
 //
 // The cost is memory for the window: one small key per call that changed
