@@ -2,6 +2,7 @@ package rueidisfence
 
 import (
 	"context"
+	"encoding"
 	"errors"
 	"fmt"
 	"net"
@@ -48,7 +49,10 @@ func (c *client) Run(ctx context.Context, src string, args []any) redisbackend.R
 	}
 	strs := make([]string, len(args)-3)
 	for i, a := range args[3:] {
-		strs[i] = argString(a)
+		var err error
+		if strs[i], err = argString(a); err != nil {
+			return &reply{err: fmt.Errorf("rueidisfence: script argument %d: %w", i, err)}
+		}
 	}
 	keys, rest := strs[:n], strs[n:]
 	if c.before != nil {
@@ -65,23 +69,30 @@ func (c *client) Run(ctx context.Context, src string, args []any) redisbackend.R
 	return newReply(res)
 }
 
-// argString writes a script argument as go-redis would.
-func argString(a any) string {
+// argString writes a script argument as go-redis would. A
+// BinaryMarshaler is marshalled once, here: rueidis sends the same bytes
+// at every send of the command.
+func argString(a any) (string, error) {
 	switch v := a.(type) {
 	case string:
-		return v
+		return v, nil
+	case []byte:
+		return string(v), nil
 	case *string:
-		return *v
+		return *v, nil
 	case int64:
-		return strconv.FormatInt(v, 10)
+		return strconv.FormatInt(v, 10), nil
 	case *int64:
-		return strconv.FormatInt(*v, 10)
+		return strconv.FormatInt(*v, 10), nil
 	case int:
-		return strconv.Itoa(v)
+		return strconv.Itoa(v), nil
 	case nil:
-		return ""
+		return "", nil
+	case encoding.BinaryMarshaler:
+		b, err := v.MarshalBinary()
+		return string(b), err
 	}
-	return fmt.Sprint(a)
+	return fmt.Sprint(a), nil
 }
 
 // HonoursDeadlines is true: rueidis ends a call when its context ends.

@@ -1,7 +1,8 @@
 // Package rueidisfence is the lock of package lock on a rueidis client
 // (github.com/redis/rueidis): the Redis lock of lock.New and the Redlock
 // of lock.NewRedlock, for programs that talk to Redis through rueidis
-// rather than go-redis.
+// rather than go-redis; and the fenced store of package storage/redis
+// (NewStore), which keeps the values those locks guard.
 //
 // It is a nested module of its own, so a program that uses fencekit with
 // go-redis pulls no rueidis module; only a program that imports
@@ -23,6 +24,21 @@
 // runs the same scripts took Redis a quarter to two thirds more time per
 // acquire and release through such a client than through go-redis); a
 // client made for the lock alone can set rueidis.ClientOption.DisableCache.
+//
+// # The fenced store
+//
+// NewStore returns storage/redis's *Store on a rueidis client: the same
+// Lua scripts, keys, high-water marks, versions and retry records as
+// storage/redis's New on go-redis, so both clients may share a store's
+// keys, on a single server or a Redis Cluster (a hash tag in a key decides
+// its slot). What differs is what rueidis does after a lost reply: it does
+// not send a script again after a network error, so the write reports an
+// error matching fence.ErrOutcomeUnknown where go-redis would have retried
+// it and reported its first run; and since the store cannot read a
+// rueidis client's options, it looks for a call's retry record at every
+// run and keeps records for storage/redis's DefaultRetryWindow unless
+// WithRetryWindow says otherwise. NewStore's documentation has the
+// details.
 //
 // # Moving from rueidislock
 //

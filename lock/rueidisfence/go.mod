@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/lock/rueidisfence
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0-20261207204707-b7ec5d827383
+	github.com/fencekit/fencekit v0.0.0-20261207232111-eb0afc373ca3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.80
 )

@@ -13,18 +13,20 @@ import (
 
 // TestLostUpdates runs the lost-update workload (acquire, read, sometimes
 // pause past the lease, write, release) on Lockers of the rueidis client,
-// with counters in a fenced Redis store: fenced, no acknowledged increment
-// is lost and admitted tokens never go down; with the plain lock alone
-// (the negative control), the paused holders' late writes lose some.
+// with counters in a fenced Redis store on the same client: fenced, no
+// acknowledged increment is lost and admitted tokens never go down; with
+// the plain lock alone (the negative control), the paused holders' late
+// writes lose some.
 func TestLostUpdates(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	l, err := New(rueidisClient(t, sharedAddr(t)), lock.WithPrefix(prefix+"lock:"))
+	rc := rueidisClient(t, sharedAddr(t))
+	l, err := New(rc, lock.WithPrefix(prefix+"lock:"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	c := testenv.Redis(t)
-	st, err := fkredis.New(c, fkredis.WithPrefix(prefix+"data:"))
+	c := testenv.Redis(t) // the negative control's plain GET and SET
+	st, err := NewStore(rc, fkredis.WithPrefix(prefix+"store-data:"))
 	if err != nil {
 		t.Fatal(err)
 	}

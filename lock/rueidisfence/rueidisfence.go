@@ -75,13 +75,19 @@ func open(opts []lock.Option, mk lockbackend.Opener) (*lock.Locker, error) {
 	if lockbackend.Open == nil {
 		return nil, errNoHook
 	}
-	anyOpts := make([]any, len(opts))
-	for i, o := range opts {
-		anyOpts[i] = o
-	}
-	l, err := lockbackend.Open(mk, anyOpts)
+	l, err := lockbackend.Open(mk, anys(opts))
 	if err != nil {
 		return nil, err
 	}
 	return l.(*lock.Locker), nil
+}
+
+// anys returns opts as the []any a constructor hook of the root module
+// takes (lockbackend.Open, rediscmd.NewStore).
+func anys[T any](opts []T) []any {
+	out := make([]any, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }

@@ -13,7 +13,10 @@
 // needs, a [goredis.Scripter]: a *goredis.Client or a *goredis.ClusterClient
 // both serve. A *goredis.Ring does not, and [New] refuses it: a Ring moves a
 // shard's keys to another shard when it marks the shard down, and that shard
-// holds no mark to refuse a stale fence. Key names, memory and eviction are in docs/operations.md in the
+// holds no mark to refuse a stale fence. Programs on rueidis get the same
+// Store, keys and scripts from the nested module lock/rueidisfence
+// (rueidisfence.NewStore), which says how its retries differ; go-redis
+// users pull no rueidis. Key names, memory and eviction are in docs/operations.md in the
 // repository: https://github.com/fencekit/fencekit/blob/main/docs/operations.md
 //
 // # Fenced operations

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 )
 
 var (
@@ -83,6 +84,9 @@ func (s *Store) mayHaveRun(err error, sent *sendCount) bool {
 	if rediscall.IsCut(err) {
 		return true // the command may still be sent, after this count
 	}
+	if !s.countsSends {
+		return true // a refused send may have followed one that ran
+	}
 	switch n := sent.sends(); {
 	case n == 0:
 		return !s.knownClient
@@ -117,7 +121,7 @@ type reply struct {
 // read timeout). sent counts the sends of a call that may change something
 // (nil for a read): when such a call fails after its script may have run,
 // the error is an [*fence.OutcomeUnknownError].
-func (s *Store) decode(ctx context.Context, op, key string, cmd *goredis.Cmd, sent *sendCount) (reply, error) {
+func (s *Store) decode(ctx context.Context, op, key string, cmd rediscmd.Reply, sent *sendCount) (reply, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
 		cause := err

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fencekit/fencekit/fence"
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 )
 
 // FencedGet is a fenced read: it admits f by the fence rule (f's token above the
@@ -152,7 +152,7 @@ func (s *Store) fenced(ctx context.Context, op string, f fence.Fence, key string
 	keys := []string{vkey, recordKey(vkey, s.callID())}
 	sent := newSendCount(millis(s.retryWindow), s.knownClient)
 	tok := strconv.FormatInt(int64(f.Token), 10)
-	var cmd *goredis.Cmd
+	var cmd rediscmd.Reply
 	if op == "set" {
 		exp := ""
 		if expected >= 0 {

@@ -424,7 +424,7 @@ func TestLostReplyThroughAWrapper(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	via, p, direct := lostReplyStores(t)
-	wrapped, err := New(scripter{via.client}, WithPrefix(via.Prefix()))
+	wrapped, err := New(scripter{via.client.(*goRedis).c}, WithPrefix(via.Prefix()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -104,7 +104,7 @@ func (s *Store) cas(ctx context.Context, op, key string, expected int64, data []
 	defer func() { s.tel.end(ctx, span, err) }()
 	vkey := s.redisKey(key)
 	sent := newSendCount(millis(s.retryWindow), s.knownClient)
-	var cmd *goredis.Cmd
+	var cmd rediscmd.Reply
 	if op == "set" {
 		cmd = s.run(ctx, casScript, []string{vkey, recordKey(vkey, s.callID())},
 			op, strconv.FormatInt(expected, 10), millis(s.retention), sent, data, millis(cfg.ttl))

@@ -57,7 +57,7 @@ func TestRingAdmitsStaleFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.client = ring
+	s.client = newGoRedis(ring)
 	key := ""
 	for i := 0; key == ""; i++ {
 		if k := "k" + strconv.Itoa(i); shardOf(t, ring, s.redisKey(k)) == pa.Addr() {

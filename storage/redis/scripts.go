@@ -3,7 +3,7 @@ package redis
 import (
 	_ "embed"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 )
 
 // Every script runs value.lua's shared functions before its own body: the
@@ -23,9 +23,9 @@ var (
 	// fencedScript admits a fenced read, write or delete and performs it.
 	// A read or write under the key's mark is done before value.lua's
 	// helpers are made.
-	fencedScript = goredis.NewScript(fencedFastSrc + valueSrc + fencedSrc)
+	fencedScript = rediscmd.NewScript(fencedFastSrc + valueSrc + fencedSrc)
 	// casScript performs a version-checked write or delete.
-	casScript = goredis.NewScript(valueSrc + casSrc)
+	casScript = rediscmd.NewScript(valueSrc + casSrc)
 	// loadScript reads a value and its mark without writing.
-	loadScript = goredis.NewScript(valueSrc + loadSrc)
+	loadScript = rediscmd.NewScript(valueSrc + loadSrc)
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/rediscall"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 )
 
 const (
@@ -22,7 +23,8 @@ const (
 
 	// DefaultRetryWindow is how long a call's retry record is kept when
 	// [WithRetryWindow] is not given and the client's options cannot be read
-	// (a client other than a *goredis.Client or *goredis.ClusterClient). It
+	// (a client other than a *goredis.Client or *goredis.ClusterClient, a
+	// rueidis client among them). It
 	// covers go-redis's retries with its default options, which may resend a
 	// command up to about 232 s after its first run (see [WithRetryWindow]
 	// for the formula). For those two clients the default window is derived
@@ -50,15 +52,21 @@ const (
 // writes by fence and by version. A Store is safe for concurrent use; its
 // zero value is not usable, call [New].
 type Store struct {
-	client      goredis.Scripter
+	client      rediscmd.StoreClient
 	prefix      string
 	retention   time.Duration
 	retryWindow time.Duration
 	windowSet   bool // by WithRetryWindow
-	// knownClient says whether client is one whose options were read; only
-	// such a client is known to write script arguments through go-redis,
-	// which lets the store count a call's sends (see sendCount).
+	// knownClient says whether client is one whose options were read (into
+	// plan); only such a client is known to write script arguments through
+	// go-redis, which lets the store count a call's sends (see sendCount).
 	knownClient bool
+	plan        retryPlan
+	// countsSends says whether the client marshals the send count at every
+	// send of a command (every go-redis client that writes through go-redis
+	// does; rueidis marshals a command's arguments once, before its first
+	// send), so that a call sent once and refused is known not to have run.
+	countsSends bool
 	// calls runs the scripts so that each call returns by its context's
 	// deadline whatever the client's options (see run).
 	calls *rediscall.Calls
@@ -192,8 +200,9 @@ func WithMarkRetention(d time.Duration) Option {
 // write or dial timeout disabled has no horizon, and [New] refuses it: set the timeouts, or turn
 // retries off (MaxRetries -1, MaxRedirects -1).
 //
-// The options of any other client (a wrapper of your own) cannot be read:
-// the store then accepts any window from [MinRetryWindow] and defaults to
+// The options of any other client (a wrapper of your own, or a rueidis
+// client given to lock/rueidisfence's NewStore) cannot be read: the store
+// then accepts any window from [MinRetryWindow] and defaults to
 // [DefaultRetryWindow]; choose d above that client's own retry horizon.
 //
 // The cost is memory for the window: one small key per call that changed
@@ -233,7 +242,30 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 	if err := refuseRing(client); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, storeID: newStoreID(), calls: rediscall.New(client)}
+	plan, known := planOf(client)
+	return open(newGoRedis(client), opts, plan, known, true)
+}
+
+func init() {
+	rediscmd.NewStore = func(c rediscmd.StoreClient, opts []any) (any, error) {
+		o := make([]Option, len(opts))
+		for i, opt := range opts {
+			var ok bool
+			if o[i], ok = opt.(Option); !ok {
+				return nil, fmt.Errorf("%w: %T is not a storage/redis Option", errInvalidOption, opt)
+			}
+		}
+		return open(c, o, retryPlan{}, false, false)
+	}
+}
+
+// open returns a store on c: plan is the client's retry plan when known;
+// counts says whether c marshals the send count at every send.
+func open(c rediscmd.StoreClient, opts []Option, plan retryPlan, known, counts bool) (*Store, error) {
+	s := &Store{
+		client: c, prefix: DefaultPrefix, storeID: newStoreID(), calls: rediscall.For(c.HonoursDeadlines()),
+		plan: plan, knownClient: known, countsSends: counts,
+	}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", errInvalidOption)
@@ -262,15 +294,13 @@ func New(client goredis.Scripter, opts ...Option) (*Store, error) {
 // setRetryWindow derives the retry window from the client's options, or
 // checks the one given against them.
 func (s *Store) setRetryWindow() error {
-	plan, known := planOf(s.client)
-	s.knownClient = known
-	if !known {
+	if !s.knownClient {
 		if !s.windowSet {
 			s.retryWindow = DefaultRetryWindow
 		}
 		return nil
 	}
-	horizon, err := plan.horizon()
+	horizon, err := s.plan.horizon()
 	if err != nil {
 		return err
 	}
@@ -306,7 +336,7 @@ func (s *Store) Preload(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	for _, sc := range []*goredis.Script{fencedScript, casScript, loadScript} {
+	for _, sc := range []*rediscmd.Script{fencedScript, casScript, loadScript} {
 		if err := s.loadScript(ctx, sc); err != nil {
 			return fmt.Errorf("storage/redis: load scripts: %w", err)
 		}

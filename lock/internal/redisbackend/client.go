@@ -2,11 +2,9 @@ package redisbackend
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencekit/fencekit/internal/rediscmd"
 )
 
 // Client is what the Redis backends need of a Redis client, so that one
@@ -15,24 +13,9 @@ import (
 // purpose: scripts by hash, their replies, pub/sub, and a few facts about
 // the deployment.
 type Client interface {
-	// Run runs a script from args laid out as EVALSHA takes them:
-	// "evalsha", the script's SHA-1 in hex, the number of keys, the keys,
-	// the arguments. If the server has not seen the script (a NOSCRIPT
-	// reply), it runs it again as EVAL with src, writing "eval" and src
-	// over args[0] and args[1]. The keys and arguments are strings,
-	// *string, int64, *int64, int or nil (an empty argument); a pointer is
-	// read when the command is written. Run keeps no reference to args
-	// once it returns.
-	//
-	// A reply error (the server refused the command, so it did nothing)
-	// is an error with a RedisError method, as go-redis's are; any other
-	// error means the command may or may not have run.
-	Run(ctx context.Context, src string, args []any) Reply
-
-	// HonoursDeadlines reports whether a call ends by its context's
-	// deadline, whatever happens on the connection (see package
-	// rediscall: calls on a client that does not are run in a goroutine).
-	HonoursDeadlines() bool
+	// Run and HonoursDeadlines run scripts, as package rediscmd says:
+	// the part of this interface that storage/redis shares.
+	rediscmd.Runner
 
 	// Sharded reports whether the client spreads keys over the slots of a
 	// Redis Cluster: releases then publish with SPUBLISH and waiters
@@ -67,20 +50,12 @@ type Client interface {
 	DialFailure() error
 }
 
-// Reply is a command's reply, read in go-redis's terms: integers are
-// int64, bulk strings string, arrays []any, a nil bulk string nil (and, at
-// the top level, the error Nil).
-type Reply interface {
-	Err() error
-	Val() any
-	Result() (any, error)
-	Int64() (int64, error)
-	Int64Slice() ([]int64, error)
-	Slice() ([]any, error)
-}
+// Reply is a command's reply, read in go-redis's terms (see
+// rediscmd.Reply).
+type Reply = rediscmd.Reply
 
 // Nil is the error of a Reply that is a nil bulk string: go-redis's.
-var Nil = redis.Nil
+var Nil = rediscmd.Nil
 
 // PubSub is one subscription connection of a Client. Subscribe and
 // Unsubscribe use SSUBSCRIBE and SUNSUBSCRIBE when the client is Sharded.
@@ -120,29 +95,9 @@ type Event struct {
 
 // script is a Lua script run by its hash, sent whole the first time a
 // server has not seen it.
-type script struct {
-	src  string
-	hash string
-}
+type script = rediscmd.Script
 
-func newScript(src string) *script {
-	sum := sha1.Sum([]byte(src))
-	return &script{src: src, hash: hex.EncodeToString(sum[:])}
-}
-
-// Hash returns the script's SHA-1 in hex.
-func (s *script) Hash() string { return s.hash }
-
-// Run runs the script on c with keys and args.
-func (s *script) Run(ctx context.Context, c Client, keys []string, args ...any) Reply {
-	all := make([]any, 3+len(keys)+len(args))
-	all[0], all[1], all[2] = "evalsha", s.hash, len(keys)
-	for i, k := range keys {
-		all[3+i] = k
-	}
-	copy(all[3+len(keys):], args)
-	return c.Run(ctx, s.src, all)
-}
+func newScript(src string) *script { return rediscmd.NewScript(src) }
 
 // cutReply is the reply of a call cut short at its context's end (see
 // calls.go): only its error.
