@@ -63,7 +63,7 @@ func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, ki
 	}
 	f := lease.Fence()
 	m.end(c, &f, nil)
-	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end}
 	m.granted(g)
 	m.hold(l, rng, lease, g, ttl, false)
 }
@@ -93,7 +93,7 @@ func (m *model) acquire(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration
 	}
 	f := lease.Fence()
 	m.end(c, &f, nil)
-	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end}
 	m.granted(g)
 	m.hold(l, rng, lease, g, ttl, renew)
 }
@@ -121,7 +121,7 @@ func (m *model) do(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, run
 		err = l.Do(ctx, m.cfg.Resource, ttl, func(ctx context.Context, f fence.Fence) error {
 			got = &f
 			m.end(c, &f, nil)
-			m.granted(&grant{actor: i, kind: "do", holder: f.Holder, token: f.Token, start: c.start, end: c.end})
+			m.granted(&grant{actor: i, kind: "do", holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end})
 			sleep(ctx, hold)
 			if panics {
 				panic(errPanic)

@@ -22,7 +22,11 @@
 //     Judged on the local monotonic clock only, so a loaded machine makes a
 //     check inconclusive, never wrong. Calls that end a promise (Release,
 //     Extend) run under the model's lock, which the watcher holds from
-//     reading Validity to the observation's reply.
+//     reading Validity to the observation's reply. Where the backend reads
+//     how long the server holds the lease ([Observation.Left]), every
+//     observation also judges that the lease is believed no longer than
+//     that, less [Backend.Drift]: a belief past the lease's end is caught
+//     while the lease still holds, not only once it has ended.
 //   - tokens: a grant that returned before another was asked for has the
 //     lower token (no backend under the model offers Owner re-entries).
 //     Each such pair is a judgment.

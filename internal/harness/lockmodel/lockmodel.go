@@ -48,6 +48,12 @@ type Backend struct {
 	// Faults are what the backend can inject during a run with faults.
 	Faults []Fault
 
+	// Drift, if not nil, is the allowance by which the server holds a
+	// lease of ttl past what its holder is told (Redlock's drift): a lease
+	// believed until t must be held until t plus Drift(ttl) at least,
+	// which the promise check judges by [Observation.Left].
+	Drift func(ttl time.Duration) time.Duration
+
 	// Close, if not nil, runs once the run has closed its Lockers: it
 	// closes what Locker opened for them (their pools).
 	Close func()
@@ -66,6 +72,12 @@ type Observation struct {
 	// exceeds: PostgreSQL's clock in µs, etcd's 2^52 + the response
 	// header's revision.
 	Floor fence.Token
+	// Left, if positive, is how long from the read the server holds
+	// Holder's lease (under a quorum, the quorum holds it), on the
+	// server's clock: a lease of Holder must not be believed past it
+	// (with [Backend.Drift] added), which the promise check judges on
+	// every observation. Zero when the backend does not say.
+	Left time.Duration
 }
 
 // Waiter is one entry of a lock's queue, as the server read it.
@@ -214,10 +226,13 @@ func Seed(t testing.TB) uint64 {
 // The kinds of judgment, as the summary line names them.
 const (
 	Promise = "promise"
-	Tokens  = "tokens"
-	Anchor  = "anchor"
-	Queue   = "queue"
-	Renewal = "renewal"
+	// PromiseEnd: a promise judged against the lease's end on the server
+	// ([Observation.Left]): the lease is not believed past it.
+	PromiseEnd = "promises judged against the lease's end on the server"
+	Tokens     = "tokens"
+	Anchor     = "anchor"
+	Queue      = "queue"
+	Renewal    = "renewal"
 	// Release: a release that answered "held" freed the lock; an
 	// observation sent after its reply does not find its holder holding.
 	Release = "release"

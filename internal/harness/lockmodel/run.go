@@ -23,6 +23,7 @@ type grant struct {
 	kind   string // "try", "acquire", "renew", "do"
 	holder string
 	token  fence.Token
+	ttl    time.Duration // what the grant asked for
 	// start is when the call that got it was made; end when its reply
 	// came: the server granted it in between.
 	start, end time.Time
@@ -599,6 +600,18 @@ func (m *model) observe() *Observation {
 				m.b.Name, f, p.h.g.kind, fence.HolderMark(o.Holder), o.Token, left)
 		case o.Token != f.Token:
 			bad = fmt.Sprintf("%s lease %s (%s) held with token %d, %v before the end of its validity", m.b.Name, f, p.h.g.kind, o.Token, left)
+		case o.Left > 0:
+			// The read came before its reply: the lease ends on the
+			// server no later than the reply plus Left.
+			m.r.count(PromiseEnd, 1)
+			var drift time.Duration
+			if m.b.Drift != nil {
+				drift = m.b.Drift(p.h.g.ttl)
+			}
+			if over := left + drift - o.Left; over > slack {
+				bad = fmt.Sprintf("%s lease %s (%s, ttl %v) believed for %v more (with a drift allowance of %v), the server holds it for %v at most: %v too long",
+					m.b.Name, f, p.h.g.kind, p.h.g.ttl, left, drift, o.Left, over)
+			}
 		}
 		m.judgePromise(p.h.g, reply, bad, true)
 	}
