@@ -34,6 +34,10 @@ var (
 		{kind: lateFast, min: 3},
 		{kind: lateQueued, min: 3},
 		{kind: lateGiveUp, min: 3},
+		// Grants left by a lost reply, each judged gone within its bound
+		// (the lost-reply scenario).
+		{kind: lostRelease, min: 2},
+		{kind: lostGrant, min: 2},
 		// The fast path's own queue check decides only over token state a
 		// try wrote; a few a run of CI's 15 s, too rare to require of 3 s.
 		{kind: "free-lock tries: a live waiter ahead, on the fast path", min: 3, minBudget: 10 * time.Second},

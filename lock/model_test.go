@@ -1092,6 +1092,9 @@ type modelConfig struct {
 	// (a loaded machine runs fewer leases in a budget), and fails if it
 	// still has not.
 	floors []modelFloor
+	// lostReplies runs the lost-reply scenario beside the workload
+	// (model_lost_test.go).
+	lostReplies bool
 }
 
 // A control's run proves something only if its broken variant went wrong
@@ -1229,6 +1232,10 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 	// The late-release scenario, on a resource of its own.
 	wg.Add(1)
 	go func() { defer wg.Done(); m.lateScenario(ctx, t, cfg) }()
+	if cfg.lostReplies {
+		// And the lost-reply scenario, on another.
+		wg.Go(func() { m.lostScenario(ctx, t, false) })
+	}
 	wctx, wcancel := context.WithCancel(context.Background())
 	bg.Add(1)
 	go func() { defer bg.Done(); m.watch(wctx, rand.New(rand.NewPCG(m.seed, 1000))) }()
@@ -1375,7 +1382,7 @@ func (m *model) report(t *testing.T, name string) {
 // TestLockModel runs the model on one Redis server.
 func TestLockModel(t *testing.T) {
 	t.Parallel()
-	m := runModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t), floors: lockModelFloors})
+	m := runModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t), floors: lockModelFloors, lostReplies: true})
 	m.report(t, "lock model")
 }
 
