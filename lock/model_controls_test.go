@@ -214,7 +214,7 @@ func TestLockModelRejectsBrokenLeases(t *testing.T) {
 		// on until three were checked.
 		control(t, "Redlock leases whose validity has no drift allowance", runRedlockModel, modelConfig{plain: true, longLeases: true, exposeOnCheck: true,
 			wrap: func(m *model, l *lock.Lease, ttl time.Duration) modelLease {
-				return brokenLease{Lease: l, late: modelDrift(ttl)}
+				return brokenLease{Lease: l, late: lockmodel.RedlockDrift(ttl)}
 			}}, "promise")
 	})
 }

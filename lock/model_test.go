@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
@@ -466,7 +467,7 @@ func (m *model) judge(h *held, d time.Time, obs []observation) verdict {
 		if e := time.Duration(h.extMin.Load()); e > 0 && e < x {
 			x = e
 		}
-		drift = modelDrift(x).Microseconds()
+		drift = lockmodel.RedlockDrift(x).Microseconds()
 	}
 	for i, o := range obs {
 		if m.redlock && m.nodes[i].kill.Load() != h.g.epochs[i] && slices.Contains(h.g.nodes, i) {
@@ -534,12 +535,6 @@ func (m *model) judge(h *held, d time.Time, obs []observation) verdict {
 	m.violation("promise", fmt.Sprintf("%p", h), "%s%s lease token %d (ttl %v%s, %s, actor %d) told valid until %s, Redis let it go: %s%s",
 		h.g.kind, h.g.opts, h.g.f.Token, h.g.ttl, ext, fence.HolderMark(holder), h.g.actor, d.Format("15:04:05.000000"), strings.Join(why, "; "), trace)
 	return verdictBroken
-}
-
-// modelDrift is Redlock's drift allowance for a lease of ttl, sent in
-// whole milliseconds: ttl/100 + 2ms.
-func modelDrift(ttl time.Duration) time.Duration {
-	return ttl.Truncate(time.Millisecond)/100 + 2*time.Millisecond
 }
 
 // clockFloor is the lowest token the server clock alone guarantees a grant

@@ -20,6 +20,9 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 		// Short leases, so that a run makes many grants; renewed ones
 		// long enough for their renewals to land on a loaded machine.
 		ttl := time.Duration(40+rng.IntN(200)) * time.Millisecond
+		if m.cfg.LeaseScale > 1 {
+			ttl *= time.Duration(m.cfg.LeaseScale)
+		}
 		switch x := rng.IntN(100); {
 		case x < 30:
 			m.try(i, l, rng, m.long(rng, ttl), "try", runEnd)
