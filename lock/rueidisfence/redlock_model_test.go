@@ -9,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -394,12 +393,8 @@ func TestRedlockModelControls(t *testing.T) {
 // clock: the next token is the counter's successor, so a node without
 // token state issues 1.
 func unanchoredAcquire(t *testing.T) string {
-	const anchored, cut = "local t = math.max(n + 1, now)", "local t = n + 1"
-	src := redisbackend.ModelScriptSource("acquire")
-	if !strings.Contains(src, anchored) {
-		t.Fatalf("the token's clock anchor (%q) is no longer in the acquire script: update the control", anchored)
-	}
-	return strings.Replace(src, anchored, cut, 1)
+	return lockmodel.Edited(t, redisbackend.ModelScriptSource("acquire"), "the token's clock anchor",
+		"local t = math.max(n + 1, now)", "local t = n + 1")
 }
 
 // driftlessAcquire is the acquire script with each node's lease shortened
@@ -407,12 +402,8 @@ func unanchoredAcquire(t *testing.T) string {
 // lease no longer than the validity its holder is told, as with a
 // validity counted without the allowance.
 func driftlessAcquire(t *testing.T) string {
-	const lease, cut = "local lease = tonumber(ARGV[2])", "local lease = tonumber(ARGV[2]) - math.floor(tonumber(ARGV[2]) / 100) - 2"
-	src := redisbackend.ModelScriptSource("acquire")
-	if !strings.Contains(src, lease) {
-		t.Fatalf("the lease's length (%q) is no longer in the acquire script: update the control", lease)
-	}
-	return strings.Replace(src, lease, cut, 1)
+	return lockmodel.Edited(t, redisbackend.ModelScriptSource("acquire"), "the lease's length",
+		"local lease = tonumber(ARGV[2])", "local lease = tonumber(ARGV[2]) - math.floor(tonumber(ARGV[2]) / 100) - 2")
 }
 
 // refusalsAsGrants reads an acquire's refusal ({0, remaining ms}) as a

@@ -2,6 +2,7 @@ package lockmodel
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -125,11 +126,7 @@ func (ns *Nodes) Down(node int) bool {
 func (ns *Nodes) Counts() map[string]int {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	out := make(map[string]int, len(ns.counts))
-	for k, v := range ns.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(ns.counts)
 }
 
 // View is what a quorum of reads says, as of reply (the last read's
