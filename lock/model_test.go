@@ -72,7 +72,10 @@ import (
 // state is too rare in a short run to require, so a scenario beside the
 // random workload makes it on purpose, on a resource of its own, on each of
 // the release's paths: nobody queued (the fast path) and a waiter queued
-// (model_late_test.go; "late releases judged: ...").
+// (model_late_test.go; "late releases judged: ..."). Another scenario, on
+// a resource of its own too, loses a release's request, and a try's reply
+// with its cleanup's request, and judges that the grant nobody alive holds
+// is gone within a bound (model_lost_test.go; "lost replies judged: ...").
 //
 // Every check counts what it judged, by kind, and a run that judged fewer
 // than its floor of a kind fails (see modelFloors), as does one that read

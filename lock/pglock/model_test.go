@@ -312,16 +312,31 @@ func (p *pgModel) terminate(ctx context.Context) error {
 }
 
 // TestLockModelPostgres runs the lock model on the shared server, in a
-// database of its own, and judges every check with its floor.
+// database of its own, and judges every check with its floor. Hand-over
+// notices are lost (loseNotices).
 func TestLockModelPostgres(t *testing.T) {
 	testenv.Slow(t)
 	db := modelDatabase(t, testenv.PostgresBaseURL(t))
 	drawDefaults(t, db, lockmodel.Seed(t))
 	p := newPgModel(t, db, db)
+	defer loseNotices(t, p)()
 	floors := modelFloors()
 	r := lockmodel.Run(t, p.backend(), lockmodel.Config{Floors: floors, Uncontended: uncontended(t)})
 	r.Report(t)
 	r.Check(t, floors)
+}
+
+// loseNotices makes the notices of hand-overs to three waiters in four
+// (by holder id) lost, all through a run, as they are when a listener's
+// connection drops (fencekit_lock_notify replaced in the model's
+// database): such a waiter finds the lock handed to it by its own try at
+// the end of the lease before. That grant, found already held, has run on
+// the server since the hand-over, and is believed only for what the
+// server says is left of it, which the promise check judges on every
+// observation (Observation.Left). It returns what puts the notices back.
+func loseNotices(t *testing.T, p *pgModel) func() {
+	return p.install(t, modelControl{name: "hand-over notices lost", edits: []modelEdit{{"fencekit_lock_notify",
+		"PERFORM pg_notify(", "IF granted <> '-' AND hashtext(granted) % 4 <> 0 THEN RETURN; END IF;\n    PERFORM pg_notify("}}})
 }
 
 // uncontended is the phase of a run in which nobody queues (so that the
@@ -346,13 +361,7 @@ func modelFloors() map[string]int {
 // (a lost reply of the plain SQL's grant or release, retried). No check
 // may fail; the faults must have happened.
 //
-// And all through the run, the notices of hand-overs to half the waiters
-// (by their holder id) are lost, as they are when a listener's connection
-// drops: such a waiter finds the lock handed to it by its own try at the
-// end of the lease before. That grant, found already held, has run on the
-// server since the hand-over, and is believed only for what the server
-// says is left of it, which the promise check judges when its holder
-// keeps it to its end.
+// As in TestLockModelPostgres, hand-over notices are lost (loseNotices).
 func TestLockModelPostgresFaults(t *testing.T) {
 	testenv.Slow(t)
 	srv := testenv.StartPostgres(t)
@@ -364,8 +373,7 @@ func TestLockModelPostgresFaults(t *testing.T) {
 	}
 	u.Host = proxy.Addr()
 	p := newPgModel(t, db, u.String())
-	defer p.install(t, modelControl{name: "hand-over notices lost", edits: []modelEdit{{"fencekit_lock_notify",
-		"PERFORM pg_notify(", "IF granted <> '-' AND hashtext(granted) % 4 <> 0 THEN RETURN; END IF;\n    PERFORM pg_notify("}}})()
+	defer loseNotices(t, p)()
 	b := p.backend()
 	b.Faults = []lockmodel.Fault{
 		{Name: "pg_terminate_backend", Inject: p.terminate},

@@ -9,7 +9,9 @@
 // that every token granted after the read's reply must exceed); optionally
 // the log of every grant the server made; the faults it can inject and
 // heal; and the broken variants of itself that the model must reject
-// ([Control], run by [RunControls]). Several actors drive one resource with short leases (TryAcquire,
+// ([Control], run by [RunControls]). A backend of independent nodes
+// (Redlock) reads each node ([ObserveRedis]) and takes what a quorum says
+// ([Nodes]), with a killed node excused from what it granted before. Several actors drive one resource with short leases (TryAcquire,
 // Acquire with give-ups, AutoRenew, Extend, TTL, Release, some of them
 // late, after the lease ended, leases left to run out, Do with a function
 // that panics now and then) while a watcher observes the resource. The
