@@ -100,7 +100,7 @@ func (cm *clusterModel) backend(t testing.TB, faults bool, hooks ...redis.Hook) 
 			clients = nil
 		},
 		Observe: func(ctx context.Context, _ string) (lockmodel.Observation, error) {
-			return observeNeutral(ctx, watcher, cm.keys)
+			return lockmodel.ObserveRedis(ctx, watcher, cm.keys)
 		},
 	}
 	if faults {

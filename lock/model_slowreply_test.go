@@ -88,7 +88,7 @@ func TestLockModelNeutralSlowReplies(t *testing.T) {
 			return lock.New(c, lock.WithPrefix(prefix))
 		},
 		Observe: func(ctx context.Context, _ string) (lockmodel.Observation, error) {
-			return observeNeutral(ctx, watcher, keys)
+			return lockmodel.ObserveRedis(ctx, watcher, keys)
 		},
 	}
 	floors := lockmodel.DefaultFloors()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/harness/lockmodel"
 	"github.com/fencekit/fencekit/internal/harness/testenv"
 	"github.com/fencekit/fencekit/lock"
 	"github.com/redis/go-redis/v9"
@@ -71,7 +72,10 @@ import (
 // state is too rare in a short run to require, so a scenario beside the
 // random workload makes it on purpose, on a resource of its own, on each of
 // the release's paths: nobody queued (the fast path) and a waiter queued
-// (model_late_test.go; "late releases judged: ...").
+// (model_late_test.go; "late releases judged: ..."). Another scenario, on
+// a resource of its own too, loses a release's request, and a try's reply
+// with its cleanup's request, and judges that the grant nobody alive holds
+// is gone within a bound (model_lost_test.go; "lost replies judged: ...").
 //
 // Every check counts what it judged, by kind, and a run that judged fewer
 // than its floor of a kind fails (see modelFloors), as does one that read
@@ -466,7 +470,7 @@ func (m *model) judge(h *held, d time.Time, obs []observation) verdict {
 		if e := time.Duration(h.extMin.Load()); e > 0 && e < x {
 			x = e
 		}
-		drift = modelDrift(x).Microseconds()
+		drift = lockmodel.RedlockDrift(x).Microseconds()
 	}
 	for i, o := range obs {
 		if m.redlock && m.nodes[i].kill.Load() != h.g.epochs[i] && slices.Contains(h.g.nodes, i) {
@@ -534,12 +538,6 @@ func (m *model) judge(h *held, d time.Time, obs []observation) verdict {
 	m.violation("promise", fmt.Sprintf("%p", h), "%s%s lease token %d (ttl %v%s, %s, actor %d) told valid until %s, Redis let it go: %s%s",
 		h.g.kind, h.g.opts, h.g.f.Token, h.g.ttl, ext, fence.HolderMark(holder), h.g.actor, d.Format("15:04:05.000000"), strings.Join(why, "; "), trace)
 	return verdictBroken
-}
-
-// modelDrift is Redlock's drift allowance for a lease of ttl, sent in
-// whole milliseconds: ttl/100 + 2ms.
-func modelDrift(ttl time.Duration) time.Duration {
-	return ttl.Truncate(time.Millisecond)/100 + 2*time.Millisecond
 }
 
 // clockFloor is the lowest token the server clock alone guarantees a grant
@@ -1092,6 +1090,9 @@ type modelConfig struct {
 	// (a loaded machine runs fewer leases in a budget), and fails if it
 	// still has not.
 	floors []modelFloor
+	// lostReplies runs the lost-reply scenario beside the workload
+	// (model_lost_test.go).
+	lostReplies bool
 }
 
 // A control's run proves something only if its broken variant went wrong
@@ -1229,6 +1230,10 @@ func runModel(t *testing.T, cfg modelConfig) *model {
 	// The late-release scenario, on a resource of its own.
 	wg.Add(1)
 	go func() { defer wg.Done(); m.lateScenario(ctx, t, cfg) }()
+	if cfg.lostReplies {
+		// And the lost-reply scenario, on another.
+		wg.Go(func() { m.lostScenario(ctx, t, false) })
+	}
 	wctx, wcancel := context.WithCancel(context.Background())
 	bg.Add(1)
 	go func() { defer bg.Done(); m.watch(wctx, rand.New(rand.NewPCG(m.seed, 1000))) }()
@@ -1375,7 +1380,7 @@ func (m *model) report(t *testing.T, name string) {
 // TestLockModel runs the model on one Redis server.
 func TestLockModel(t *testing.T) {
 	t.Parallel()
-	m := runModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t), floors: lockModelFloors})
+	m := runModel(t, modelConfig{budget: modelBudget(t), seed: modelSeed(t), floors: lockModelFloors, lostReplies: true})
 	m.report(t, "lock model")
 }
 

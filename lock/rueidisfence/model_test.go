@@ -2,11 +2,9 @@ package rueidisfence
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -26,20 +24,6 @@ import (
 // scripts; here the model judges what the rueidis client could get wrong:
 // the replies it reads (tokens, lease lengths, grants and hand-overs) and
 // the wake-ups it delivers.
-
-// observeScript reads a resource's lock in one script: the lock key's
-// holder, the token state, the queue in order with each waiter's entry,
-// and the clock.
-var observeScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-local s = redis.call('GET', KEYS[2])
-local q = redis.call('ZRANGE', KEYS[3], 0, -1)
-local e = {}
-if #q > 0 then
-  e = redis.call('HMGET', KEYS[4], unpack(q))
-end
-local t = redis.call('TIME')
-return {v, s, q, e, t[1], t[2]}`)
 
 // modelRedis is the model's backend on rueidis: tune, if set, changes each
 // actor's client (a control's broken adapter).
@@ -81,64 +65,9 @@ func (m *modelRedis) backend() lockmodel.Backend {
 			return newOn(c, []lock.Option{lock.WithPrefix(m.prefix)})
 		},
 		Observe: func(ctx context.Context, _ string) (lockmodel.Observation, error) {
-			return observe(ctx, m.watcher, m.keys)
+			return lockmodel.ObserveRedis(ctx, m.watcher, m.keys)
 		},
 	}
-}
-
-// observe reads the lock at keys (lock, token state, queue, waiter
-// entries) in one script. The token is the grant's in the token state,
-// "<n> <h>" or "<n> <g> <h>", when its holder mark is the lock holder's;
-// the floor is the server's clock in µs less one, below every later
-// token (max(n+1, clock)).
-func observe(ctx context.Context, c *redis.Client, keys []string) (lockmodel.Observation, error) {
-	var o lockmodel.Observation
-	raw, err := observeScript.Run(ctx, c, keys).Slice()
-	if err != nil {
-		return o, err
-	}
-	if len(raw) != 6 {
-		return o, fmt.Errorf("observe: %d values", len(raw))
-	}
-	sec, _ := strconv.ParseInt(fmt.Sprint(raw[4]), 10, 64)
-	usec, _ := strconv.ParseInt(fmt.Sprint(raw[5]), 10, 64)
-	now := sec*1_000_000 + usec
-	o.Floor = fence.Token(now - 1)
-	if v, ok := raw[0].(string); ok {
-		o.Holder = v
-		if s, ok := raw[1].(string); ok {
-			f := strings.Fields(s)
-			var g, h string
-			switch len(f) {
-			case 2:
-				g, h = f[0], f[1]
-			case 3:
-				g, h = f[1], f[2]
-			}
-			if h != "" && strings.HasPrefix(v, h) {
-				n, _ := strconv.ParseInt(g, 10, 64)
-				o.Token = fence.Token(n)
-			}
-		}
-	}
-	q, _ := raw[2].([]any)
-	e, _ := raw[3].([]any)
-	for i, w := range q {
-		holder, _ := w.(string)
-		life := time.Duration(-1)
-		if i < len(e) {
-			// "<refreshed µs> <life ms> <lease ms> <owner>"
-			if s, ok := e[i].(string); ok {
-				if f := strings.Fields(s); len(f) >= 2 {
-					ref, _ := strconv.ParseInt(f[0], 10, 64)
-					ms, _ := strconv.ParseInt(f[1], 10, 64)
-					life = time.Duration(ref+ms*1000-now) * time.Microsecond
-				}
-			}
-		}
-		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder, Life: life})
-	}
-	return o, nil
 }
 
 // modelFloors are the model's floors here: the queue is not judged (no

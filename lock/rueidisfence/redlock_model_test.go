@@ -5,11 +5,10 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,25 +28,29 @@ import (
 // rueidis client: five private redis-servers, each actor's Locker with a
 // rueidis client of its own per node. The watcher reads the resource's
 // keys on every node (through go-redis, each node in one script) and
-// takes as the server's decision what a quorum says: the lock is held by
-// the holder a quorum of nodes holds it for, with the token a quorum of
-// those nodes keeps for that grant (the lease's token is the largest its
-// nodes issued, raised on the others, and handed out only once a quorum
-// holds token state at it); the floor is the lowest node clock, below
-// every later grant's token (each node's token is at least its clock, and
-// the lease's is the largest of a quorum's). Redlock keeps no queue (its
-// waiters poll), so the queue is not judged.
+// takes as the server's decision what a quorum says (lockmodel.Nodes):
+// the lock is held by the holder a quorum of nodes holds it for, with the
+// token a quorum of those nodes keeps for that grant (the lease's token is
+// the largest its nodes issued, raised on the others, and handed out only
+// once a quorum holds token state at it), until the quorum's end; the
+// floor is the lowest node clock, below every later grant's token (each
+// node's token is at least its clock, and the lease's is the largest of a
+// quorum's). Every promise is judged against the quorum's end with
+// Redlock's drift allowance (a quorum holds a lease ttl/100 + 2 ms past
+// the validity its holder is told); the leases are four times the model's
+// usual ones, so that the allowance outgrows the time a grant takes.
+// Redlock keeps no queue (its waiters poll), so the queue is not judged.
 //
 // The faults are the actors' clients losing commands to a node (the
-// request, or its reply) for a while, and node 0's token state written
-// ahead, as a node whose clock runs ahead leaves it: later tokens must
-// still rise on every quorum. Package lock's Redlock model (go-redis) also
-// kills nodes, which lose their data: a lease granted on a quorum that
-// included a killed node is then held by fewer than a quorum, which this
-// model, judging the quorum's state alone, cannot excuse; the drift
-// allowance is judged there too, by each node's expiry time, which this
-// model does not read. Both are the shared backend's logic, not the
-// client's.
+// request, or its reply) for a while; node 0's token state written ahead,
+// as a node whose clock runs ahead leaves it: later tokens must still rise
+// on every quorum; and two nodes killed, one while the other is down
+// (their data lost), each started again empty once what it granted
+// before has ended. A node that granted a lease
+// and then lost its data is excused from that lease's promise (it counts
+// as holding it until its grant would have ended there), as package lock's
+// Redlock model excuses it, and a token pair across the loss is excused
+// when the earlier token was ahead of the clock; nothing else is.
 
 // redlockNodes is the number of servers of the Redlock model.
 const redlockNodes = 5
@@ -64,6 +67,10 @@ type redlockModel struct {
 	// script in place of the adapter (a control's broken adapter).
 	swap    map[string]string
 	misread func(script string, r *reply)
+
+	// view is the quorum's decision, with the nodes' grants as the
+	// actors' clients saw them (a killed node's excuse).
+	view *lockmodel.Nodes
 
 	resource atomic.Value // the resource of the run under way (string)
 	ahead    *lock.Locker // a single-node Locker of node 0
@@ -89,7 +96,8 @@ func (n *modelNode) draw(k int) int {
 }
 
 func newRedlockModel(t *testing.T) *redlockModel {
-	m := &redlockModel{t: t, prefix: "rlmodel:" + fence.NewHolder()[:12] + ":", quorum: redlockNodes/2 + 1}
+	m := &redlockModel{t: t, prefix: "rlmodel:" + fence.NewHolder()[:12] + ":", quorum: redlockNodes/2 + 1,
+		view: lockmodel.NewNodes(redlockNodes, redlockNodes/2+1)}
 	m.skew.Store(int64(24 * time.Hour / time.Microsecond))
 	for i := range redlockNodes {
 		srv := testenv.StartRedis(t)
@@ -116,6 +124,7 @@ func (m *redlockModel) backend(name string, faults bool) lockmodel.Backend {
 		Name:    name,
 		Locker:  m.locker,
 		Observe: m.observe,
+		Drift:   lockmodel.RedlockDrift,
 		Close: func() {
 			m.mu.Lock()
 			cs := m.clients
@@ -130,6 +139,7 @@ func (m *redlockModel) backend(name string, faults bool) lockmodel.Backend {
 		b.Faults = []lockmodel.Fault{
 			{Name: "a node loses commands", Limit: 3, Inject: m.loseCommands},
 			{Name: "node 0's token state written ahead", Limit: 3, Inject: m.writeAhead},
+			{Name: "two nodes killed", Limit: 2, Inject: m.kill, LosesState: true},
 		}
 	}
 	return b
@@ -141,7 +151,7 @@ func (m *redlockModel) backend(name string, faults bool) lockmodel.Backend {
 func (m *redlockModel) locker(int, func(string)) (*lock.Locker, error) {
 	scripts := redisbackend.ModelScripts()
 	var cs []redisbackend.Client
-	for _, n := range m.nodes {
+	for i, n := range m.nodes {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.srv.Addr()}, DisableCache: true,
 			DisableRetry: true, Dialer: net.Dialer{Timeout: 100 * time.Millisecond}})
 		if err != nil {
@@ -150,7 +160,7 @@ func (m *redlockModel) locker(int, func(string)) (*lock.Locker, error) {
 		m.mu.Lock()
 		m.clients = append(m.clients, rc)
 		m.mu.Unlock()
-		cs = append(cs, &nodeClient{client: newClient(rc), m: m, n: n, scripts: scripts})
+		cs = append(cs, &nodeClient{client: newClient(rc), m: m, n: n, idx: i, scripts: scripts})
 	}
 	return newRedlockOn(cs, []lock.Option{lock.WithPrefix(m.prefix)})
 }
@@ -158,53 +168,48 @@ func (m *redlockModel) locker(int, func(string)) (*lock.Locker, error) {
 // observe reads resource on every node and returns what a quorum says.
 func (m *redlockModel) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
 	m.resource.Store(resource)
-	obs := make([]lockmodel.Observation, len(m.nodes))
+	reads := make([]lockmodel.NodeRead, len(m.nodes))
 	for i, n := range m.nodes {
-		o, err := observe(ctx, n.watcher, m.keys(resource))
-		if err != nil {
-			return lockmodel.Observation{}, fmt.Errorf("node %d: %w", i, err)
+		if m.view.Down(i) {
+			reads[i] = lockmodel.NodeRead{Reply: time.Now(), Err: errDown}
+			continue
 		}
-		obs[i] = o
+		o, err := lockmodel.ObserveRedis(ctx, n.watcher, m.keys(resource))
+		reads[i] = lockmodel.NodeRead{Observation: o, Reply: time.Now(), Err: err}
 	}
-	return quorumView(obs, m.quorum), nil
+	return m.view.View(reads, time.Now())
 }
 
-// quorumView is what a quorum of nodes' observations says: the holder a
-// quorum holds the lock for, the token a quorum of those keeps for its
-// grant (else the largest any keeps: not the lease's), and the lowest
-// floor.
-func quorumView(obs []lockmodel.Observation, quorum int) lockmodel.Observation {
-	var o lockmodel.Observation
-	holders := map[string]int{}
-	for i, n := range obs {
-		if n.Holder != "" {
-			holders[n.Holder]++
+// kill kills two nodes (their data lost), the second 100-200 ms after
+// the first, while the first is down: a lease granted meanwhile holds on
+// three nodes, or four, of which the second kill takes one. Each starts
+// again empty once every grant it made has ended (at least 300 ms after
+// its kill), whether ctx ended or not: the nodes must come back.
+func (m *redlockModel) kill(context.Context) error {
+	first := m.nodes[0].draw(len(m.nodes))
+	second := (first + 1 + m.nodes[0].draw(len(m.nodes)-1)) % len(m.nodes)
+	up := make([]time.Time, 2)
+	for k, i := range []int{first, second} {
+		if k == 1 {
+			time.Sleep(time.Duration(100+m.nodes[0].draw(100)) * time.Millisecond)
 		}
-		if i == 0 || n.Floor < o.Floor {
-			o.Floor = n.Floor
-		}
+		last := m.view.Killed(i)
+		m.nodes[i].srv.Kill()
+		up[k] = later(last.Add(50*time.Millisecond), time.Now().Add(300*time.Millisecond))
 	}
-	for h, k := range holders {
-		if k >= quorum {
-			o.Holder = h
-		}
+	for k, i := range []int{first, second} {
+		time.Sleep(time.Until(up[k]))
+		m.nodes[i].srv.Restart()
+		m.view.Restarted(i)
 	}
-	if o.Holder == "" {
-		return o
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
-	tokens := map[fence.Token]int{}
-	for _, n := range obs {
-		if n.Holder == o.Holder {
-			tokens[n.Token]++
-			o.Token = max(o.Token, n.Token)
-		}
-	}
-	for tok, k := range tokens {
-		if k >= quorum {
-			o.Token = tok
-		}
-	}
-	return o
+	return b
 }
 
 // loseCommands makes the actors' clients lose commands to one node for a
@@ -241,10 +246,14 @@ type nodeClient struct {
 	*client
 	m       *redlockModel
 	n       *modelNode
+	idx     int
 	scripts map[string]string // hash → name
 }
 
-var errLost = errors.New("model: command lost")
+var (
+	errLost = errors.New("model: command lost")
+	errDown = errors.New("model: node killed")
+)
 
 func (c *nodeClient) Run(ctx context.Context, src string, args []any) redisbackend.Reply {
 	hash, _ := args[1].(string)
@@ -264,10 +273,44 @@ func (c *nodeClient) Run(ctx context.Context, src string, args []any) redisbacke
 		}
 	}
 	r := c.client.Run(ctx, src, args)
-	if rr, ok := r.(*reply); ok && c.m.misread != nil && rr.err == nil {
+	rr, ok := r.(*reply)
+	if ok && c.m.misread != nil && rr.err == nil {
 		c.m.misread(name, rr)
 	}
+	if ok && rr.err == nil {
+		c.record(name, args, rr.val, time.Now())
+	}
 	return r
+}
+
+// record tells the view what the node granted, as this client read it:
+// a grant (until the reply plus the lease asked for), an extension (plus
+// what the node said is left) or a raise of the grant's token.
+func (c *nodeClient) record(name string, args []any, val any, at time.Time) {
+	n, _ := args[2].(int)
+	if len(args) < 3+n+2 {
+		return
+	}
+	holder, arg := argString(args[3+n]), argString(args[4+n])
+	num, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return
+	}
+	switch v := val.(type) {
+	case []any:
+		if name == "acquire" && len(v) >= 2 && v[0] == int64(1) {
+			if tok, ok := v[1].(int64); ok {
+				c.m.view.Granted(c.idx, holder, fence.Token(tok), at.Add(time.Duration(num)*time.Millisecond))
+			}
+		}
+	case int64:
+		switch {
+		case name == "extend" && v > 0:
+			c.m.view.Granted(c.idx, holder, 0, at.Add(time.Duration(v)*time.Millisecond))
+		case name == "raise" && v == 1:
+			c.m.view.Granted(c.idx, holder, fence.Token(num), time.Time{})
+		}
+	}
 }
 
 // lost is a command that got no reply: it ends with ctx (the node
@@ -298,12 +341,16 @@ func redlockModelFloors() map[string]int {
 func TestRedlockModel(t *testing.T) {
 	m := newRedlockModel(t)
 	floors := redlockModelFloors()
-	r := lockmodel.Run(t, m.backend("rueidis-redlock", true), lockmodel.Config{Floors: floors, Faults: true})
+	floors["faults: two nodes killed"] = 1
+	r := lockmodel.Run(t, m.backend("rueidis-redlock", true), lockmodel.Config{Floors: floors, Faults: true, LeaseScale: 4})
+	for k, n := range m.view.Counts() {
+		r.Add(k, n)
+	}
 	r.Report(t)
 	r.Check(t, floors)
 }
 
-// TestRedlockModelControls runs the Redlock model on three broken
+// TestRedlockModelControls runs the Redlock model on four broken
 // variants, each of which must be rejected in most of its runs: tokens
 // issued without their clock anchor (package lock's Redlock control, its
 // acquire script sent with the anchor cut), caught by the anchor or token
@@ -311,7 +358,9 @@ func TestRedlockModel(t *testing.T) {
 // quorum counts nodes that never granted, caught by the promise or token
 // checks; and one that reads an extension's remaining time as ten times
 // what the node said, so that an extended lease believes itself held past
-// a quorum's expiry, caught by the promise check.
+// a quorum's expiry, caught by the promise check; and nodes that hold each
+// grant the drift allowance less than asked (as a validity counted
+// without it), caught by the promise check's drift allowance.
 func TestRedlockModelControls(t *testing.T) {
 	m := newRedlockModel(t)
 	install := func(swap map[string]string, misread func(string, *reply)) func(testing.TB) (lockmodel.Backend, func()) {
@@ -332,20 +381,29 @@ func TestRedlockModelControls(t *testing.T) {
 		Name:     "extensions misread",
 		CaughtBy: []string{lockmodel.Promise},
 		Install:  install(nil, extensionsTimesTen),
+	}, {
+		Name:     "nodes holding the drift allowance less",
+		CaughtBy: []string{lockmodel.Promise},
+		Install:  install(map[string]string{"acquire": driftlessAcquire(t)}, nil),
 	}}
-	lockmodel.RunControls(t, cs, lockmodel.Budget(t), lockmodel.Config{})
+	lockmodel.RunControls(t, cs, lockmodel.Budget(t), lockmodel.Config{LeaseScale: 4})
 }
 
 // unanchoredAcquire is the acquire script with its tokens cut from the
 // clock: the next token is the counter's successor, so a node without
 // token state issues 1.
 func unanchoredAcquire(t *testing.T) string {
-	const anchored, cut = "local t = math.max(n + 1, now)", "local t = n + 1"
-	src := redisbackend.ModelScriptSource("acquire")
-	if !strings.Contains(src, anchored) {
-		t.Fatalf("the token's clock anchor (%q) is no longer in the acquire script: update the control", anchored)
-	}
-	return strings.Replace(src, anchored, cut, 1)
+	return lockmodel.Edited(t, redisbackend.ModelScriptSource("acquire"), "the token's clock anchor",
+		"local t = math.max(n + 1, now)", "local t = n + 1")
+}
+
+// driftlessAcquire is the acquire script with each node's lease shortened
+// by Redlock's drift allowance (ttl/100 + 2 ms): a quorum then holds a
+// lease no longer than the validity its holder is told, as with a
+// validity counted without the allowance.
+func driftlessAcquire(t *testing.T) string {
+	return lockmodel.Edited(t, redisbackend.ModelScriptSource("acquire"), "the lease's length",
+		"local lease = tonumber(ARGV[2])", "local lease = tonumber(ARGV[2]) - math.floor(tonumber(ARGV[2]) / 100) - 2")
 }
 
 // refusalsAsGrants reads an acquire's refusal ({0, remaining ms}) as a

@@ -20,6 +20,9 @@ func (m *model) actor(i int, l *lock.Locker, rng *rand.Rand, runEnd time.Time) {
 		// Short leases, so that a run makes many grants; renewed ones
 		// long enough for their renewals to land on a loaded machine.
 		ttl := time.Duration(40+rng.IntN(200)) * time.Millisecond
+		if m.cfg.LeaseScale > 1 {
+			ttl *= time.Duration(m.cfg.LeaseScale)
+		}
 		switch x := rng.IntN(100); {
 		case x < 30:
 			m.try(i, l, rng, m.long(rng, ttl), "try", runEnd)
@@ -63,7 +66,7 @@ func (m *model) try(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, ki
 	}
 	f := lease.Fence()
 	m.end(c, &f, nil)
-	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end}
 	m.granted(g)
 	m.hold(l, rng, lease, g, ttl, false)
 }
@@ -93,7 +96,7 @@ func (m *model) acquire(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration
 	}
 	f := lease.Fence()
 	m.end(c, &f, nil)
-	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+	g := &grant{actor: i, kind: kind, holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end}
 	m.granted(g)
 	m.hold(l, rng, lease, g, ttl, renew)
 }
@@ -121,7 +124,7 @@ func (m *model) do(i int, l *lock.Locker, rng *rand.Rand, ttl time.Duration, run
 		err = l.Do(ctx, m.cfg.Resource, ttl, func(ctx context.Context, f fence.Fence) error {
 			got = &f
 			m.end(c, &f, nil)
-			m.granted(&grant{actor: i, kind: "do", holder: f.Holder, token: f.Token, start: c.start, end: c.end})
+			m.granted(&grant{actor: i, kind: "do", holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end})
 			sleep(ctx, hold)
 			if panics {
 				panic(errPanic)

@@ -17,6 +17,17 @@ type Control struct {
 	Install func(t testing.TB) (b Backend, undo func())
 }
 
+// Edited is src (a script or a statement) with old replaced once by new:
+// a broken variant's source. It fails t when old is not in src exactly
+// once (the code moved: update the control), naming what old is.
+func Edited(t testing.TB, src, what, old, new string) string {
+	t.Helper()
+	if strings.Count(src, old) != 1 {
+		t.Fatalf("%s (%q) is not in the source once: update the control", what, old)
+	}
+	return strings.Replace(src, old, new, 1)
+}
+
 // ControlRuns is how many seeds each control runs with; a control must be
 // rejected in most of them.
 const ControlRuns = 3

@@ -9,7 +9,9 @@
 // that every token granted after the read's reply must exceed); optionally
 // the log of every grant the server made; the faults it can inject and
 // heal; and the broken variants of itself that the model must reject
-// ([Control], run by [RunControls]). Several actors drive one resource with short leases (TryAcquire,
+// ([Control], run by [RunControls]). A backend of independent nodes
+// (Redlock) reads each node ([ObserveRedis]) and takes what a quorum says
+// ([Nodes]), with a killed node excused from what it granted before. Several actors drive one resource with short leases (TryAcquire,
 // Acquire with give-ups, AutoRenew, Extend, TTL, Release, some of them
 // late, after the lease ended, leases left to run out, Do with a function
 // that panics now and then) while a watcher observes the resource. The
@@ -22,7 +24,11 @@
 //     Judged on the local monotonic clock only, so a loaded machine makes a
 //     check inconclusive, never wrong. Calls that end a promise (Release,
 //     Extend) run under the model's lock, which the watcher holds from
-//     reading Validity to the observation's reply.
+//     reading Validity to the observation's reply. Where the backend reads
+//     how long the server holds the lease ([Observation.Left]), every
+//     observation also judges that the lease is believed no longer than
+//     that, less [Backend.Drift]: a belief past the lease's end is caught
+//     while the lease still holds, not only once it has ended.
 //   - tokens: a grant that returned before another was asked for has the
 //     lower token (no backend under the model offers Owner re-entries).
 //     Each such pair is a judgment.

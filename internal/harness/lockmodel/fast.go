@@ -34,7 +34,7 @@ func (m *model) uncontended(i int, l *lock.Locker, rng *rand.Rand, phaseDone <-c
 		}
 		f := lease.Fence()
 		m.end(c, &f, nil)
-		g := &grant{actor: i, kind: "uncontended try", holder: f.Holder, token: f.Token, start: c.start, end: c.end}
+		g := &grant{actor: i, kind: "uncontended try", holder: f.Holder, token: f.Token, ttl: ttl, start: c.start, end: c.end}
 		m.granted(g)
 		h := &held{lease: lease, g: g}
 		m.register(h)

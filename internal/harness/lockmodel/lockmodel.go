@@ -48,6 +48,12 @@ type Backend struct {
 	// Faults are what the backend can inject during a run with faults.
 	Faults []Fault
 
+	// Drift, if not nil, is the allowance by which the server holds a
+	// lease of ttl past what its holder is told (Redlock's drift): a lease
+	// believed until t must be held until t plus Drift(ttl) at least,
+	// which the promise check judges by [Observation.Left].
+	Drift func(ttl time.Duration) time.Duration
+
 	// Close, if not nil, runs once the run has closed its Lockers: it
 	// closes what Locker opened for them (their pools).
 	Close func()
@@ -66,6 +72,12 @@ type Observation struct {
 	// exceeds: PostgreSQL's clock in µs, etcd's 2^52 + the response
 	// header's revision.
 	Floor fence.Token
+	// Left, if positive, is how long from the read the server holds
+	// Holder's lease (under a quorum, the quorum holds it), on the
+	// server's clock: a lease of Holder must not be believed past it
+	// (with [Backend.Drift] added), which the promise check judges on
+	// every observation. Zero when the backend does not say.
+	Left time.Duration
 }
 
 // Waiter is one entry of a lock's queue, as the server read it.
@@ -109,6 +121,15 @@ type Fault struct {
 	// lost was called, and the releases whose reply came before it; a
 	// grant or a release sent after it is judged as any other.
 	Fail func(ctx context.Context, lost func()) error
+	// LosesState says Inject makes a node lose its data (a Redlock node
+	// killed and started again empty): every token state that carried a
+	// grant's token may be gone. A token pair whose earlier grant returned
+	// before the fault ended and whose later grant was asked for after it
+	// began is then excused when the earlier token was at or above the
+	// clock floor the later grant was asked for after (the later token
+	// may come from the clock alone), and judged otherwise. The promise's
+	// excuse for such a node is the backend's to make (see [Nodes]).
+	LosesState bool
 }
 
 // Loss is what a [Fault.Lose] ended on the server.
@@ -180,6 +201,11 @@ type Config struct {
 	// that path's judgments is not reached, the phase goes on, to four
 	// times Uncontended at most.
 	Uncontended time.Duration
+	// LeaseScale, if above 1, multiplies the leases the workload asks for
+	// (but not RenewTTL or LongTTL): for a judgment that needs longer
+	// leases (Redlock's drift allowance is 1% of the lease, plus 2ms;
+	// shorter leases leave it within the time a grant takes).
+	LeaseScale int
 	// LateExtend, if set, makes half the late releases that met another
 	// holder's lock first send an Extend, which the extend check judges;
 	// rng is drawn from only when it is set, so that the runs without it
@@ -214,10 +240,13 @@ func Seed(t testing.TB) uint64 {
 // The kinds of judgment, as the summary line names them.
 const (
 	Promise = "promise"
-	Tokens  = "tokens"
-	Anchor  = "anchor"
-	Queue   = "queue"
-	Renewal = "renewal"
+	// PromiseEnd: a promise judged against the lease's end on the server
+	// ([Observation.Left]): the lease is not believed past it.
+	PromiseEnd = "promises judged against the lease's end on the server"
+	Tokens     = "tokens"
+	Anchor     = "anchor"
+	Queue      = "queue"
+	Renewal    = "renewal"
 	// Release: a release that answered "held" freed the lock; an
 	// observation sent after its reply does not find its holder holding.
 	Release = "release"
@@ -268,6 +297,11 @@ const (
 	// earlier grant returned before the server was lost, the later one
 	// was asked for after it. Tokens are not excused.
 	FailoverTokens = "token pairs judged across a failover"
+	// StateLossTokens are token pairs across a [Fault.LosesState],
+	// StateLossExcused those of them excused (the earlier token at or
+	// above the clock floor of the later grant).
+	StateLossTokens  = "token pairs across a node's data loss"
+	StateLossExcused = "token pairs excused by a node's data loss (the earlier token ahead of the clock)"
 
 	renewalsLapsed = "renewals lapsed"
 )

@@ -23,6 +23,7 @@ type grant struct {
 	kind   string // "try", "acquire", "renew", "do"
 	holder string
 	token  fence.Token
+	ttl    time.Duration // what the grant asked for
 	// start is when the call that got it was made; end when its reply
 	// came: the server granted it in between.
 	start, end time.Time
@@ -98,7 +99,10 @@ type model struct {
 	cur        []*call
 	holderCall map[string]*call
 	faults     []window
-	excuses    []excuse
+	// amnesia are the windows of faults that lost a node's data
+	// (Fault.LosesState).
+	amnesia []window
+	excuses []excuse
 	// lost are the moments a [Fault.Fail] stopped a server: what it
 	// granted or released alone may be gone.
 	lost []time.Time
@@ -378,6 +382,9 @@ func (m *model) inject(rng *rand.Rand) {
 		to := time.Now()
 		m.dmu.Lock()
 		m.faults = append(m.faults, window{from, to})
+		if f.LosesState {
+			m.amnesia = append(m.amnesia, window{from, to})
+		}
 		m.dmu.Unlock()
 		if err != nil && m.ctx.Err() == nil {
 			m.r.count("faults failed: "+f.Name, 1)
@@ -599,6 +606,18 @@ func (m *model) observe() *Observation {
 				m.b.Name, f, p.h.g.kind, fence.HolderMark(o.Holder), o.Token, left)
 		case o.Token != f.Token:
 			bad = fmt.Sprintf("%s lease %s (%s) held with token %d, %v before the end of its validity", m.b.Name, f, p.h.g.kind, o.Token, left)
+		case o.Left > 0:
+			// The read came before its reply: the lease ends on the
+			// server no later than the reply plus Left.
+			m.r.count(PromiseEnd, 1)
+			var drift time.Duration
+			if m.b.Drift != nil {
+				drift = m.b.Drift(p.h.g.ttl)
+			}
+			if over := left + drift - o.Left; over > slack {
+				bad = fmt.Sprintf("%s lease %s (%s, ttl %v) believed for %v more (with a drift allowance of %v), the server holds it for %v at most: %v too long",
+					m.b.Name, f, p.h.g.kind, p.h.g.ttl, left, drift, o.Left, over)
+			}
 		}
 		m.judgePromise(p.h.g, reply, bad, true)
 	}
@@ -611,12 +630,26 @@ func (m *model) observe() *Observation {
 func (m *model) granted(g *grant) {
 	m.dmu.Lock()
 	defer m.dmu.Unlock()
+	var floor fence.Token
+	seen := false
+	for _, o := range m.obs {
+		if o.reply.Before(g.start) && o.o.Floor >= floor {
+			floor, seen = o.o.Floor, true
+		}
+	}
 	// Every pair is a judgment; a grant's violations are told once, with
 	// the highest token it went below.
 	var worst *grant
 	for _, e := range m.grants {
 		if !e.end.Before(g.start) {
 			continue
+		}
+		if m.forgotBetween(e.end, g.start) {
+			m.r.count(StateLossTokens, 1)
+			if seen && e.token >= floor {
+				m.r.count(StateLossExcused, 1)
+				continue
+			}
 		}
 		m.r.count(Tokens, 1)
 		g.judged = true
@@ -633,13 +666,6 @@ func (m *model) granted(g *grant) {
 	if worst != nil {
 		m.violate(Tokens, "%s grant of token %d (%s) was asked for after a grant of token %d (%s) returned", m.b.Name, g.token, g.kind, worst.token, worst.kind)
 	}
-	var floor fence.Token
-	seen := false
-	for _, o := range m.obs {
-		if o.reply.Before(g.start) && o.o.Floor >= floor {
-			floor, seen = o.o.Floor, true
-		}
-	}
 	if seen {
 		m.r.count(Anchor, 1)
 		g.judged = true
@@ -649,6 +675,18 @@ func (m *model) granted(g *grant) {
 	}
 	m.grants = append(m.grants, g)
 	m.r.count("grants: "+g.kind, 1)
+}
+
+// forgotBetween reports whether a fault that lost a node's data
+// (Fault.LosesState) was under way between from and to. Called with dmu
+// held.
+func (m *model) forgotBetween(from, to time.Time) bool {
+	for _, w := range m.amnesia {
+		if w.from.Before(to) && w.to.After(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // begin starts an actor's call.

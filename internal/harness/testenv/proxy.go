@@ -40,6 +40,9 @@ type Proxy struct {
 	reqReset bool          // and whether its client is reset meanwhile
 	reqArmd  bool
 
+	drop     func() // armed by DropNextRequest; run once, then nil
+	dropArmd bool
+
 	faults ProxyFaults // what was actually done to traffic
 }
 
@@ -56,6 +59,8 @@ type ProxyFaults struct {
 	// HeldRequests counts requests held by HoldNextRequest and then
 	// delivered to the server.
 	HeldRequests int
+	// Dropped counts requests dropped by DropNextRequest.
+	Dropped int
 }
 
 // link is one client connection and its server connection.
@@ -172,6 +177,19 @@ func (p *Proxy) SilenceOpen() {
 func (p *Proxy) HoldNextRequest(d time.Duration, reset bool) {
 	p.mu.Lock()
 	p.reqFor, p.reqReset, p.reqArmd = d, reset, true
+	p.mu.Unlock()
+}
+
+// DropNextRequest arms the proxy once: the next bytes that any client
+// sends are never delivered to the server, and their connection stays
+// open, carrying what follows as before: a request lost in the network.
+// Its client cannot tell; it waits for a reply that never comes until it
+// gives up. then (if not nil) runs on the proxy's goroutine when the
+// request is dropped. Arming again before a request is dropped replaces
+// then.
+func (p *Proxy) DropNextRequest(then func()) {
+	p.mu.Lock()
+	p.drop, p.dropArmd = then, true
 	p.mu.Unlock()
 }
 
@@ -338,6 +356,15 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, fromServer bool) {
 				return
 			}
 			if !fromServer {
+				if then, ok := p.takeDrop(); ok {
+					if then != nil {
+						then()
+					}
+					if err != nil {
+						return
+					}
+					continue
+				}
 				if d, reset, ok := p.takeHoldRequest(); ok {
 					if reset {
 						if tc, ok := l.client.(*net.TCPConn); ok {
@@ -407,6 +434,18 @@ func (p *Proxy) takeLose() (func(), bool) {
 	then := p.lose
 	p.lose, p.armed = nil, false
 	p.faults.Lost++
+	return then, true
+}
+
+func (p *Proxy) takeDrop() (func(), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.dropArmd {
+		return nil, false
+	}
+	then := p.drop
+	p.drop, p.dropArmd = nil, false
+	p.faults.Dropped++
 	return then, true
 }
 
