@@ -291,7 +291,14 @@ func (c *nodeClient) record(name string, args []any, val any, at time.Time) {
 	if len(args) < 3+n+2 {
 		return
 	}
-	holder, arg := argString(args[3+n]), argString(args[4+n])
+	holder, err := argString(args[3+n])
+	if err != nil {
+		return
+	}
+	arg, err := argString(args[4+n])
+	if err != nil {
+		return
+	}
 	num, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil {
 		return
