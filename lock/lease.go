@@ -55,7 +55,11 @@ func (s *Lease) Fence() fence.Fence { return s.f }
 // before the release is known to have reached Redis, Release still stops
 // renewal and ends the lease at once, and then returns an error matching
 // ctx.Err() while the release goes on in the background with a short
-// timeout of its own; [Locker.Close] waits for it.
+// timeout of its own; [Locker.Close] waits for it. When the release's
+// reply is lost on a live context (a client that does not retry, a reset
+// connection), Release ends the lease as well, returns that error, and
+// sends the release again in the background the same way, so that the
+// lock is not left to its lease's end.
 func (s *Lease) Release(ctx context.Context) (err error) {
 	if ctx == nil {
 		return fmt.Errorf("%w: release %q: nil context", errInvalid, s.f.Resource)
@@ -101,9 +105,35 @@ func (s *Lease) release(ctx context.Context) error {
 		return err
 	case ctx.Err() != nil && errors.Is(err, lockbackend.ErrReplyLost):
 		return fmt.Errorf("%w: %w", errReleaseUnknown, err)
+	case errors.Is(err, lockbackend.ErrReplyLost):
+		// The call failed on a live context (a client that does not
+		// retry, a reset connection, a read that timed out just before
+		// ctx did): the release may never have reached the server. End
+		// the lease and send the release again in the background; the
+		// script is safe to repeat (a release that did run finds the
+		// lock no longer this grant's).
+		s.end(fmt.Errorf("%w (the release's reply was lost: %w; released again in the background)", releasedError{}, err), false)
+		s.l.background(ctx, s.releaseAgain)
+		return err
 	}
 	s.end(fmt.Errorf("%w (the release failed: %w)", releasedError{}, err), false)
 	return err
+}
+
+// releaseAgain sends a release whose reply was lost again, while ctx
+// lasts, until one reply comes back.
+func (s *Lease) releaseAgain(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := s.l.b.Release(ctx, s.hold); !errors.Is(err, lockbackend.ErrReplyLost) {
+			return
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // notHeld is the error of op finding the lease not held, from the

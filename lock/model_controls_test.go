@@ -36,7 +36,8 @@ var (
 		{kind: lateGiveUp, min: 3},
 		// Grants left by a lost reply, each judged gone within its bound
 		// (the lost-reply scenario).
-		{kind: lostRelease, min: 2},
+		{kind: lostRelease, min: 1},
+		{kind: lostReleaseLive, min: 1},
 		{kind: lostGrant, min: 2},
 		// The fast path's own queue check decides only over token state a
 		// try wrote; a few a run of CI's 15 s, too rare to require of 3 s.

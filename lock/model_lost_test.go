@@ -33,7 +33,10 @@ import (
 //     lostReleaseWait while the proxy drops the release's request (it
 //     never reaches Redis); the Release ends at its deadline, not knowing
 //     whether the release landed, and the Locker must release again in
-//     the background;
+//     the background; in one round of two the deadline is past the
+//     client's read timeout, so that the call fails on a live context
+//     (a client that does not retry, a connection reset), which must be
+//     released again all the same;
 //   - a grant lost with its cleanup: the proxy drops a try's reply (the
 //     grant was made) and the next request, the cleanup's Abandon; the try
 //     ends at its deadline, and the Locker must abandon the grant again
@@ -50,7 +53,10 @@ import (
 // The scenario's kinds and bounds.
 const (
 	lostRelease = "lost replies judged: a release that never reached Redis"
-	lostGrant   = "lost replies judged: a grant whose reply and cleanup were lost"
+	// lostReleaseLive is lostRelease when the call failed on a live
+	// context (the client's read timed out first).
+	lostReleaseLive = "lost replies judged: a release that never reached Redis, its context live"
+	lostGrant       = "lost replies judged: a grant whose reply and cleanup were lost"
 	// lostBound bounds how long a grant stands after its caller was done
 	// with it: a background round trip, on a loaded machine.
 	lostBound = time.Second
@@ -123,14 +129,22 @@ func (s *lost) releaseLost(ctx context.Context) {
 	// pool): its request is the next bytes the client sends.
 	s.proxy.DropNextRequest(nil)
 	s.lostOne.Store(true)
-	rctx, cancel := context.WithTimeout(ctx, lostReleaseWait)
+	// One release in two has a deadline past the client's read timeout:
+	// the call fails while its context is live (as on a client that
+	// does not retry, or a reset connection), and the Locker must still
+	// release again in the background.
+	wait, kind := lostReleaseWait, lostRelease
+	if s.rng.IntN(2) == 0 {
+		wait, kind = 4*lostReleaseWait+time.Second, lostReleaseLive
+	}
+	rctx, cancel := context.WithTimeout(ctx, wait)
 	err = lease.Release(rctx)
 	cancel()
 	done := time.Now()
 	if err == nil {
 		s.m.count("lost scenario: releases not lost", 1)
 	}
-	s.judge(lease.Fence().Holder, done, lostRelease)
+	s.judge(lease.Fence().Holder, done, kind)
 }
 
 // grantLost loses a try's reply (the grant made) and its cleanup's
