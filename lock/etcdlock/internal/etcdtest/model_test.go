@@ -142,10 +142,12 @@ func etcdFloors() map[string]int {
 
 // lateReleases makes about one in every of the releases of the backends
 // that open makes lose its reply, and sends each such deletion late, at
-// the worst time a network that holds a request back could choose: once
-// a later put of the key (the slot taken by a later acquisition of the
-// Locker) holds the lock, or after 3s if none does. landed counts the
-// deletions sent late; the test waits for them before its cluster stops.
+// the worst time a network that holds a request back could choose: as a
+// later grant of the key (the slot taken by a later acquisition of the
+// Locker, which the backend must never do) is reported to its Locker,
+// before the Locker believes it, or after lateHold if none is. landed
+// counts the deletions sent late; the test waits for them before its
+// cluster stops.
 func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	// The late deletions' own client, closed after they have all landed.
 	lc := c.Client(t)
@@ -158,12 +160,12 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) fun
 		if err != nil {
 			return nil, err
 		}
-		var mu sync.Mutex
+		lb := &lateBackend{Backend: b, lc: lc, landed: landed, pending: map[string]*lateDelete{}}
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
-			mu.Lock()
+			lb.mu.Lock()
 			late := rng.IntN(every) == 0
-			mu.Unlock()
+			lb.mu.Unlock()
 			if !late {
 				return cli.Delete(ctx, key)
 			}
@@ -172,45 +174,109 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) fun
 			if err != nil || len(get.Kvs) == 0 {
 				return cli.Delete(ctx, key)
 			}
-			rev := get.Kvs[0].CreateRevision
-			dir := key[:strings.LastIndex(key, "/h/")+len("/h/")]
-			wctx, cancel := context.WithCancel(context.Background())
-			// Every change of the directory after the grant's, from
-			// before the release returns.
-			wch := lc.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithRev(get.Header.Revision+1))
+			d := &lateDelete{rev: get.Kvs[0].CreateRevision}
+			lb.mu.Lock()
+			lb.pending[key] = d
+			lb.mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer cancel()
-				timeout := time.NewTimer(3 * time.Second)
+				timeout := time.NewTimer(lateHold)
 				defer timeout.Stop()
-			wait:
-				for {
-					select {
-					case <-stop:
-						break wait
-					case <-timeout.C:
-						break wait
-					case _, ok := <-wch:
-						if !ok {
-							break wait
-						}
-					}
-					first, err := lc.Get(wctx, dir, clientv3.WithFirstCreate()...)
-					if err == nil && len(first.Kvs) > 0 && string(first.Kvs[0].Key) == key && first.Kvs[0].CreateRevision > rev {
-						break
-					}
+				select {
+				case <-stop:
+				case <-timeout.C:
 				}
-				dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer dcancel()
-				if _, err := lc.Delete(dctx, key); err == nil {
-					landed.Add(1)
-				}
+				lb.land(key, d)
 			}()
 			return nil, errLostOnPurpose
 		}
-		return b, nil
+		return lb, nil
 	}
+}
+
+// lateHold is how long lateReleases holds a deletion back when no later
+// grant of its key is reported.
+const lateHold = 10 * time.Second
+
+// lateBackend is an actor's backend whose releases' deletions lateReleases
+// holds back: it lands a held deletion of a key as a later grant of that
+// key is reported, before the grant's Locker believes it.
+type lateBackend struct {
+	*backend.Backend
+	lc     *clientv3.Client
+	landed *atomic.Int64
+
+	mu      sync.Mutex
+	pending map[string]*lateDelete // by key
+}
+
+// lateDelete is a release's deletion held back.
+type lateDelete struct {
+	rev  int64 // the released grant's put of the key
+	done bool
+}
+
+// land sends d, the deletion of key held back, once.
+func (b *lateBackend) land(key string, d *lateDelete) {
+	b.mu.Lock()
+	if d.done {
+		b.mu.Unlock()
+		return
+	}
+	d.done = true
+	if b.pending[key] == d {
+		delete(b.pending, key)
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.lc.Delete(ctx, key); err == nil {
+		b.landed.Add(1)
+	}
+}
+
+// granted lands the deletion held back of the key that holds resource's
+// lock for holder with token tok, if a later put of it made that grant.
+func (b *lateBackend) granted(resource, holder string, tok fence.Token) {
+	dir := b.Prefix() + "{" + resource + "}/h/"
+	b.mu.Lock()
+	var keys []string
+	for k := range b.pending {
+		if strings.HasPrefix(k, dir) {
+			keys = append(keys, k)
+		}
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		get, err := b.lc.Get(ctx, k)
+		cancel()
+		if err != nil || len(get.Kvs) == 0 {
+			continue
+		}
+		kv := get.Kvs[0]
+		b.mu.Lock()
+		d := b.pending[k]
+		b.mu.Unlock()
+		if d != nil && string(kv.Value) == holder && kv.CreateRevision > d.rev && etcdlock.TokenBase+fence.Token(kv.CreateRevision) == tok {
+			b.land(k, d)
+		}
+	}
+}
+
+func (b *lateBackend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
+	o, err := b.Backend.Try(ctx, req)
+	if err == nil && o.Granted {
+		b.granted(req.Resource, req.Holder, o.Token)
+	}
+	return o, err
+}
+
+func (b *lateBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
+	h := b.Backend.Adopt(req, g)
+	b.granted(req.Resource, req.Holder, g.Token)
+	return h
 }
 
 // TestLockModelEtcd runs the lock model on a three-member cluster, once
