@@ -38,6 +38,9 @@ type lockEtcd struct {
 	// which then records in actors the actor of each holder id it tries.
 	tracked func(*backend.Backend)
 	actors  sync.Map // holder id -> actor
+	// queue, when set (judgeQueue), wraps every actor's backend so that
+	// the model judges the queue.
+	queue *queueJudge
 }
 
 func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
@@ -49,12 +52,30 @@ func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
 }
 
 func (e *lockEtcd) backend() lockmodel.Backend {
-	return lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
+	b := lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
+	if e.queue != nil {
+		b.Grants = e.queue.log.Grants
+	}
+	return b
 }
 
-func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
+func (e *lockEtcd) locker(actor int, seen func(string)) (*lock.Locker, error) {
 	cli := e.c.Client(e.t)
 	open := e.open
+	if open == nil && e.queue != nil {
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) { return backend.New(cli, s) }
+	}
+	if q := e.queue; q != nil {
+		inner := open
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+			b, err := inner(cli, s)
+			if err != nil {
+				return nil, err
+			}
+			return &queueJudged{queueBackend: b.(queueBackend), q: q, cli: cli, seen: seen,
+				dir: func(resource string) string { return e.prefix + "{" + resource + "}/h/" }}, nil
+		}
+	}
 	if e.tracked != nil {
 		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 			b, err := backend.New(cli, s)
@@ -86,12 +107,14 @@ func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
 // taken for another acquisition's is seen as the other holder's. The floor
 // is TokenBase plus the read's revision, below every key created after
 // it, or the clock in µs if that is higher (the token space the backends
-// share). The waiters' entries live as long as their leases, which this read
-// does not see: they are listed as lapsed, and the queue is not judged on
-// etcd.
+// share). How long a waiter's key stands without a refresh is not in the
+// read: in a run that judges the queue (judgeQueue) it is what the
+// waiter's last try that put the key promises (queueJudge.lives);
+// otherwise the waiters are listed as lapsed, and the queue is not judged.
 func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
 	var o lockmodel.Observation
 	dir := e.prefix + "{" + resource + "}/h/"
+	sent := time.Now()
 	resp, err := e.watcher.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return o, err
@@ -109,7 +132,11 @@ func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Obse
 			o.Holder, o.Token = holder, etcdlock.TokenBase+fence.Token(kv.CreateRevision)
 			continue
 		}
-		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder})
+		var life time.Duration
+		if e.queue != nil {
+			life = e.queue.life(holder, sent)
+		}
+		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder, Life: life})
 	}
 	return o, nil
 }
@@ -148,7 +175,7 @@ func etcdFloors() map[string]int {
 // before the Locker believes it, or after lateHold if none is. landed
 // counts the deletions sent late; the test waits for them before its
 // cluster stops.
-func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+func lateReleases(t *testing.T, c *Cluster, every int, landed, atGrant *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	// The late deletions' own client, closed after they have all landed.
 	lc := c.Client(t)
 	var wg sync.WaitGroup
@@ -160,7 +187,7 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) fun
 		if err != nil {
 			return nil, err
 		}
-		lb := &lateBackend{Backend: b, lc: lc, landed: landed, pending: map[string]*lateDelete{}}
+		lb := &lateBackend{Backend: b, lc: lc, landed: landed, atGrant: atGrant, pending: map[string]*lateDelete{}}
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
 			lb.mu.Lock()
@@ -206,6 +233,9 @@ type lateBackend struct {
 	*backend.Backend
 	lc     *clientv3.Client
 	landed *atomic.Int64
+	// atGrant counts the deletions landed as a later grant of their key
+	// was reported: none unless the backend reused the slot.
+	atGrant *atomic.Int64
 
 	mu      sync.Mutex
 	pending map[string]*lateDelete // by key
@@ -260,6 +290,7 @@ func (b *lateBackend) granted(resource, holder string, tok fence.Token) {
 		d := b.pending[k]
 		b.mu.Unlock()
 		if d != nil && string(kv.Value) == holder && kv.CreateRevision > d.rev && etcdlock.TokenBase+fence.Token(kv.CreateRevision) == tok {
+			b.atGrant.Add(1)
 			b.land(k, d)
 		}
 	}
@@ -287,23 +318,32 @@ func (b *lateBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lo
 func TestLockModelEtcd(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
-	var landed atomic.Int64
+	var landed, atGrant atomic.Int64
 	t.Cleanup(func() { // after lateReleases' own, which waits for them
-		t.Logf("releases whose replies were lost and whose deletions landed late: %d", landed.Load())
+		t.Logf("releases whose replies were lost and whose deletions landed late: %d (as a later grant of their key was reported: %d)", landed.Load(), atGrant.Load())
 		if landed.Load() == 0 {
 			t.Error("no release's deletion landed late")
 		}
 	})
-	e.open = lateReleases(t, c, 3, &landed)
+	e.open = lateReleases(t, c, 2, &landed, &atGrant)
+	e.judgeQueue()
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
 	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t), Floors: etcdFloors()}
-	r := lockmodel.Run(t, e.backend(), cfg)
+	undisturbed := cfg
+	undisturbed.Floors = etcdFloors()
+	undisturbed.Floors[lockmodel.Queue] = 3
+	undisturbed.Floors[lockmodel.WaiterAhead] = 1
+	r := lockmodel.Run(t, e.backend(), undisturbed)
 	r.Report(t)
-	r.Check(t, cfg.Floors)
+	r.Check(t, undisturbed.Floors)
 
 	b := e.backend()
+	// The queue is judged undisturbed only: a waiter's key stands on a
+	// lease its process keeps alive, which a member cut off or a leader
+	// stopped may let end with the key before its entry's end.
+	b.Grants = nil
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	b.Faults = []lockmodel.Fault{
 		{Name: "leader restarted", Limit: 1, Inject: func(ctx context.Context) error {
@@ -409,6 +449,11 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
+	// A Locker whose queued waiter's refresh deletes its key before
+	// putting it again: the waiter goes to the back of the queue at each
+	// refresh, and a waiter that came after it is served first.
+	rq := newLockEtcd(t, c)
+	rq.judgeQueue().requeue = true
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -417,6 +462,10 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
+	}, {
+		Name:     "a refresh that queues the waiter again",
+		CaughtBy: []string{lockmodel.Queue},
+		Install:  func(testing.TB) (lockmodel.Backend, func()) { return rq.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server
