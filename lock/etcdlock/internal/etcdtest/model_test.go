@@ -22,8 +22,9 @@ import (
 
 // The lock model (internal/harness/lockmodel) on etcd: a run on a
 // three-member cluster under faults (the leader stopped and started
-// again, a member cut off from its clients by its proxy) and a negative
-// control, a backend whose leases are believed on the client's clock.
+// again, a member cut off from its clients by its proxy) and negative
+// controls (leases believed on the client's clock, one slot for every
+// acquisition, a waiter's refresh that loses its place).
 
 // lockEtcd is the model's etcd backend: the actors connect through the
 // members' proxies, the watcher to the members directly.
@@ -63,7 +64,9 @@ func (e *lockEtcd) locker(actor int, seen func(string)) (*lock.Locker, error) {
 	cli := e.c.Client(e.t)
 	open := e.open
 	if open == nil && e.queue != nil {
-		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) { return backend.New(cli, s) }
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+			return backend.New(cli, s)
+		}
 	}
 	if q := e.queue; q != nil {
 		inner := open
@@ -153,8 +156,9 @@ const etcdRenewTTL = time.Second
 
 // etcdFloors are the model's floors on etcd, whose leases last whole
 // seconds on the server (fewer grants per run), and which keeps no log of
-// grants (the queue is not judged) and never leaves the lock free with a
-// waiter queued (the first key holds it).
+// grants (the queue is judged only by a run that replays one: see
+// judgeQueue) and never leaves the lock free with a waiter queued (the
+// first key holds it).
 func etcdFloors() map[string]int {
 	f := lockmodel.DefaultFloors()
 	for _, k := range []string{lockmodel.Queue, lockmodel.WaiterAhead, lockmodel.FreeWithWaiter, lockmodel.LateReleaseMet} {
@@ -312,9 +316,9 @@ func (b *lateBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lo
 
 // TestLockModelEtcd runs the lock model on a three-member cluster, once
 // undisturbed but for releases whose replies are lost and whose deletions
-// land late, then while the leader is stopped and started again and
-// members are cut off from their clients, and judges every check with its
-// floor.
+// land late, judging the queue too (judgeQueue), then while the leader is
+// stopped and started again and members are cut off from their clients,
+// and judges every check with its floor.
 func TestLockModelEtcd(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -339,11 +343,11 @@ func TestLockModelEtcd(t *testing.T) {
 	r.Report(t)
 	r.Check(t, undisturbed.Floors)
 
-	b := e.backend()
 	// The queue is judged undisturbed only: a waiter's key stands on a
 	// lease its process keeps alive, which a member cut off or a leader
 	// stopped may let end with the key before its entry's end.
-	b.Grants = nil
+	e.queue = nil
+	b := e.backend()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	b.Faults = []lockmodel.Fault{
 		{Name: "leader restarted", Limit: 1, Inject: func(ctx context.Context) error {
@@ -415,12 +419,11 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 // TestLockModelEtcdControl runs the model on the broken backends with
 // three seeds each, each run until it goes wrong (for at most eight times
 // the model's budget): the promise check (or, for a confused slot, the
-// token checks) must reject each in most of them. The broken variant
-// that reuses the slot of a lost release is judged by its own
-// deterministic control (TestLateReleaseControlReusedSlot): the model
-// caught it only when a run's timing lined up a lost release, the key's
-// end, a reacquisition on the slot and a waiter, in 0 to 2 of 3 seeds
-// beside a busy loop.
+// token checks; for a waiter that loses its place, the queue check) must
+// reject each in most of them. The broken variant that reuses the slot of
+// a lost release is judged by its own deterministic control
+// (TestLateReleaseControlReusedSlot), and by TestLockModelEtcd's late
+// releases, which land as such a slot's next grant is reported.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -462,13 +465,21 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
-	}, {
+	}}
+	queue := []lockmodel.Control{{
 		Name:     "a refresh that queues the waiter again",
 		CaughtBy: []string{lockmodel.Queue},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return rq.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server
-	// to see it, and may take a while to make a grant.
-	lockmodel.RunControls(t, cs, 2*lockmodel.Budget(t), lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL})
+	// to see it, and may take a while to make a grant. The queue's control
+	// runs beside the others: it goes wrong only once a waiter that waits
+	// past its first refresh (a second) is passed by a later one, which
+	// takes most of its runs' time waiting.
+	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL}
+	var wg sync.WaitGroup
+	wg.Go(func() { lockmodel.RunControls(t, queue, 2*lockmodel.Budget(t), cfg) })
+	lockmodel.RunControls(t, cs, 2*lockmodel.Budget(t), cfg)
+	wg.Wait()
 }
