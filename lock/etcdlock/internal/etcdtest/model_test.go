@@ -24,7 +24,7 @@ import (
 // three-member cluster under faults (the leader stopped and started
 // again, a member cut off from its clients by its proxy) and negative
 // controls (leases believed on the client's clock, one slot for every
-// acquisition, a waiter's refresh that loses its place).
+// acquisition, a release that passes over the first waiter).
 
 // lockEtcd is the model's etcd backend: the actors connect through the
 // members' proxies, the watcher to the members directly.
@@ -452,11 +452,11 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
-	// A Locker whose queued waiter's refresh deletes its key before
-	// putting it again: the waiter goes to the back of the queue at each
-	// refresh, and a waiter that came after it is served first.
+	// A Locker whose release first sends the first waiter's key to the
+	// back of the queue: the next waiter, which came after it, is served
+	// first.
 	rq := newLockEtcd(t, c)
-	rq.judgeQueue().requeue = true
+	rq.judgeQueue().passOver = true
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -465,21 +465,13 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
-	}}
-	queue := []lockmodel.Control{{
-		Name:     "a refresh that queues the waiter again",
+	}, {
+		Name:     "a release that passes over the first waiter",
 		CaughtBy: []string{lockmodel.Queue},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return rq.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server
-	// to see it, and may take a while to make a grant. The queue's control
-	// runs beside the others: it goes wrong only once a waiter that waits
-	// past its first refresh (a second) is passed by a later one, which
-	// takes most of its runs' time waiting.
-	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL}
-	var wg sync.WaitGroup
-	wg.Go(func() { lockmodel.RunControls(t, queue, 2*lockmodel.Budget(t), cfg) })
-	lockmodel.RunControls(t, cs, 2*lockmodel.Budget(t), cfg)
-	wg.Wait()
+	// to see it, and may take a while to make a grant.
+	lockmodel.RunControls(t, cs, 2*lockmodel.Budget(t), lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL})
 }

@@ -29,10 +29,10 @@ import (
 type queueJudge struct {
 	log   *grantLog
 	lives sync.Map // holder id -> keyLife of its queued key
-	// requeue makes the broken variant of the control: a queued waiter's
-	// refresh deletes its key first, so that its put queues it again at
-	// the back.
-	requeue bool
+	// passOver makes the broken variant of the control: a release first
+	// sends the first waiter's key to the back of the queue (deleted and
+	// put again, on its lease), so that the lock goes to the next one.
+	passOver bool
 }
 
 // judgeQueue makes e's model runs judge the queue from now on: every
@@ -56,15 +56,18 @@ type queueJudged struct {
 	cli  *clientv3.Client
 	dir  func(resource string) string
 	seen func(holder string)
+
+	mu    sync.Mutex
+	holds map[lockbackend.Hold]string // the variant's: a grant's resource
 }
 
 func (b *queueJudged) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	b.seen(req.Holder)
-	if req.Queue && b.q.requeue {
-		b.requeueLater(ctx, req)
-	}
 	start := time.Now()
 	o, err := b.queueBackend.Try(ctx, req)
+	if err == nil && o.Granted {
+		b.granted(o.Hold, req.Resource)
+	}
 	if err == nil && req.Queue {
 		// The put landed: the entry's end is at least this.
 		b.q.lives.Store(req.Holder, keyLife{until: start.Add(max(req.TTL, lockbackend.QueueLife)), known: time.Now()})
@@ -78,19 +81,59 @@ type keyLife struct {
 	known time.Time // the try's reply came
 }
 
-// requeueLater is the control's broken refresh: the holder's key, unless
-// it holds the lock, is deleted before the try puts it again.
-func (b *queueJudged) requeueLater(ctx context.Context, req *lockbackend.Request) {
-	get, err := b.cli.Get(ctx, b.dir(req.Resource), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return
-	}
-	for i, kv := range get.Kvs {
-		if i > 0 && string(kv.Value) == req.Holder {
-			_, _ = b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit()
+func (b *queueJudged) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
+	h := b.queueBackend.Adopt(req, g)
+	b.granted(h, req.Resource)
+	return h
+}
+
+func (b *queueJudged) Release(ctx context.Context, h lockbackend.Hold) error {
+	if b.q.passOver {
+		b.mu.Lock()
+		resource, ok := b.holds[h]
+		delete(b.holds, h)
+		b.mu.Unlock()
+		if ok {
+			b.passOverFirst(ctx, resource)
 		}
 	}
+	return b.queueBackend.Release(ctx, h)
+}
+
+// granted notes the resource of the grant h, for the broken variant.
+func (b *queueJudged) granted(h lockbackend.Hold, resource string) {
+	if !b.q.passOver {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.holds == nil {
+		b.holds = map[lockbackend.Hold]string{}
+	}
+	b.holds[h] = resource
+}
+
+// passOverFirst is the control's broken release: with two waiters queued
+// or more, the first one's key is deleted and put again, on its lease, at
+// the back of the queue, before the release hands the lock on.
+func (b *queueJudged) passOverFirst(ctx context.Context, resource string) {
+	get, err := b.cli.Get(ctx, b.dir(resource), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(get.Kvs) < 3 {
+		return
+	}
+	// Only while the key that holds the lock stands: the first waiter's
+	// key is then not the holder's (a lease that ended meanwhile would
+	// have handed it the lock).
+	holder, kv := get.Kvs[0], get.Kvs[1]
+	k := string(kv.Key)
+	del, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision),
+		clientv3.Compare(clientv3.CreateRevision(string(holder.Key)), "=", holder.CreateRevision)).
+		Then(clientv3.OpDelete(k)).Commit()
+	if err != nil || !del.Succeeded {
+		return
+	}
+	_, _ = b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(kv.Value), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).Commit()
 }
 
 // life is how long from sent, when a read that found holder's queued key
