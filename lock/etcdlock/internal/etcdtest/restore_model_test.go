@@ -275,11 +275,7 @@ func (f *freshBackend) get(ctx context.Context) (*backend.Backend, error) {
 		return nil, fmt.Errorf("a process started after the restore: %w", ctx.Err())
 	}
 	f.once.Do(func() {
-		var eps []string
-		for _, m := range f.n.c.Members {
-			eps = append(eps, m.ClientURL())
-		}
-		if f.cli, f.err = clientv3.New(clientConfig(eps...)); f.err != nil {
+		if f.cli, f.err = f.n.freshClient(); f.err != nil {
 			return
 		}
 		f.b, f.err = backend.New(f.cli, f.s)
@@ -553,11 +549,7 @@ func (n *restoreNemesis) probe(ctx context.Context) {
 	n.probed("a plain try", l, err)
 
 	// The process started after the restore: a client of its own.
-	var eps []string
-	for _, m := range n.c.Members {
-		eps = append(eps, m.ClientURL())
-	}
-	cli, err := clientv3.New(clientConfig(eps...))
+	cli, err := n.freshClient()
 	if err != nil {
 		n.probed("a queued try", nil, err)
 		return
@@ -606,6 +598,16 @@ func (n *restoreNemesis) probe(ctx context.Context) {
 	_ = held.Release(ctx)
 	r = <-done
 	n.probed("a queued try", r.l, r.err)
+}
+
+// freshClient is the client of a process started after the restore, to
+// every member: the caller closes it.
+func (n *restoreNemesis) freshClient() (*clientv3.Client, error) {
+	var eps []string
+	for _, m := range n.c.Members {
+		eps = append(eps, m.ClientURL())
+	}
+	return clientv3.New(clientConfig(eps...))
 }
 
 // probed counts how the prober's call (what) ended, and releases its lease.
