@@ -191,7 +191,7 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed, atGrant *atomic.I
 		if err != nil {
 			return nil, err
 		}
-		lb := &lateBackend{Backend: b, lc: lc, landed: landed, atGrant: atGrant, pending: map[string]*lateDelete{}}
+		lb := &lateBackend{Backend: b, lc: lc, landed: landed, atGrant: atGrant, pending: map[string]*lateDelete{}, slow: map[lockbackend.Hold]bool{}}
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
 			lb.mu.Lock()
@@ -242,7 +242,8 @@ type lateBackend struct {
 	atGrant *atomic.Int64
 
 	mu      sync.Mutex
-	pending map[string]*lateDelete // by key
+	pending map[string]*lateDelete    // by key
+	slow    map[lockbackend.Hold]bool // grants whose key a late deletion took
 }
 
 // lateDelete is a release's deletion held back.
@@ -271,8 +272,11 @@ func (b *lateBackend) land(key string, d *lateDelete) {
 }
 
 // granted lands the deletion held back of the key that holds resource's
-// lock for holder with token tok, if a later put of it made that grant.
-func (b *lateBackend) granted(resource, holder string, tok fence.Token) {
+// lock for holder with token tok, if a later put of it made that grant,
+// and then holds back the grant's Extend and TTL calls a while
+// (lateSlow): they would find the key gone, and end the belief, before the
+// model sees another holder hold the lock.
+func (b *lateBackend) granted(h lockbackend.Hold, resource, holder string, tok fence.Token) {
 	dir := b.Prefix() + "{" + resource + "}/h/"
 	b.mu.Lock()
 	var keys []string
@@ -296,21 +300,55 @@ func (b *lateBackend) granted(resource, holder string, tok fence.Token) {
 		if d != nil && string(kv.Value) == holder && kv.CreateRevision > d.rev && etcdlock.TokenBase+fence.Token(kv.CreateRevision) == tok {
 			b.atGrant.Add(1)
 			b.land(k, d)
+			b.mu.Lock()
+			b.slow[h] = true
+			b.mu.Unlock()
 		}
 	}
+}
+
+// lateSlow is how long a grant's Extend and TTL calls are held back once
+// a late deletion landed on its key.
+const lateSlow = 50 * time.Millisecond
+
+// heldBack holds a call of the grant h back for lateSlow if a late
+// deletion landed on its key.
+func (b *lateBackend) heldBack(ctx context.Context, h lockbackend.Hold) {
+	b.mu.Lock()
+	slow := b.slow[h]
+	b.mu.Unlock()
+	if !slow {
+		return
+	}
+	t := time.NewTimer(lateSlow)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (b *lateBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Duration) (time.Duration, error) {
+	b.heldBack(ctx, h)
+	return b.Backend.Extend(ctx, h, ttl)
+}
+
+func (b *lateBackend) TTL(ctx context.Context, h lockbackend.Hold) (time.Duration, error) {
+	b.heldBack(ctx, h)
+	return b.Backend.TTL(ctx, h)
 }
 
 func (b *lateBackend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
 	o, err := b.Backend.Try(ctx, req)
 	if err == nil && o.Granted {
-		b.granted(req.Resource, req.Holder, o.Token)
+		b.granted(o.Hold, req.Resource, req.Holder, o.Token)
 	}
 	return o, err
 }
 
 func (b *lateBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
 	h := b.Backend.Adopt(req, g)
-	b.granted(req.Resource, req.Holder, g.Token)
+	b.granted(h, req.Resource, req.Holder, g.Token)
 	return h
 }
 
