@@ -317,14 +317,11 @@ func (b *lateBackend) heldBack(ctx context.Context, h lockbackend.Hold) {
 	b.mu.Lock()
 	slow := b.slow[h]
 	b.mu.Unlock()
-	if !slow {
-		return
-	}
-	t := time.NewTimer(lateSlow)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	if slow {
+		select {
+		case <-time.After(lateSlow):
+		case <-ctx.Done():
+		}
 	}
 }
 
