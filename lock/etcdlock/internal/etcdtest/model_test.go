@@ -22,8 +22,9 @@ import (
 
 // The lock model (internal/harness/lockmodel) on etcd: a run on a
 // three-member cluster under faults (the leader stopped and started
-// again, a member cut off from its clients by its proxy) and a negative
-// control, a backend whose leases are believed on the client's clock.
+// again, a member cut off from its clients by its proxy) and negative
+// controls (leases believed on the client's clock, one slot for every
+// acquisition, a release that passes over the first waiter).
 
 // lockEtcd is the model's etcd backend: the actors connect through the
 // members' proxies, the watcher to the members directly.
@@ -38,6 +39,9 @@ type lockEtcd struct {
 	// which then records in actors the actor of each holder id it tries.
 	tracked func(*backend.Backend)
 	actors  sync.Map // holder id -> actor
+	// queue, when set (judgeQueue), wraps every actor's backend so that
+	// the model judges the queue.
+	queue *queueJudge
 }
 
 func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
@@ -49,12 +53,32 @@ func newLockEtcd(t *testing.T, c *Cluster) *lockEtcd {
 }
 
 func (e *lockEtcd) backend() lockmodel.Backend {
-	return lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
+	b := lockmodel.Backend{Name: "etcd", Locker: e.locker, Observe: e.observe}
+	if e.queue != nil {
+		b.Grants = e.queue.log.Grants
+	}
+	return b
 }
 
-func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
+func (e *lockEtcd) locker(actor int, seen func(string)) (*lock.Locker, error) {
 	cli := e.c.Client(e.t)
 	open := e.open
+	if open == nil && e.queue != nil {
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+			return backend.New(cli, s)
+		}
+	}
+	if q := e.queue; q != nil {
+		inner := open
+		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+			b, err := inner(cli, s)
+			if err != nil {
+				return nil, err
+			}
+			return &queueJudged{queueBackend: b.(queueBackend), q: q, cli: cli, seen: seen,
+				dir: func(resource string) string { return e.prefix + "{" + resource + "}/h/" }}, nil
+		}
+	}
 	if e.tracked != nil {
 		open = func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 			b, err := backend.New(cli, s)
@@ -86,12 +110,14 @@ func (e *lockEtcd) locker(actor int, _ func(string)) (*lock.Locker, error) {
 // taken for another acquisition's is seen as the other holder's. The floor
 // is TokenBase plus the read's revision, below every key created after
 // it, or the clock in µs if that is higher (the token space the backends
-// share). The waiters' entries live as long as their leases, which this read
-// does not see: they are listed as lapsed, and the queue is not judged on
-// etcd.
+// share). How long a waiter's key stands without a refresh is not in the
+// read: in a run that judges the queue (judgeQueue) it is what the
+// waiter's last try that put the key promises (queueJudge.lives);
+// otherwise the waiters are listed as lapsed, and the queue is not judged.
 func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Observation, error) {
 	var o lockmodel.Observation
 	dir := e.prefix + "{" + resource + "}/h/"
+	sent := time.Now()
 	resp, err := e.watcher.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return o, err
@@ -109,7 +135,11 @@ func (e *lockEtcd) observe(ctx context.Context, resource string) (lockmodel.Obse
 			o.Holder, o.Token = holder, etcdlock.TokenBase+fence.Token(kv.CreateRevision)
 			continue
 		}
-		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder})
+		var life time.Duration
+		if e.queue != nil {
+			life = e.queue.life(holder, sent)
+		}
+		o.Waiters = append(o.Waiters, lockmodel.Waiter{Holder: holder, Life: life})
 	}
 	return o, nil
 }
@@ -126,8 +156,9 @@ const etcdRenewTTL = time.Second
 
 // etcdFloors are the model's floors on etcd, whose leases last whole
 // seconds on the server (fewer grants per run), and which keeps no log of
-// grants (the queue is not judged) and never leaves the lock free with a
-// waiter queued (the first key holds it).
+// grants (the queue is judged only by a run that replays one: see
+// judgeQueue) and never leaves the lock free with a waiter queued (the
+// first key holds it).
 func etcdFloors() map[string]int {
 	f := lockmodel.DefaultFloors()
 	for _, k := range []string{lockmodel.Queue, lockmodel.WaiterAhead, lockmodel.FreeWithWaiter, lockmodel.LateReleaseMet} {
@@ -142,11 +173,13 @@ func etcdFloors() map[string]int {
 
 // lateReleases makes about one in every of the releases of the backends
 // that open makes lose its reply, and sends each such deletion late, at
-// the worst time a network that holds a request back could choose: once
-// a later put of the key (the slot taken by a later acquisition of the
-// Locker) holds the lock, or after 3s if none does. landed counts the
-// deletions sent late; the test waits for them before its cluster stops.
-func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
+// the worst time a network that holds a request back could choose: as a
+// later grant of the key (the slot taken by a later acquisition of the
+// Locker, which the backend must never do) is reported to its Locker,
+// before the Locker believes it, or after lateHold if none is. landed
+// counts the deletions sent late; the test waits for them before its
+// cluster stops.
+func lateReleases(t *testing.T, c *Cluster, every int, landed, atGrant *atomic.Int64) func(cli *clientv3.Client, s lockbackend.Settings) (lockbackend.Backend, error) {
 	// The late deletions' own client, closed after they have all landed.
 	lc := c.Client(t)
 	var wg sync.WaitGroup
@@ -158,12 +191,12 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) fun
 		if err != nil {
 			return nil, err
 		}
-		var mu sync.Mutex
+		lb := &lateBackend{Backend: b, lc: lc, landed: landed, atGrant: atGrant, pending: map[string]*lateDelete{}, slow: map[lockbackend.Hold]bool{}}
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 		b.SendDelete = func(ctx context.Context, key string) (*clientv3.DeleteResponse, error) {
-			mu.Lock()
+			lb.mu.Lock()
 			late := rng.IntN(every) == 0
-			mu.Unlock()
+			lb.mu.Unlock()
 			if !late {
 				return cli.Delete(ctx, key)
 			}
@@ -172,71 +205,183 @@ func lateReleases(t *testing.T, c *Cluster, every int, landed *atomic.Int64) fun
 			if err != nil || len(get.Kvs) == 0 {
 				return cli.Delete(ctx, key)
 			}
-			rev := get.Kvs[0].CreateRevision
-			dir := key[:strings.LastIndex(key, "/h/")+len("/h/")]
-			wctx, cancel := context.WithCancel(context.Background())
-			// Every change of the directory after the grant's, from
-			// before the release returns.
-			wch := lc.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithRev(get.Header.Revision+1))
+			d := &lateDelete{rev: get.Kvs[0].CreateRevision}
+			lb.mu.Lock()
+			lb.pending[key] = d
+			lb.mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer cancel()
-				timeout := time.NewTimer(3 * time.Second)
+				timeout := time.NewTimer(lateHold)
 				defer timeout.Stop()
-			wait:
-				for {
-					select {
-					case <-stop:
-						break wait
-					case <-timeout.C:
-						break wait
-					case _, ok := <-wch:
-						if !ok {
-							break wait
-						}
-					}
-					first, err := lc.Get(wctx, dir, clientv3.WithFirstCreate()...)
-					if err == nil && len(first.Kvs) > 0 && string(first.Kvs[0].Key) == key && first.Kvs[0].CreateRevision > rev {
-						break
-					}
+				select {
+				case <-stop:
+				case <-timeout.C:
 				}
-				dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer dcancel()
-				if _, err := lc.Delete(dctx, key); err == nil {
-					landed.Add(1)
-				}
+				lb.land(key, d)
 			}()
 			return nil, errLostOnPurpose
 		}
-		return b, nil
+		return lb, nil
 	}
+}
+
+// lateHold is how long lateReleases holds a deletion back when no later
+// grant of its key is reported.
+const lateHold = 10 * time.Second
+
+// lateBackend is an actor's backend whose releases' deletions lateReleases
+// holds back: it lands a held deletion of a key as a later grant of that
+// key is reported, before the grant's Locker believes it.
+type lateBackend struct {
+	*backend.Backend
+	lc     *clientv3.Client
+	landed *atomic.Int64
+	// atGrant counts the deletions landed as a later grant of their key
+	// was reported: none unless the backend reused the slot.
+	atGrant *atomic.Int64
+
+	mu      sync.Mutex
+	pending map[string]*lateDelete    // by key
+	slow    map[lockbackend.Hold]bool // grants whose key a late deletion took
+}
+
+// lateDelete is a release's deletion held back.
+type lateDelete struct {
+	rev  int64 // the released grant's put of the key
+	done bool
+}
+
+// land sends d, the deletion of key held back, once.
+func (b *lateBackend) land(key string, d *lateDelete) {
+	b.mu.Lock()
+	if d.done {
+		b.mu.Unlock()
+		return
+	}
+	d.done = true
+	if b.pending[key] == d {
+		delete(b.pending, key)
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.lc.Delete(ctx, key); err == nil {
+		b.landed.Add(1)
+	}
+}
+
+// granted lands the deletion held back of the key that holds resource's
+// lock for holder with token tok, if a later put of it made that grant,
+// and then holds back the grant's Extend and TTL calls a while
+// (lateSlow): they would find the key gone, and end the belief, before the
+// model sees another holder hold the lock.
+func (b *lateBackend) granted(h lockbackend.Hold, resource, holder string, tok fence.Token) {
+	dir := b.Prefix() + "{" + resource + "}/h/"
+	b.mu.Lock()
+	var keys []string
+	for k := range b.pending {
+		if strings.HasPrefix(k, dir) {
+			keys = append(keys, k)
+		}
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		get, err := b.lc.Get(ctx, k)
+		cancel()
+		if err != nil || len(get.Kvs) == 0 {
+			continue
+		}
+		kv := get.Kvs[0]
+		b.mu.Lock()
+		d := b.pending[k]
+		b.mu.Unlock()
+		if d != nil && string(kv.Value) == holder && kv.CreateRevision > d.rev && etcdlock.TokenBase+fence.Token(kv.CreateRevision) == tok {
+			b.atGrant.Add(1)
+			b.land(k, d)
+			b.mu.Lock()
+			b.slow[h] = true
+			b.mu.Unlock()
+		}
+	}
+}
+
+// lateSlow is how long a grant's Extend and TTL calls are held back once
+// a late deletion landed on its key.
+const lateSlow = 50 * time.Millisecond
+
+// heldBack holds a call of the grant h back for lateSlow if a late
+// deletion landed on its key.
+func (b *lateBackend) heldBack(ctx context.Context, h lockbackend.Hold) {
+	b.mu.Lock()
+	slow := b.slow[h]
+	b.mu.Unlock()
+	if slow {
+		select {
+		case <-time.After(lateSlow):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (b *lateBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl time.Duration) (time.Duration, error) {
+	b.heldBack(ctx, h)
+	return b.Backend.Extend(ctx, h, ttl)
+}
+
+func (b *lateBackend) TTL(ctx context.Context, h lockbackend.Hold) (time.Duration, error) {
+	b.heldBack(ctx, h)
+	return b.Backend.TTL(ctx, h)
+}
+
+func (b *lateBackend) Try(ctx context.Context, req *lockbackend.Request) (lockbackend.Outcome, error) {
+	o, err := b.Backend.Try(ctx, req)
+	if err == nil && o.Granted {
+		b.granted(o.Hold, req.Resource, req.Holder, o.Token)
+	}
+	return o, err
+}
+
+func (b *lateBackend) Adopt(req *lockbackend.Request, g lockbackend.HandOver) lockbackend.Hold {
+	h := b.Backend.Adopt(req, g)
+	b.granted(h, req.Resource, req.Holder, g.Token)
+	return h
 }
 
 // TestLockModelEtcd runs the lock model on a three-member cluster, once
 // undisturbed but for releases whose replies are lost and whose deletions
-// land late, then while the leader is stopped and started again and
-// members are cut off from their clients, and judges every check with its
-// floor.
+// land late, judging the queue too (judgeQueue), then while the leader is
+// stopped and started again and members are cut off from their clients,
+// and judges every check with its floor.
 func TestLockModelEtcd(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
-	var landed atomic.Int64
+	var landed, atGrant atomic.Int64
 	t.Cleanup(func() { // after lateReleases' own, which waits for them
-		t.Logf("releases whose replies were lost and whose deletions landed late: %d", landed.Load())
+		t.Logf("releases whose replies were lost and whose deletions landed late: %d (as a later grant of their key was reported: %d)", landed.Load(), atGrant.Load())
 		if landed.Load() == 0 {
 			t.Error("no release's deletion landed late")
 		}
 	})
-	e.open = lateReleases(t, c, 3, &landed)
+	e.open = lateReleases(t, c, 2, &landed, &atGrant)
+	e.judgeQueue()
 	// Twice the model's budget: three members serve in this process, and
 	// each grant is a lease's grant and a transaction, each a consensus
 	// round; a leader's restart stalls the calls in flight to it.
 	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, Budget: 2 * lockmodel.Budget(t), Floors: etcdFloors()}
-	r := lockmodel.Run(t, e.backend(), cfg)
+	undisturbed := cfg
+	undisturbed.Floors = etcdFloors()
+	undisturbed.Floors[lockmodel.Queue] = 3
+	undisturbed.Floors[lockmodel.WaiterAhead] = 1
+	r := lockmodel.Run(t, e.backend(), undisturbed)
 	r.Report(t)
-	r.Check(t, cfg.Floors)
+	r.Check(t, undisturbed.Floors)
 
+	// The queue is judged undisturbed only: a waiter's key stands on a
+	// lease its process keeps alive, which a member cut off or a leader
+	// stopped may let end with the key before its entry's end.
+	e.queue = nil
 	b := e.backend()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	b.Faults = []lockmodel.Fault{
@@ -309,12 +454,11 @@ func (b clientClockBackend) Extend(ctx context.Context, h lockbackend.Hold, ttl 
 // TestLockModelEtcdControl runs the model on the broken backends with
 // three seeds each, each run until it goes wrong (for at most eight times
 // the model's budget): the promise check (or, for a confused slot, the
-// token checks) must reject each in most of them. The broken variant
-// that reuses the slot of a lost release is judged by its own
-// deterministic control (TestLateReleaseControlReusedSlot): the model
-// caught it only when a run's timing lined up a lost release, the key's
-// end, a reacquisition on the slot and a waiter, in 0 to 2 of 3 seeds
-// beside a busy loop.
+// token checks; for a waiter that loses its place, the queue check) must
+// reject each in most of them. The broken variant that reuses the slot of
+// a lost release is judged by its own deterministic control
+// (TestLateReleaseControlReusedSlot), and by TestLockModelEtcd's late
+// releases, which land as such a slot's next grant is reported.
 func TestLockModelEtcdControl(t *testing.T) {
 	c := StartCluster(t, 3)
 	e := newLockEtcd(t, c)
@@ -343,6 +487,11 @@ func TestLockModelEtcdControl(t *testing.T) {
 		b.OneSlot = true
 		return b, nil
 	}
+	// A Locker whose release first sends the first waiter's key to the
+	// back of the queue: the next waiter, which came after it, is served
+	// first.
+	rq := newLockEtcd(t, c)
+	rq.judgeQueue().passOver = true
 	cs := []lockmodel.Control{{
 		Name:     "lease on the client's clock",
 		CaughtBy: []string{lockmodel.Promise},
@@ -351,6 +500,10 @@ func TestLockModelEtcdControl(t *testing.T) {
 		Name:     "one slot for every acquisition",
 		CaughtBy: []string{lockmodel.Promise, lockmodel.Tokens, lockmodel.Anchor},
 		Install:  func(testing.TB) (lockmodel.Backend, func()) { return one.backend(), func() {} },
+	}, {
+		Name:     "a release that passes over the first waiter",
+		CaughtBy: []string{lockmodel.Queue},
+		Install:  func(testing.TB) (lockmodel.Backend, func()) { return rq.backend(), func() {} },
 	}}
 	// The server keeps a lease two seconds at least, and a grant takes
 	// consensus rounds: a run must last past a lease's end on the server

@@ -15,6 +15,7 @@ import (
 	"github.com/fencekit/fencekit/internal/harness/lockmodel"
 	"github.com/fencekit/fencekit/internal/lockbackend"
 	"github.com/fencekit/fencekit/lock"
+	"github.com/fencekit/fencekit/lock/etcdlock"
 	"github.com/fencekit/fencekit/lock/etcdlock/internal/backend"
 )
 
@@ -34,6 +35,18 @@ import (
 //     restore) that its Locker would still believe, on its clock, past the
 //     detection bound after the restored cluster has a leader, has ended
 //     by then (its backend's loss signal closed).
+//
+// A restore without --bump-revision takes tokens back for every process
+// started after it (the control, below); a process of before keeps a
+// promise of its own, which the same judge decides in those runs:
+//
+//   - processes: every grant a process of before asked for after the
+//     restored cluster had a leader has a token above every token that
+//     process was granted before the restore began; a prober (a process of
+//     before that saw the run's highest revisions) tries right after the
+//     restore, once plainly and once queued behind a process started after
+//     it, whose release hands it the lock: each must be refused with
+//     etcdlock.ErrRevisionWentBack, or granted a token above its own.
 //
 // The model's own checks judge the run too (promise, tokens, anchor):
 // its observations are refused while the cluster is being restored and
@@ -70,6 +83,10 @@ type restoreNemesis struct {
 	// before the restore it takes a long lease of a resource of its own,
 	// which the restore takes away while it would still believe it.
 	witness *lock.Locker
+	// prober is another process of before: it takes and releases a lease
+	// right before the restore (so it saw the run's highest revision), and
+	// in a run without the bump tries right after it (probe).
+	prober *lock.Locker
 
 	mu       sync.Mutex
 	grants   []*restoreGrant
@@ -101,19 +118,32 @@ func newRestoreNemesis(t *testing.T, c *Cluster, bump uint64) *restoreNemesis {
 	for range c.Members {
 		n.dirs = append(n.dirs, t.TempDir())
 	}
+	n.witness = n.oldLocker(t, witnessActor)
+	n.prober = n.oldLocker(t, proberActor)
+	return n
+}
+
+// The nemesis's own processes of before, as the restore judge names them.
+const (
+	witnessActor = -1
+	proberActor  = -2
+)
+
+// oldLocker is a process of before of the nemesis's own, whose grants are
+// recorded as actor's.
+func (n *restoreNemesis) oldLocker(t *testing.T, actor int) *lock.Locker {
 	l, err := lockbackend.Open(func(s lockbackend.Settings) (lockbackend.Backend, error) {
-		b, err := backend.New(c.Client(t), s)
+		b, err := backend.New(n.c.Client(t), s)
 		if err != nil {
 			return nil, err
 		}
-		return oldBackend{b, n, -1}, nil
+		return oldBackend{b, n, actor}, nil
 	}, []any{lock.WithPrefix(n.e.prefix)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.witness = l.(*lock.Locker)
-	t.Cleanup(n.witness.Close)
-	return n
+	t.Cleanup(l.(*lock.Locker).Close)
+	return l.(*lock.Locker)
 }
 
 // bound is the detection bound of the actors' longest leases: two
@@ -245,11 +275,7 @@ func (f *freshBackend) get(ctx context.Context) (*backend.Backend, error) {
 		return nil, fmt.Errorf("a process started after the restore: %w", ctx.Err())
 	}
 	f.once.Do(func() {
-		var eps []string
-		for _, m := range f.n.c.Members {
-			eps = append(eps, m.ClientURL())
-		}
-		if f.cli, f.err = clientv3.New(clientConfig(eps...)); f.err != nil {
+		if f.cli, f.err = f.n.freshClient(); f.err != nil {
 			return
 		}
 		f.b, f.err = backend.New(f.cli, f.s)
@@ -389,6 +415,13 @@ func (n *restoreNemesis) restore(ctx context.Context) error {
 		return fmt.Errorf("the witness's lease: %w", err)
 	}
 	defer func() { _ = wl.Release(context.Background()) }()
+	// The prober's lease, granted and released: the highest revision the
+	// run made is one it saw.
+	pl, err := n.prober.TryAcquire(ctx, "restore-probe-seen", time.Second)
+	if err != nil {
+		return fmt.Errorf("the prober's lease: %w", err)
+	}
+	_ = pl.Release(ctx)
 	n.mu.Lock()
 	n.started = time.Now()
 	n.mu.Unlock()
@@ -405,7 +438,12 @@ func (n *restoreNemesis) restore(ctx context.Context) error {
 	n.r.Add("restores (ms from the members' stop to a leader)", int(n.ready.Sub(n.started).Milliseconds()))
 	n.mu.Unlock()
 	close(n.readyCh)
-	n.judgeBeliefs(ctx)
+	if n.bump == 0 {
+		n.probe(ctx)
+	}
+	// Judged to the bound even when a control's first violation ended the
+	// run: the beliefs a restore took away end all the same.
+	n.judgeBeliefs(context.WithoutCancel(ctx))
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
@@ -495,6 +533,102 @@ func (n *restoreNemesis) judgeBeliefs(ctx context.Context) {
 	}
 }
 
+// probe is the prober's tries right after a restore without the bump,
+// while the restored cluster's revision is still far below the highest the
+// prober saw (restoreRevisions below it, less what the restored cluster
+// made since): a plain try of a free lock, then a queued one, behind a
+// process started after the restore whose release hands the lock to the
+// prober's key, put at a revision the cluster went back below. Each is
+// refused (with ErrRevisionWentBack) or granted; a grant is recorded as
+// the prober's, and judged with the processes of before (judgeTokens).
+// The calls outlive the run's ctx, which a control's first violation ends.
+func (n *restoreNemesis) probe(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	l, err := n.prober.TryAcquire(ctx, "restore-probe", restoreProbeTTL)
+	n.probed("a plain try", l, err)
+
+	// The process started after the restore: a client of its own.
+	cli, err := n.freshClient()
+	if err != nil {
+		n.probed("a queued try", nil, err)
+		return
+	}
+	defer cli.Close()
+	fresh, err := etcdlock.New(cli, lock.WithPrefix(n.e.prefix))
+	if err != nil {
+		n.probed("a queued try", nil, err)
+		return
+	}
+	defer fresh.Close()
+	const res = "restore-probe-queued"
+	held, err := fresh.TryAcquire(ctx, res, restoreProbeTTL)
+	if err != nil {
+		n.probed("a queued try (the holder ahead of it)", nil, err)
+		return
+	}
+	type result struct {
+		l   *lock.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		l, err := n.prober.Acquire(actx, res, restoreProbeTTL)
+		done <- result{l, err}
+	}()
+	// The release comes once the prober's key is queued behind the
+	// holder's, well within its TTL: the hand-over is announced to it.
+	dir := n.e.prefix + "{" + res + "}/h/"
+	var r result
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		get, err := n.e.watcher.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && get.Count >= 2 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case r = <-done: // refused before it queued
+			_ = held.Release(ctx)
+			n.probed("a queued try", r.l, r.err)
+			return
+		default:
+		}
+	}
+	_ = held.Release(ctx)
+	r = <-done
+	n.probed("a queued try", r.l, r.err)
+}
+
+// freshClient is the client of a process started after the restore, to
+// every member: the caller closes it.
+func (n *restoreNemesis) freshClient() (*clientv3.Client, error) {
+	var eps []string
+	for _, m := range n.c.Members {
+		eps = append(eps, m.ClientURL())
+	}
+	return clientv3.New(clientConfig(eps...))
+}
+
+// probed counts how the prober's call (what) ended, and releases its lease.
+func (n *restoreNemesis) probed(what string, l *lock.Lease, err error) {
+	switch {
+	case err == nil:
+		n.r.Add(restoreProbesGranted, 1)
+		n.e.t.Logf("the prober's %s after the restore was granted token %d", what, l.Fence().Token)
+		_ = l.Release(context.Background())
+	case errors.Is(err, etcdlock.ErrRevisionWentBack):
+		n.r.Add(restoreProbesRefused, 1)
+	default:
+		n.r.Add(restoreProbesUndecided, 1)
+		n.e.t.Logf("the prober's %s after the restore: %v", what, err)
+	}
+}
+
+// restoreProbeTTL is the prober's leases' TTL, and the holder's ahead of
+// it: a hand-over comes well within it.
+const restoreProbeTTL = 5 * time.Second
+
 // restoreWitnessTTL is the witness's lease: believed, unless its Locker
 // learns it is gone, past its detection bound (2 x 3s + 1s) after a restore
 // that takes up to 7s on a loaded machine.
@@ -505,7 +639,8 @@ const slackRestore = 50 * time.Millisecond
 
 // judgeTokens judges, after the run, every grant asked for after the
 // restored cluster had a leader against the highest token granted before
-// the restore began.
+// the restore began, and each one of a process of before against the
+// highest token granted to that process before it.
 func (n *restoreNemesis) judgeTokens() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -513,14 +648,25 @@ func (n *restoreNemesis) judgeTokens() {
 		return
 	}
 	var highest fence.Token
+	own := map[int]fence.Token{} // a process of before's highest token, by actor
 	for _, g := range n.grants {
 		if g.reply.Before(n.started) {
 			highest = max(highest, g.token)
+			if !g.fresh {
+				own[g.actor] = max(own[g.actor], g.token)
+			}
 		}
 	}
 	for _, g := range n.grants {
 		if !g.asked.After(n.ready) {
 			continue
+		}
+		if t, ok := own[g.actor]; ok && !g.fresh {
+			n.r.Add(restoreProcess, 1)
+			if g.token <= t {
+				n.r.Violate(restoreProcess, "a process of before (actor %d) was granted token %d after the restore, at or below token %d it was granted before: it saw the revision go back and must refuse it with ErrRevisionWentBack",
+					g.actor, g.token, t)
+			}
 		}
 		kind := restoreTokensOld
 		if g.fresh {
@@ -540,6 +686,12 @@ const (
 	restoreTokens      = "tokens after the restore"
 	restoreTokensOld   = "grants after the restore judged (processes of before)"
 	restoreTokensFresh = "grants after the restore judged (processes started after)"
+	// restoreProcess: grants of a process of before asked for after the
+	// restore, judged against that process's own tokens of before.
+	restoreProcess         = "grants after the restore judged against their process's tokens of before"
+	restoreProbesRefused   = "prober's tries after the restore refused (revision went back)"
+	restoreProbesGranted   = "prober's tries after the restore granted"
+	restoreProbesUndecided = "prober's tries after the restore that ended otherwise"
 )
 
 // restoreModelRun runs the model with one restore, and judges it; it returns
@@ -582,12 +734,8 @@ func restoreModelRun(t *testing.T, bump uint64, seed uint64, control bool) (*loc
 // TestLockModelEtcdRestore runs the lock model across a restore from a
 // backup taken mid-run, with --bump-revision and --mark-compacted as the
 // operations guide asks, and requires every check of the model and of the
-// restore's judge to hold, each with its floor; then the control, the
-// same restore without the bump, which the judge must reject: a process
-// started after the restore is granted a token at or below one issued
-// before (deterministic: the run makes restoreRevisions revisions between
-// the backup and the restore, more than such a process makes before its
-// first grant).
+// restore's judge to hold, each with its floor. Its control is
+// TestLockModelEtcdRestoreControl.
 func TestLockModelEtcdRestore(t *testing.T) {
 	seed := lockmodel.Seed(t)
 	r, j := restoreModelRun(t, restoreBump, seed, false)
@@ -621,35 +769,56 @@ func TestLockModelEtcdRestore(t *testing.T) {
 	if j.Count(restoreTokensOld)+j.Count(restoreTokensFresh) == 0 {
 		t.Log("the restored cluster granted no lock asked for after the restore within the run")
 	}
+}
 
-	t.Run("control", func(t *testing.T) {
-		seed := lockmodel.Seed(t)
-		// A run whose restored cluster granted nothing asked for after
-		// the restore judged no token of it and decides nothing (seen
-		// once in three on a loaded machine): another run takes its
-		// place, up to two more in all.
-		rejected, decided := 0, 0
-		const runs, extra = 2, 2
-		for s := 0; decided < runs && s < runs+extra; s++ {
-			r, j := restoreModelRun(t, 0, seed+uint64(s), true)
-			switch {
-			case j.Rejected(restoreTokens):
-				rejected++
-				t.Logf("restore without --bump-revision rejected by the restore judge: %s", j.Violations(restoreTokens)[0])
-			case r.Rejected(lockmodel.Tokens):
-				rejected++
-				t.Logf("restore without --bump-revision rejected by the model's tokens check: %s", r.Violations(lockmodel.Tokens)[0])
-			case j.Count(restoreTokensOld)+j.Count(restoreTokensFresh) == 0:
-				t.Logf("run %d: the restored cluster granted nothing asked for after the restore: undecided, another run", s+1)
-				continue
+// TestLockModelEtcdRestoreControl runs the lock model across the same
+// restore without the bump, which takes tokens back: the restore judge
+// must reject the tokens of the restored cluster in every run (a process
+// started after the restore is granted a token at or below one issued
+// before, deterministic: the run makes restoreRevisions revisions between
+// the backup and the restore, more than such a process makes before its
+// first grant). What a process of before promises by itself must hold
+// all the same, and is judged: every lease it believed in ends within
+// the bound, and every grant it asks for after the restore is refused
+// with ErrRevisionWentBack or has a token above its own of before (the
+// prober's two tries decide it in every run: each must be refused).
+func TestLockModelEtcdRestoreControl(t *testing.T) {
+	seed := lockmodel.Seed(t)
+	// A run whose restored cluster granted nothing asked for after the
+	// restore judged no token of it and decides nothing (seen once in
+	// three on a loaded machine): another run takes its place, up to two
+	// more in all.
+	rejected, decided, refused, beliefs := 0, 0, 0, 0
+	const runs, extra = 2, 2
+	for s := 0; decided < runs && s < runs+extra; s++ {
+		r, j := restoreModelRun(t, 0, seed+uint64(s), true)
+		for _, kind := range []string{restoreProcess, restoreBeliefs} {
+			for _, v := range j.Violations(kind) {
+				t.Errorf("run %d, a promise of a process of before: %s", s+1, v)
 			}
-			decided++
 		}
-		lockmodel.LogControl(t, rejected, decided)
-		if decided < runs || rejected < decided {
-			t.Errorf("restore without --bump-revision: rejected in %d of %d decided runs (want %d, every one): the judge accepted tokens a restore took back, or the restored cluster granted nothing", rejected, decided, runs)
+		refused += j.Count(restoreProbesRefused)
+		beliefs += j.Count(restoreBeliefs)
+		switch {
+		case j.Rejected(restoreTokens):
+			rejected++
+			t.Logf("restore without --bump-revision rejected by the restore judge: %s", j.Violations(restoreTokens)[0])
+		case r.Rejected(lockmodel.Tokens):
+			rejected++
+			t.Logf("restore without --bump-revision rejected by the model's tokens check: %s", r.Violations(lockmodel.Tokens)[0])
+		case j.Count(restoreTokensOld)+j.Count(restoreTokensFresh) == 0:
+			t.Logf("run %d: the restored cluster granted nothing asked for after the restore: undecided, another run", s+1)
+			continue
 		}
-	})
+		decided++
+	}
+	lockmodel.LogControl(t, rejected, decided)
+	if decided < runs || rejected < decided {
+		t.Errorf("restore without --bump-revision: rejected in %d of %d decided runs (want %d, every one): the judge accepted tokens a restore took back, or the restored cluster granted nothing", rejected, decided, runs)
+	}
+	if refused == 0 || beliefs == 0 {
+		t.Errorf("after a restore without the bump, %d tries of the prober refused, %d beliefs of before judged: the promise of a process of before was not judged", refused, beliefs)
+	}
 }
 
 // restoreFault counts the restores that ended in a run.

@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +45,23 @@ const etcdLongTTL = 8 * time.Second
 // the lease it stands on from the watcher's client. For up to a second it
 // waits for a holder of a long lease (etcdLongTTL), revoked early in its
 // life, which a Locker that ignores the loss believes well past the bound;
-// then it revokes whatever holder it read last.
+// then it revokes whatever holder it read last. A Locker whose long lease
+// it revoked is spared until the bound has passed and a little more: a
+// revoke of another of its leases would excuse its beliefs again (every
+// lease of a revoked Locker may have stood on the lease), and a Locker
+// that ignores the loss would be believed past the first bound unjudged.
 func (e *lockEtcd) revokeHolder(resource func() string) lockmodel.Fault {
+	var mu sync.Mutex
+	spared := map[int]time.Time{} // actor -> until
+	sparedNow := func(holder string) bool {
+		a, ok := e.actors.Load(holder)
+		if !ok {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Before(spared[a.(int)])
+	}
 	return lockmodel.Fault{Name: "holder's lease revoked", Lose: func(ctx context.Context) (lockmodel.Loss, error) {
 		dir := e.prefix + "{" + resource() + "}/h/"
 		wait := time.Now().Add(time.Second)
@@ -67,9 +83,15 @@ func (e *lockEtcd) revokeHolder(resource func() string) lockmodel.Fault {
 			if err != nil || ttl.GrantedTTL <= 0 {
 				continue // gone meanwhile
 			}
-			if time.Duration(ttl.GrantedTTL)*time.Second < etcdLongTTL && time.Now().Before(wait) {
-				time.Sleep(20 * time.Millisecond)
-				continue
+			long := time.Duration(ttl.GrantedTTL)*time.Second >= etcdLongTTL
+			if spare := sparedNow(string(kv.Value)); spare || !long {
+				if time.Now().Before(wait) {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				if spare {
+					return lockmodel.Loss{}, nil
+				}
 			}
 			if _, err := e.watcher.Revoke(ctx, id); err != nil {
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -80,11 +102,29 @@ func (e *lockEtcd) revokeHolder(resource func() string) lockmodel.Fault {
 			l := lockmodel.Loss{Holder: string(kv.Value), Bound: revokeBound(ttl.GrantedTTL)}
 			if a, ok := e.actors.Load(l.Holder); ok {
 				l.Actor, l.ActorKnown = a.(int), true
+				if long {
+					mu.Lock()
+					spared[l.Actor] = time.Now().Add(l.Bound + revokeSpare)
+					mu.Unlock()
+				}
 			}
 			return l, nil
 		}
 	}}
 }
+
+// longLeasesEnded is the model's count of long leases (Config.LongTTL)
+// held to their end.
+const longLeasesEnded = "long leases held to their end"
+
+// revokeLongEvery is how many tries and waiting acquisitions there are per
+// long lease in the revoke runs: a long lease is granted, and revoked,
+// early in every run.
+const revokeLongEvery = 3
+
+// revokeSpare is how long past the bound the Locker of a revoked long
+// lease is spared: its belief, if it ignored the loss, is judged by then.
+const revokeSpare = time.Second
 
 // trackedBackend tells its lockEtcd which actor's Locker sent each grant
 // attempt: a revoke may end the lease under the key of an attempt whose
@@ -102,10 +142,14 @@ func (b trackedBackend) Try(ctx context.Context, req *lockbackend.Request) (lock
 }
 
 // revokeFloors are the revoke runs' floors: the promise check judged
-// beliefs of a revoked Locker within the window.
+// beliefs of a revoked Locker within the window, and a long lease was held
+// to its end (the run goes on until one ended: one revoked early in its
+// life, which a Locker that ignores the loss believes past the bound, is
+// then judged past it).
 func revokeFloors() map[string]int {
 	f := etcdFloors()
 	f[lockmodel.RevokeJudged] = 3
+	f[longLeasesEnded] = 1
 	delete(f, lockmodel.Anchor) // the workload makes few grants beside long leases
 	f[lockmodel.Tokens] = 3
 	return f
@@ -126,7 +170,7 @@ func TestLockModelEtcdRevoke(t *testing.T) {
 	c := sharedCluster(t)
 	e := newLockEtcd(t, c)
 	e.tracked = func(*backend.Backend) {}
-	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, LongTTL: etcdLongTTL,
+	cfg := lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL, LongTTL: etcdLongTTL, LongEvery: revokeLongEvery,
 		Budget: 2 * lockmodel.Budget(t), Floors: revokeFloors(), Faults: true, Label: "revoke",
 		Resource: "lmodel:rv:" + e.prefix[7:19]}
 	b := e.backend()
@@ -152,6 +196,6 @@ func TestLockModelEtcdRevoke(t *testing.T) {
 			},
 		}}
 		lockmodel.RunControls(t, cs, lockmodel.Budget(t), lockmodel.Config{LateWait: etcdLateWait, RenewTTL: etcdRenewTTL,
-			LongTTL: etcdLongTTL, LongEvery: 3, Faults: true, Resource: resource})
+			LongTTL: etcdLongTTL, LongEvery: revokeLongEvery, Faults: true, Resource: resource})
 	})
 }
