@@ -42,7 +42,9 @@ var (
 		// The fast path's own queue check decides only over token state a
 		// try wrote; a few a run of CI's 15 s, too rare to require of 3 s.
 		{kind: "free-lock tries: a live waiter ahead, on the fast path", min: 3, minBudget: 10 * time.Second},
-		{kind: "renewals judged", min: 2},
+		// A self-renewing lease held past its first validity: a loaded
+		// CI run (the lost-reply scenario beside it) judged one in 12 s.
+		{kind: "renewals judged", min: 1},
 		{kind: "short-start renewals judged", min: 5},
 		{kind: "foreign grants", min: 5},
 	}
