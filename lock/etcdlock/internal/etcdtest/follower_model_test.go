@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"sort"
 	"testing"
 	"time"
 
@@ -51,29 +52,46 @@ func TestLockModelEtcdFollowerCutOff(t *testing.T) {
 		r.Report(t)
 		return r
 	}
+	// The clients' calls that meet the cut-off follower wait for their
+	// hedged attempts, so a loaded machine makes few grants in a run
+	// (seen in CI: 4 grants, 6 promise judgments in 34 s; then 2 in the
+	// run after it): a run that judged too little is followed by
+	// another, up to three, and the floors hold for their sum. Every
+	// run's violations fail the test.
 	seed := lockmodel.Seed(t)
-	r := run(seed)
-	if short := shortOf(r, floors); len(short) > 0 && len(r.Violated()) == 0 {
-		// The clients' calls that meet the cut-off follower wait for
-		// their hedged attempts, so a loaded machine makes few grants in
-		// the run (seen in CI: 4 grants, 6 promise judgments in 34 s):
-		// one more run, whose floors must hold.
-		t.Logf("judged too little (%v): another run", short)
-		r = run(seed + 1<<32)
+	sum := map[string]int{}
+	var r *lockmodel.Result
+	for n := range 3 {
+		r = run(seed + uint64(n)<<32)
+		r.Check(t, nil)
+		for k := range floors {
+			sum[k] += r.Count(k)
+		}
+		short := shortOf(sum, floors)
+		if len(short) == 0 || len(r.Violated()) > 0 {
+			break
+		}
+		if n < 2 {
+			t.Logf("judged too little so far (%v): another run", short)
+		}
 	}
-	r.Check(t, floors)
+	for _, k := range shortOf(sum, floors) {
+		t.Errorf("%s: judged %d in all runs, below the floor of %d: the workload did not make the states that decide it", k, sum[k], floors[k])
+	}
 	lapsed := r.Count("renewals lapsed")
 	t.Logf("renewed leases kept while a follower was cut off from its peers (quorum standing): %d of %d judged; the follower knew a leader at the end: %v (run %v)",
 		r.Count(lockmodel.Renewal)-lapsed, r.Count(lockmodel.Renewal), c.memberLeader(m) != 0, time.Since(start).Round(time.Millisecond))
 }
 
-// shortOf lists the kinds of floors that r judged fewer of than its floor.
-func shortOf(r *lockmodel.Result, floors map[string]int) []string {
+// shortOf lists the kinds of floors that counts holds fewer of than its
+// floor.
+func shortOf(counts, floors map[string]int) []string {
 	var short []string
 	for k, n := range floors {
-		if r.Count(k) < n {
+		if counts[k] < n {
 			short = append(short, k)
 		}
 	}
+	sort.Strings(short)
 	return short
 }
