@@ -171,12 +171,14 @@ func TestElectionModelRejectsUnfenced(t *testing.T) {
 // a candidate whose write was held past its lease record and announce
 // itself while another holds the lock: the record-holder check rejects it.
 func TestElectionModelRejectsPhantomRecord(t *testing.T) {
+	t.Parallel() // judged on record writes, not on timing: beside the deployments' models
 	rejects(t, "record written without the holder check")
 }
 
 // A record script that takes a lower token over a newer record (the
 // planted one) is rejected by the record-token check.
 func TestElectionModelRejectsLowerRecord(t *testing.T) {
+	t.Parallel() // judged on record writes, not on timing: beside the deployments' models
 	rejects(t, "record admitted below a newer one")
 }
 
@@ -184,6 +186,7 @@ func TestElectionModelRejectsLowerRecord(t *testing.T) {
 // holder (the twin planted with the next grant's token) is rejected by the
 // record-token check.
 func TestElectionModelRejectsTwinRecord(t *testing.T) {
+	t.Parallel() // judged on record writes, not on timing: beside the deployments' models
 	rejects(t, "record admitted over a twin")
 }
 
