@@ -98,6 +98,11 @@ type Config struct {
 	// RecordHold is how long a held record write waits, at least: long
 	// enough for the lock to run out on the server (default the TTL).
 	RecordHold time.Duration
+	// NemesisEvery is the mean pause before the nemesis cuts the leader
+	// off again (default the TTL): longer where a backend hands the lock
+	// over slowly (the MySQL lock, whose waiters learn of a free lock by
+	// reading it), so that some terms live to resign.
+	NemesisEvery time.Duration
 	// HoldAlone makes one held record write in two also cut the other
 	// candidates off, from the hold until a while after the write went
 	// on, so that it arrives after its lease ran out on the server and
@@ -212,6 +217,9 @@ func Run(ctx context.Context, cfg Config) *History {
 	if cfg.RecordHold == 0 {
 		cfg.RecordHold = cfg.TTL
 	}
+	if cfg.NemesisEvery == 0 {
+		cfg.NemesisEvery = cfg.TTL
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &run{cfg: cfg, heldBy: -1, cutAt: make([]time.Time, cfg.Candidates)}
@@ -265,7 +273,7 @@ func Run(ctx context.Context, cfg Config) *History {
 	wg.Go(func() {
 		rng := rand.New(rand.NewPCG(cfg.Seed, 99))
 		for {
-			if !sleep(ctx, cfg.TTL/2+time.Duration(rng.Int64N(int64(cfg.TTL)))) {
+			if !sleep(ctx, cfg.NemesisEvery/2+time.Duration(rng.Int64N(int64(cfg.NemesisEvery)))) {
 				return
 			}
 			i := int(r.leader.Load())
