@@ -74,7 +74,7 @@ func TestElectionModelCluster(t *testing.T) {
 			continue
 		}
 		t.Run("rejects "+c.Name, func(t *testing.T) {
-			electionmodel.Rejects(t, "redis-cluster", c.Name, c.Kind, 3, 2, run(t, c.Variant))
+			electionmodel.Rejects(t, "redis-cluster", c.Name, c.Kind, 3, 3, run(t, c.Variant))
 		})
 	}
 }
@@ -104,7 +104,7 @@ func TestElectionModelRedlock(t *testing.T) {
 	cs := electionControls(t)[:3]
 	for _, c := range cs {
 		t.Run("rejects "+c.Name, func(t *testing.T) {
-			electionmodel.Rejects(t, "redlock", c.Name, c.Kind, 3, 2, run(t, c.Variant))
+			electionmodel.Rejects(t, "redlock", c.Name, c.Kind, 3, 3, run(t, c.Variant))
 		})
 	}
 }

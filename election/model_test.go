@@ -138,7 +138,7 @@ func rejects(t *testing.T, name string) {
 	testenv.Slow(t)
 	c := redisControl(t, modelTTL, name)
 	budget := electionmodel.Budget(t, 3*time.Second)
-	electionmodel.Rejects(t, "redis", c.Name, c.Kind, 3, 2, func(seed uint64) *electionmodel.Verdict {
+	electionmodel.Rejects(t, "redis", c.Name, c.Kind, 3, 3, func(seed uint64) *electionmodel.Verdict {
 		return runElectionModel(t, c.Variant, seed, budget)
 	})
 }

@@ -136,7 +136,7 @@ func TestElectionModelControls(t *testing.T) {
 	}
 	for _, c := range cs {
 		t.Run(strings.ReplaceAll(c.Name, " ", "_"), func(t *testing.T) {
-			electionmodel.Rejects(t, "rueidis", c.Name, c.Kind, 3, 2, func(seed uint64) *electionmodel.Verdict {
+			electionmodel.Rejects(t, "rueidis", c.Name, c.Kind, 3, 3, func(seed uint64) *electionmodel.Verdict {
 				return runElectionModel(t, c.Variant, seed, budget)
 			})
 		})

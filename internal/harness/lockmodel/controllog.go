@@ -11,7 +11,7 @@ import (
 // that CI prints every control's count, not only those of failing runs.
 func logControl(t testing.TB, rejected, runs int) {
 	t.Helper()
-	line := fmt.Sprintf("%s: lock model control rejected in %d of %d runs", t.Name(), rejected, runs)
+	line := fmt.Sprintf("%s: lock model control rejected in %d of %d seeds", t.Name(), rejected, runs)
 	t.Log(line)
 	p := os.Getenv("FENCEKIT_JUDGED_LOG")
 	if p == "" {
