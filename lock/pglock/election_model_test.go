@@ -79,6 +79,9 @@ type pgModelRun struct {
 	unfenced  bool
 	stepDown  time.Duration // a step-down margin, or 0 for the default
 	setRecord string        // a broken fencekit_lock_set_record, or "" for the real one
+	// shortTerms is the checker's runs' electionmodel.Config.ShortTerms
+	// (the controls run without it).
+	shortTerms bool
 }
 
 // runScope holds what one run opened, closed when the run ends rather
@@ -282,7 +285,8 @@ func runPgModel(t *testing.T, cfg pgModelRun, seed uint64, budget time.Duration)
 		UnfencedFor: 3 * pgModelTTL,
 		// A held record write, now and then, with the others cut off
 		// too: it lands after its lease ran out, the lock still free.
-		HoldAlone: true,
+		HoldAlone:  true,
+		ShortTerms: cfg.shortTerms,
 		NewCandidate: func(i int, beforeRecord func()) electionmodel.Candidate {
 			p := testenv.StartProxy(t, target)
 			proxiesMu.Lock()
@@ -469,7 +473,7 @@ func TestElectionModelPostgres(t *testing.T) {
 		"terms run out (step-down gap judged)": 1, "faults: sessions terminated": 1,
 	}
 	electionmodel.Check(t, "postgres", floors, 6, func(seed uint64) *electionmodel.Verdict {
-		return runPgModel(t, pgModelRun{}, seed, budget)
+		return runPgModel(t, pgModelRun{shortTerms: true}, seed, budget)
 	})
 }
 
