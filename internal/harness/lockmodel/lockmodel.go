@@ -160,8 +160,11 @@ type Config struct {
 	Actors int
 	// Budget is how long the workload runs (default [Budget]); while a
 	// kind of Floors is judged fewer times than its floor, it goes on, to
-	// four times the budget at most.
+	// Budgets times the budget at most.
 	Budget time.Duration
+	// Budgets bounds a run that goes on for its floors, in budgets
+	// (default 4).
+	Budgets int
 	// Floors are the least judgments of each kind the run aims at (the
 	// caller checks them with [Result.Check]).
 	Floors map[string]int

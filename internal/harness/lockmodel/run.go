@@ -136,6 +136,9 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 	if cfg.Actors <= 0 {
 		cfg.Actors = 5
 	}
+	if cfg.Budgets <= 0 {
+		cfg.Budgets = 4
+	}
 	if cfg.Budget <= 0 {
 		cfg.Budget = Budget(t)
 	}
@@ -196,11 +199,11 @@ func Run(t testing.TB, b Backend, cfg Config) *Result {
 		phaseEnd := time.Now()
 		runEnd = phaseEnd.Add(cfg.Budget)
 		close(phaseDone)
-		// The budget, and past it, up to four times it, while a floor of
-		// cfg.Floors is not reached yet: a loaded machine slows the
-		// workload, not the judgments it must make.
+		// The budget, and past it, up to cfg.Budgets times it, while a
+		// floor of cfg.Floors is not reached yet: a loaded machine slows
+		// the workload, not the judgments it must make.
 		sleep(ctx, cfg.Budget)
-		for ctx.Err() == nil && time.Since(phaseEnd) < 4*cfg.Budget && m.short() {
+		for ctx.Err() == nil && time.Since(phaseEnd) < time.Duration(cfg.Budgets)*cfg.Budget && m.short() {
 			m.r.count("runs extended past the budget (250ms each)", 1)
 			sleep(ctx, 250*time.Millisecond)
 		}
